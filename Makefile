@@ -1,0 +1,41 @@
+# Developer tasks. `make test` and `make demo` work on a fresh machine: they create .venv first.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: install lint typecheck test test-unit demo broker-up broker-down clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+# All tiers. Integration and e2e tests use DPM_BOOTSTRAP when set, else start a private broker.
+test: $(STAMP)
+	$(BIN)/pytest
+
+test-unit: $(STAMP)
+	$(BIN)/pytest -m "not integration and not e2e"
+
+demo: $(STAMP)
+	$(BIN)/dpm demo
+
+broker-up: $(STAMP)
+	$(BIN)/dpm broker up
+
+broker-down: $(STAMP)
+	$(BIN)/dpm broker down
+
+clean:
+	rm -rf $(VENV) build dist .mypy_cache .pytest_cache .ruff_cache

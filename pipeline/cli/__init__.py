@@ -1,0 +1,33 @@
+"""The `dpm` command."""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+from rich.console import Console
+
+from pipeline.cli import broker, topics
+from pipeline.cli.demo import demo
+from pipeline.core.errors import DpmError
+
+app = typer.Typer(
+    name="dpm",
+    help="Stateless decision memory for enterprise AI agents (Deterministic Projection Memory on Kafka).",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+app.add_typer(broker.app, name="broker")
+app.add_typer(topics.app, name="topics")
+app.command()(demo)
+
+_err = Console(stderr=True, soft_wrap=True)
+
+
+def main() -> None:
+    """Entry point: runs the command, printing expected errors as one line instead of a traceback."""
+    try:
+        app()
+    except DpmError as exc:
+        _err.print(f"[bold red]error:[/] {exc}", highlight=False, markup=True)
+        sys.exit(1)

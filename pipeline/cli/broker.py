@@ -1,0 +1,67 @@
+"""`dpm broker`: the project's own local Kafka cluster (Apache Kafka from Maven Central, KRaft)."""
+
+from __future__ import annotations
+
+import typer
+from rich.console import Console
+
+from pipeline.kafka import local_broker
+from pipeline.kafka.admin import fetch_metadata
+from pipeline.kafka.broker_runtime import ensure_broker_jars
+from pipeline.kafka.errors import BrokerUnavailableError
+from pipeline.settings import Settings
+
+app = typer.Typer(help="Run a local Apache Kafka cluster on loopback.", no_args_is_help=True)
+_out = Console()
+
+
+@app.command()
+def fetch() -> None:
+    """Resolve the broker jars through Maven into the cache folder (done by `up` when needed)."""
+    settings = Settings.from_env()
+    libs = ensure_broker_jars(settings.cache_dir, settings.kafka_version)
+    _out.print(f"Kafka {settings.kafka_version} jars in {libs}")
+
+
+@app.command()
+def up(
+    nodes: int = typer.Option(1, "--nodes", help="1, or 3 for a replicated cluster (RF 3, min ISR 2)."),
+    port: int = typer.Option(9092, "--port", help="Port of the first broker; node i listens on port+i-1."),
+    timeout: float = typer.Option(120.0, "--timeout", help="Seconds to wait for the cluster to answer."),
+) -> None:
+    """Start the local cluster and wait until a metadata request succeeds."""
+    settings = Settings.from_env()
+    with _out.status(f"starting a {nodes}-node Kafka {settings.kafka_version} cluster"):
+        cluster, already = local_broker.start(
+            settings.home, settings.cache_dir, settings.kafka_version, nodes=nodes, port=port, timeout_s=timeout
+        )
+    if already:
+        _out.print(f"a local broker is already running at {cluster.bootstrap} (pids {list(cluster.pids)})")
+        return
+    _out.print(f"Kafka is up at [bold]{cluster.bootstrap}[/] ({nodes} node(s), data in {cluster.root})")
+
+
+@app.command()
+def down() -> None:
+    """Stop the local cluster; its data stays for the next `up`."""
+    stopped = local_broker.stop(Settings.from_env().home)
+    _out.print("local broker stopped" if stopped else "no local broker was running")
+
+
+@app.command()
+def status() -> None:
+    """Report whether the local cluster runs and answers metadata requests."""
+    settings = Settings.from_env()
+    cluster = local_broker.read_running(settings.home)
+    if cluster is None:
+        _out.print("no local broker is running")
+        raise typer.Exit(3)
+    try:
+        info = fetch_metadata({"bootstrap.servers": cluster.bootstrap})
+    except BrokerUnavailableError as exc:
+        _out.print(f"local broker processes {list(cluster.pids)} run but do not answer: {exc}")
+        raise typer.Exit(2) from exc
+    _out.print(
+        f"running at {cluster.bootstrap}: cluster {info.cluster_id}, brokers {list(info.broker_ids)}, "
+        f"{len(info.topics)} topic(s), data in {cluster.root}"
+    )

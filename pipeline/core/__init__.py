@@ -1,0 +1,1 @@
+"""Pure domain core: no Kafka, faust, HTTP or metrics imports (enforced by ruff banned-api)."""

@@ -1,0 +1,62 @@
+"""Cluster metadata checks through confluent-kafka's AdminClient."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient
+
+from pipeline.kafka.errors import BrokerUnavailableError
+
+# librdkafka logs connection refusals to stderr by default; route them through logging instead.
+_LIBRDKAFKA_LOG = logging.getLogger("pipeline.kafka.librdkafka")
+
+
+@dataclass(frozen=True)
+class ClusterInfo:
+    """What one metadata request told us about the cluster."""
+
+    cluster_id: str | None
+    broker_ids: tuple[int, ...]
+    topics: tuple[str, ...]
+
+
+def admin_client(client_config: dict[str, str]) -> AdminClient:
+    """Builds an AdminClient whose library logs go to Python logging."""
+    return AdminClient(dict(client_config), logger=_LIBRDKAFKA_LOG)
+
+
+def fetch_metadata(client_config: dict[str, str], timeout_s: float = 5.0) -> ClusterInfo:
+    """Performs one metadata request; raises BrokerUnavailableError when no broker answers."""
+    admin = admin_client(client_config)
+    try:
+        metadata = admin.list_topics(timeout=timeout_s)
+    except KafkaException as exc:
+        raise BrokerUnavailableError(
+            f"no Kafka broker answered at {client_config.get('bootstrap.servers')}: {exc.args[0]}"
+        ) from exc
+    return ClusterInfo(
+        cluster_id=metadata.cluster_id,
+        broker_ids=tuple(sorted(metadata.brokers)),
+        topics=tuple(sorted(t for t in metadata.topics if not t.startswith("__"))),
+    )
+
+
+def wait_for_brokers(client_config: dict[str, str], expected_brokers: int, timeout_s: float) -> ClusterInfo:
+    """Polls metadata until `expected_brokers` brokers are registered, or raises after timeout_s."""
+    deadline = time.monotonic() + timeout_s
+    last_error = "no answer yet"
+    while time.monotonic() < deadline:
+        try:
+            info = fetch_metadata(client_config, timeout_s=min(3.0, max(0.5, deadline - time.monotonic())))
+        except BrokerUnavailableError as exc:
+            last_error = str(exc)
+        else:
+            if len(info.broker_ids) >= expected_brokers:
+                return info
+            last_error = f"{len(info.broker_ids)} of {expected_brokers} brokers registered"
+        time.sleep(0.5)
+    raise BrokerUnavailableError(f"cluster not ready after {timeout_s:.0f}s: {last_error}")

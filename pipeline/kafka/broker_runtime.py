@@ -1,0 +1,60 @@
+"""Fetches the Apache Kafka broker jars from Maven Central into a cache folder outside the repo."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+from pipeline.kafka.errors import LocalBrokerError
+from pipeline.resources import kafka_deploy_dir
+
+_STAMP = ".complete"
+
+
+def java_executable() -> str:
+    """The `java` to run the broker with: $JAVA_HOME/bin/java, else the one on PATH."""
+    java_home = os.environ.get("JAVA_HOME")
+    if java_home and (Path(java_home) / "bin" / "java").exists():
+        return str(Path(java_home) / "bin" / "java")
+    found = shutil.which("java")
+    if not found:
+        raise LocalBrokerError("java not found: install a JDK 17+ or set JAVA_HOME")
+    return found
+
+
+def runtime_dir(cache_dir: Path, kafka_version: str) -> Path:
+    """Folder holding the jars of one Kafka version."""
+    return cache_dir / f"kafka-{kafka_version}"
+
+
+def ensure_broker_jars(cache_dir: Path, kafka_version: str, quiet: bool = True) -> Path:
+    """Returns the folder of broker jars, resolving them through Maven on first use.
+
+    The folder is filled in a temporary sibling and renamed when Maven succeeds, so an
+    interrupted download never leaves a half-populated classpath behind.
+    """
+    target = runtime_dir(cache_dir, kafka_version)
+    libs = target / "libs"
+    if (target / _STAMP).exists():
+        return libs
+    mvn = shutil.which("mvn")
+    if not mvn:
+        raise LocalBrokerError("mvn not found: Maven is needed once to fetch the Kafka broker jars")
+    staging = target.with_name(target.name + ".partial")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    template = (kafka_deploy_dir() / "pom.xml").read_text(encoding="utf-8")
+    (staging / "pom.xml").write_text(template.replace("@KAFKA_VERSION@", kafka_version), encoding="utf-8")
+    command = [mvn, "-B", "dependency:copy-dependencies", f"-DoutputDirectory={staging / 'libs'}"]
+    if quiet:
+        command.insert(1, "-q")
+    result = subprocess.run(command, cwd=staging, capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        tail = "\n".join((result.stdout + result.stderr).strip().splitlines()[-15:])
+        raise LocalBrokerError(f"Maven could not fetch Kafka {kafka_version}:\n{tail}")
+    (staging / _STAMP).write_text(kafka_version, encoding="utf-8")
+    shutil.rmtree(target, ignore_errors=True)
+    staging.rename(target)
+    return libs

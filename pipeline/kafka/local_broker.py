@@ -1,0 +1,283 @@
+"""The project's own Apache Kafka cluster on loopback: KRaft combined mode, 1 or 3 nodes.
+
+Data lives under `<home>/broker/kraft-<n>` and survives `down`/`up`; `<home>/broker/running.json`
+records the running processes so that any later `dpm` invocation can report on or stop them.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import time
+import uuid
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import orjson
+
+from pipeline.kafka.admin import ClusterInfo, wait_for_brokers
+from pipeline.kafka.broker_runtime import ensure_broker_jars, java_executable
+from pipeline.kafka.errors import BrokerUnavailableError, LocalBrokerError
+from pipeline.resources import kafka_deploy_dir
+
+_CONTROLLER_PORT_OFFSET = 100
+_JVM_OPTS = ("-Xms256m", "-Xmx768m", "-XX:+UseG1GC", "-Djava.awt.headless=true")
+
+
+@dataclass(frozen=True)
+class ClusterLayout:
+    """Ports and folders of a local cluster of `nodes` nodes whose first broker listens on `port`."""
+
+    home: Path
+    nodes: int
+    port: int
+
+    @property
+    def root(self) -> Path:
+        return self.home / "broker" / f"kraft-{self.nodes}"
+
+    @property
+    def node_ids(self) -> range:
+        return range(1, self.nodes + 1)
+
+    def broker_port(self, node_id: int) -> int:
+        return self.port + node_id - 1
+
+    def controller_port(self, node_id: int) -> int:
+        return self.port + _CONTROLLER_PORT_OFFSET + node_id - 1
+
+    def node_dir(self, node_id: int) -> Path:
+        return self.root / f"node-{node_id}"
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(f"127.0.0.1:{self.broker_port(n)}" for n in self.node_ids)
+
+
+@dataclass(frozen=True)
+class RunningCluster:
+    """What `running.json` records about a started cluster."""
+
+    nodes: int
+    port: int
+    bootstrap: str
+    pids: tuple[int, ...]
+    root: str
+
+
+def state_file(home: Path) -> Path:
+    """Where the running cluster is recorded."""
+    return home / "broker" / "running.json"
+
+
+def _process_alive(pid: int) -> bool:
+    """True when `pid` is a live (not zombie) Kafka broker process."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return b"kafka.Kafka" in cmdline and state != "Z"
+
+
+def _read_state(home: Path) -> RunningCluster | None:
+    path = state_file(home)
+    if not path.exists():
+        return None
+    raw = orjson.loads(path.read_bytes())
+    return RunningCluster(**{**raw, "pids": tuple(raw["pids"])})
+
+
+def read_running(home: Path) -> RunningCluster | None:
+    """The recorded cluster if any of its processes is still alive, else None."""
+    cluster = _read_state(home)
+    return cluster if cluster and any(_process_alive(p) for p in cluster.pids) else None
+
+
+def _signal(pid: int, signum: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError):  # exited between the liveness check and the signal
+        os.kill(pid, signum)
+
+
+def _render(template: str, values: dict[str, str]) -> str:
+    for key, value in values.items():
+        template = template.replace(f"@{key}@", value)
+    return template
+
+
+def _write_node_config(layout: ClusterLayout, node_id: int) -> Path:
+    node = layout.node_dir(node_id)
+    (node / "logs").mkdir(parents=True, exist_ok=True)
+    voters = ",".join(f"{n}@127.0.0.1:{layout.controller_port(n)}" for n in layout.node_ids)
+    replication = min(layout.nodes, 3)
+    values = {
+        "NODE_ID": str(node_id),
+        "VOTERS": voters,
+        "PORT": str(layout.broker_port(node_id)),
+        "CONTROLLER_PORT": str(layout.controller_port(node_id)),
+        "LOG_DIR": str(node / "data"),
+        "REPLICATION": str(replication),
+        "MIN_ISR": str(2 if replication >= 3 else 1),
+    }
+    templates = kafka_deploy_dir()
+    config = node / "server.properties"
+    config.write_text(_render((templates / "server.properties").read_text(), values))
+    (node / "log4j.properties").write_text((templates / "log4j.properties").read_text())
+    return config
+
+
+def _cluster_id(layout: ClusterLayout) -> str:
+    """The cluster's persistent id; Kafka ids are URL-safe base64 of 16 random bytes, never starting with '-'."""
+    path = layout.root / "cluster.id"
+    if path.exists():
+        return path.read_text().strip()
+    while True:
+        candidate = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not candidate.startswith("-"):
+            break
+    layout.root.mkdir(parents=True, exist_ok=True)
+    path.write_text(candidate)
+    return candidate
+
+
+def _java(libs: Path, node: Path, main_class: str, *args: str) -> list[str]:
+    return [
+        java_executable(),
+        *_JVM_OPTS,
+        f"-Dlog4j.configuration=file:{node / 'log4j.properties'}",
+        f"-Dkafka.logs.dir={node / 'logs'}",
+        "-cp",
+        f"{libs}/*",
+        main_class,
+        *args,
+    ]
+
+
+def _format_storage(layout: ClusterLayout, libs: Path, configs: dict[int, Path]) -> None:
+    """Formats each node's log dir once; formatted dirs (with meta.properties) keep their data."""
+    cluster_id = _cluster_id(layout)
+    pending = {
+        n: subprocess.Popen(
+            _java(libs, layout.node_dir(n), "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(cfg)),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for n, cfg in configs.items()
+        if not (layout.node_dir(n) / "data" / "meta.properties").exists()
+    }
+    for node_id, proc in pending.items():
+        output, _ = proc.communicate(timeout=120)
+        if proc.returncode != 0:
+            raise LocalBrokerError(f"formatting node {node_id} failed:\n{output.strip()[-2000:]}")
+
+
+def _check_ports_free(layout: ClusterLayout) -> None:
+    for node_id in layout.node_ids:
+        for port in (layout.broker_port(node_id), layout.controller_port(node_id)):
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                try:
+                    probe.bind(("127.0.0.1", port))
+                except OSError as exc:
+                    raise LocalBrokerError(f"port {port} on 127.0.0.1 is already in use ({exc.strerror})") from exc
+
+
+def log_tail(layout: ClusterLayout, lines: int = 25) -> str:
+    """The last lines of every node's server and console logs, for a failed start's message."""
+    chunks = []
+    for node_id in layout.node_ids:
+        for name in ("server.log", "console.log"):
+            path = layout.node_dir(node_id) / "logs" / name
+            if path.exists():
+                tail = path.read_text(errors="replace").splitlines()[-lines:]
+                chunks.append(f"--- node {node_id} {name} ---\n" + "\n".join(tail))
+    return "\n".join(chunks) or "(no broker log was written)"
+
+
+def _launch(layout: ClusterLayout, libs: Path, configs: dict[int, Path]) -> list[subprocess.Popen[bytes]]:
+    procs = []
+    for node_id, config in configs.items():
+        node = layout.node_dir(node_id)
+        with (node / "logs" / "console.log").open("ab") as console:
+            procs.append(
+                subprocess.Popen(
+                    _java(libs, node, "kafka.Kafka", str(config)),
+                    stdout=console,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    start_new_session=True,  # survives the `dpm broker up` process that started it
+                )
+            )
+    return procs
+
+
+def start(
+    home: Path, cache_dir: Path, kafka_version: str, *, nodes: int, port: int, timeout_s: float = 120.0
+) -> tuple[RunningCluster, bool]:
+    """Starts the local cluster and waits until a metadata request lists every node.
+
+    Returns the running cluster and whether it was already running (then nothing is started).
+    Raises LocalBrokerError, with the broker logs' last lines, when the start fails.
+    """
+    if nodes not in (1, 3):
+        raise LocalBrokerError(f"--nodes must be 1 or 3, got {nodes}")
+    running = read_running(home)
+    if running is not None:
+        if running.nodes != nodes or running.port != port:
+            raise LocalBrokerError(
+                f"a {running.nodes}-node local broker is already running at {running.bootstrap}; "
+                "run `dpm broker down` first"
+            )
+        return running, True
+    layout = ClusterLayout(home, nodes, port)
+    libs = ensure_broker_jars(cache_dir, kafka_version)
+    _check_ports_free(layout)
+    configs = {n: _write_node_config(layout, n) for n in layout.node_ids}
+    _format_storage(layout, libs, configs)
+    procs = _launch(layout, libs, configs)
+    cluster = RunningCluster(nodes, port, layout.bootstrap, tuple(p.pid for p in procs), str(layout.root))
+    state_file(home).write_bytes(orjson.dumps(asdict(cluster)))
+    try:
+        _await_ready(layout, procs, timeout_s)
+    except LocalBrokerError:
+        stop(home)
+        raise
+    return cluster, False
+
+
+def _await_ready(layout: ClusterLayout, procs: list[subprocess.Popen[bytes]], timeout_s: float) -> ClusterInfo:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        dead = [p for p in procs if p.poll() is not None]
+        if dead:
+            raise LocalBrokerError(
+                f"broker process exited with code {dead[0].returncode} during start\n{log_tail(layout)}"
+            )
+        try:
+            return wait_for_brokers({"bootstrap.servers": layout.bootstrap}, layout.nodes, timeout_s=3.0)
+        except BrokerUnavailableError:
+            continue
+    raise LocalBrokerError(f"broker did not answer a metadata request within {timeout_s:.0f}s\n{log_tail(layout)}")
+
+
+def stop(home: Path, timeout_s: float = 60.0) -> RunningCluster | None:
+    """Stops the recorded cluster (SIGTERM for a controlled shutdown, SIGKILL after timeout_s)."""
+    cluster = _read_state(home)
+    if cluster is None:
+        return None
+    alive = [p for p in cluster.pids if _process_alive(p)]
+    for pid in alive:
+        _signal(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and any(_process_alive(p) for p in alive):
+        time.sleep(0.2)
+    for pid in alive:
+        if _process_alive(pid):
+            _signal(pid, signal.SIGKILL)
+    state_file(home).unlink(missing_ok=True)
+    return cluster if alive else None

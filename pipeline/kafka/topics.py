@@ -1,0 +1,169 @@
+"""The pipeline's topic layout (DESIGN.md) and its idempotent creation."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
+
+from pipeline.kafka.errors import KafkaAdapterError, TopicConflictError
+
+_KEEP_FOREVER = "-1"
+
+
+@dataclass(frozen=True)
+class TopicNames:
+    """Concrete topic names under one prefix (tests use a unique prefix each)."""
+
+    prefix: str = "dpm"
+
+    @property
+    def events(self) -> str:
+        return f"{self.prefix}.events"
+
+    @property
+    def triggers(self) -> str:
+        return f"{self.prefix}.triggers"
+
+    @property
+    def views(self) -> str:
+        return f"{self.prefix}.views"
+
+    @property
+    def decisions(self) -> str:
+        return f"{self.prefix}.decisions"
+
+    @property
+    def audit(self) -> str:
+        return f"{self.prefix}.audit"
+
+    @property
+    def dlq(self) -> str:
+        return f"{self.prefix}.dlq"
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    """One topic's required partition count and configs."""
+
+    name: str
+    partitions: int
+    configs: Mapping[str, str] = field(default_factory=dict)
+
+
+def pipeline_topics(names: TopicNames, partitions: int = 6) -> tuple[TopicSpec, ...]:
+    """The six topics of DESIGN.md with the configs the pipeline's guarantees depend on."""
+    # A unique key per event (tenant/case/seq) means compaction never drops a live event; no time
+    # retention, because replay months later must find the very offsets a decision recorded.
+    events = {"cleanup.policy": "compact", "retention.ms": _KEEP_FOREVER, "retention.bytes": "-1"}
+    # Outputs are the audit trail: kept until an operator decides otherwise.
+    outputs = {"cleanup.policy": "delete", "retention.ms": _KEEP_FOREVER}
+    return (
+        TopicSpec(names.events, partitions, events),
+        TopicSpec(names.triggers, partitions, {"cleanup.policy": "delete"}),
+        TopicSpec(names.views, partitions, outputs),
+        TopicSpec(names.decisions, partitions, outputs),
+        TopicSpec(names.audit, partitions, outputs),
+        TopicSpec(names.dlq, partitions, outputs),
+    )
+
+
+@dataclass(frozen=True)
+class TopicReport:
+    """Outcome of `ensure_topics`: which topics were made and which already matched."""
+
+    created: tuple[str, ...]
+    existing: tuple[str, ...]
+
+
+def _describe_existing(
+    admin: AdminClient, specs: tuple[TopicSpec, ...], timeout_s: float
+) -> dict[str, tuple[int, dict[str, str]]]:
+    """Returns partition count and current configs of those specs' topics that exist."""
+    metadata = admin.list_topics(timeout=timeout_s)
+    present = [s for s in specs if s.name in metadata.topics]
+    if not present:
+        return {}
+    resources = [ConfigResource(ResourceType.TOPIC, s.name) for s in present]
+    described: dict[str, tuple[int, dict[str, str]]] = {}
+    for resource, future in admin.describe_configs(resources, request_timeout=timeout_s).items():
+        entries = future.result(timeout=timeout_s)
+        configs = {name: str(entry.value) for name, entry in entries.items()}
+        described[resource.name] = (len(metadata.topics[resource.name].partitions), configs)
+    return described
+
+
+def _conflicts(spec: TopicSpec, partitions: int, configs: dict[str, str]) -> list[str]:
+    found = []
+    if partitions != spec.partitions:
+        found.append(f"partitions={partitions} (needs {spec.partitions})")
+    for key, wanted in spec.configs.items():
+        if configs.get(key) != wanted:
+            found.append(f"{key}={configs.get(key)} (needs {wanted})")
+    return found
+
+
+def ensure_topics(
+    admin: AdminClient,
+    specs: tuple[TopicSpec, ...],
+    replication_factor: int,
+    timeout_s: float = 30.0,
+) -> TopicReport:
+    """Creates missing topics and checks existing ones; idempotent.
+
+    Raises TopicConflictError, naming every differing setting, when an existing topic does
+    not match its spec: silently running on a wrongly configured events topic (say one with
+    time retention) would break replay later, so it is refused up front.
+    """
+    try:
+        existing = _describe_existing(admin, specs, timeout_s)
+        problems = [
+            f"{s.name}: " + ", ".join(diff)
+            for s in specs
+            if s.name in existing and (diff := _conflicts(s, *existing[s.name]))
+        ]
+        if problems:
+            raise TopicConflictError("existing topics conflict with the pipeline's layout: " + "; ".join(problems))
+        missing = [s for s in specs if s.name not in existing]
+        if missing:
+            new = [NewTopic(s.name, s.partitions, replication_factor, config=dict(s.configs)) for s in missing]
+            for future in admin.create_topics(new, request_timeout=timeout_s).values():
+                _created_or_raced(future, timeout_s)
+            _await_leaders(admin, [s.name for s in missing], timeout_s)
+    except KafkaException as exc:
+        raise KafkaAdapterError(f"topic creation failed: {exc.args[0]}") from exc
+    return TopicReport(
+        created=tuple(s.name for s in missing),
+        existing=tuple(s.name for s in specs if s.name in existing),
+    )
+
+
+def _await_leaders(admin: AdminClient, names: list[str], timeout_s: float) -> None:
+    """Waits until every new topic has a leader for each partition on the broker we talk to.
+
+    Creation returns once the controller accepted it; brokers learn of it a moment later, and
+    a producer or config request in that window fails with UNKNOWN_TOPIC_OR_PART.
+    """
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        topics = admin.list_topics(timeout=timeout_s).topics
+        if all(
+            n in topics and topics[n].error is None and all(p.leader >= 0 for p in topics[n].partitions.values())
+            for n in names
+        ):
+            return
+        time.sleep(0.2)
+    raise KafkaAdapterError(f"topics {names} have no leader after {timeout_s:.0f}s")
+
+
+def _created_or_raced(future: Future[None], timeout_s: float) -> None:
+    """Waits for one creation; another process creating the same topic meanwhile is fine."""
+    try:
+        future.result(timeout=timeout_s)
+    except KafkaException as exc:
+        if exc.args[0].name() != "TOPIC_ALREADY_EXISTS":
+            raise

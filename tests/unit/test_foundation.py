@@ -1,0 +1,124 @@
+"""The foundation: settings, broker config rendering, the core's purity rule, deploy files."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from pipeline.kafka.local_broker import ClusterLayout, _write_node_config
+from pipeline.kafka.topics import TopicNames, pipeline_topics
+from pipeline.settings import Settings, SettingsError, read_properties
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_settings_read_environment_and_clientread_properties(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    props = tmp_path / "client.properties"
+    props.write_text("# SASL for an existing cluster\nsecurity.protocol=SASL_SSL\n\nsasl.mechanism = PLAIN\n")
+    monkeypatch.setenv("DPM_BOOTSTRAP", "kafka-1:9093,kafka-2:9093")
+    monkeypatch.setenv("DPM_TOPIC_PREFIX", "prod")
+    monkeypatch.setenv("DPM_KAFKA_CONFIG", str(props))
+    settings = Settings.from_env()
+    assert settings.client_config() == {
+        "bootstrap.servers": "kafka-1:9093,kafka-2:9093",
+        "security.protocol": "SASL_SSL",
+        "sasl.mechanism": "PLAIN",
+    }
+    assert settings.bootstrap_configured
+    assert TopicNames(settings.topic_prefix).events == "prod.events"
+
+
+def test_malformed_client_properties_name_the_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    props = tmp_path / "bad.properties"
+    props.write_text("security.protocol=SSL\njust-a-word\n")
+    monkeypatch.setenv("DPM_KAFKA_CONFIG", str(props))
+    with pytest.raises(SettingsError, match=r"bad\.properties:2: expected key=value"):
+        Settings.from_env()
+
+
+def test_three_node_config_is_kraft_on_loopback_with_rf3_min_isr2(tmp_path: Path) -> None:
+    layout = ClusterLayout(tmp_path, nodes=3, port=19092)
+    rendered = _write_node_config(layout, 2)
+    assert not re.search(r"@[A-Z_]+@", rendered.read_text()), "a template placeholder was left unfilled"
+    props = read_properties(rendered)
+    assert props["process.roles"] == "broker,controller"
+    assert props["node.id"] == "2"
+    assert props["controller.quorum.voters"] == "1@127.0.0.1:19192,2@127.0.0.1:19193,3@127.0.0.1:19194"
+    assert props["listeners"] == "PLAINTEXT://127.0.0.1:19093,CONTROLLER://127.0.0.1:19193"
+    assert props["default.replication.factor"] == "3"
+    assert props["min.insync.replicas"] == "2"
+    assert props["transaction.state.log.min.isr"] == "2"
+    assert layout.bootstrap == "127.0.0.1:19092,127.0.0.1:19093,127.0.0.1:19094"
+
+
+def test_single_node_config_replicates_once(tmp_path: Path) -> None:
+    props = read_properties(_write_node_config(ClusterLayout(tmp_path, nodes=1, port=9092), 1))
+    assert props["offsets.topic.replication.factor"] == "1"
+    assert props["min.insync.replicas"] == "1"
+    assert props["listeners"].count("127.0.0.1") == 2
+
+
+def test_events_topic_spec_is_compacted_forever() -> None:
+    events = pipeline_topics(TopicNames("x"))[0]
+    assert events.name == "x.events"
+    assert events.configs["cleanup.policy"] == "compact"
+    assert events.configs["retention.ms"] == "-1"
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "import confluent_kafka\n",
+        "from faust import App\n",
+        "import aiokafka\n",
+        "from anthropic import Anthropic\n",
+        "import httpx\n",
+        "from prometheus_client import Counter\n",
+        "from pipeline.kafka.topics import TopicNames\n",
+    ],
+)
+def test_lint_rejects_adapter_imports_in_core(source: str) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "ruff", "check", "--stdin-filename", "pipeline/core/probe.py", "-"],
+        input=source,
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        check=False,
+    )
+    assert result.returncode == 1
+    assert "TID251" in result.stdout
+
+
+def test_lint_allows_the_same_imports_outside_core() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "ruff", "check", "--select", "TID251", "--stdin-filename", "pipeline/kafka/p.py", "-"],
+        input="import confluent_kafka\n",
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout
+
+
+def test_compose_parses_and_names_every_service_the_readme_mentions() -> None:
+    compose = yaml.safe_load((REPO / "docker-compose.yml").read_text())
+    services = set(compose["services"])
+    assert {"kafka", "topic-init", "worker", "baseline", "prometheus", "grafana"} <= services
+    assert compose["services"]["kafka"]["image"].startswith("apache/kafka:")
+    readme = (REPO / "README.md").read_text()
+    mentioned = set(re.findall(r"compose service `([a-z-]+)`", readme))
+    assert mentioned, "the README names the compose services as: compose service `name`"
+    assert mentioned <= services
+
+
+def test_broker_templates_ship_with_the_repo() -> None:
+    for name in ("pom.xml", "server.properties", "log4j.properties"):
+        assert (REPO / "deploy" / "kafka" / name).is_file()
+    assert "org.apache.kafka" in (REPO / "deploy" / "kafka" / "pom.xml").read_text()
