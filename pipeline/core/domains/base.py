@@ -1,0 +1,94 @@
+"""What a domain's rule table holds: fields, relevance terms, provisions and its decision policy."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from decimal import ROUND_HALF_UP, Decimal
+from enum import StrEnum
+
+from pipeline.core.fields import FieldSpec, FieldValue
+
+
+class Applies(StrEnum):
+    """When a compliance provision is implicated."""
+
+    ALWAYS = "always"
+    NEGATIVE = "negative"
+    POSITIVE = "positive"
+
+
+@dataclass(frozen=True)
+class Provision:
+    """A regulatory provision: a short reference (what scoring looks for) and the note written."""
+
+    ref: str
+    note: str
+    applies: Applies = Applies.ALWAYS
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A policy's outcome: the label, principal reasons (for a notice) and the findings behind it."""
+
+    label: str
+    reasons: tuple[str, ...]
+    findings: tuple[str, ...]
+
+
+Policy = Callable[[Mapping[str, FieldValue]], Verdict]
+
+
+@dataclass(frozen=True)
+class DomainRules:
+    """A domain's rule table."""
+
+    domain: str
+    title: str
+    label_space: tuple[str, ...]
+    task: str
+    fields: tuple[FieldSpec, ...]
+    keywords: tuple[str, ...]
+    provisions: tuple[Provision, ...]
+    policy: Policy
+    negative_labels: tuple[str, ...]
+
+    def provisions_for(self, label: str | None) -> tuple[Provision, ...]:
+        negative = label in self.negative_labels
+        return tuple(
+            p for p in self.provisions if p.applies is Applies.ALWAYS or (p.applies is Applies.NEGATIVE) == negative
+        )
+
+
+def percent(numerator: Decimal, denominator: Decimal) -> Decimal:
+    """Numerator / denominator as a percentage with one decimal, half up (how ratios are reported)."""
+    return (numerator * 100 / denominator).quantize(Decimal("0.1"), rounding=ROUND_HALF_UP)
+
+
+def money(value: Decimal) -> str:
+    """A dollar amount as documents write it: $1,234 or $1,234.50."""
+    quantized = value.quantize(Decimal("0.01"), rounding=ROUND_HALF_UP)
+    text = f"{quantized:,.2f}"
+    return f"-${text[1:]}" if text.startswith("-") else f"${text.removesuffix('.00')}"
+
+
+class Checks:
+    """Accumulates findings and reasons while a policy runs."""
+
+    def __init__(self, values: Mapping[str, FieldValue]) -> None:
+        self.values = values
+        self.findings: list[str] = []
+        self.reasons: list[str] = []
+
+    def text(self, key: str) -> str:
+        return self.values[key].text
+
+    def missing(self, *keys: str) -> bool:
+        """Records a reason when any field is missing or not numeric; True if so."""
+        absent = [k for k in keys if k not in self.values or self.values[k].number is None]
+        if absent:
+            self.reasons.append("Could not verify from the file: " + ", ".join(k.replace("_", " ") for k in absent))
+        return bool(absent)
+
+    def verdict(self, positive: str, negative: str) -> Verdict:
+        return Verdict(negative if self.reasons else positive, tuple(self.reasons), tuple(self.findings))

@@ -1,0 +1,108 @@
+"""Property insurance claims adjudication under unfair claims settlement practices rules."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from decimal import Decimal
+
+from pipeline.core.anchors import AnchorKind
+from pipeline.core.domains.base import Applies, Checks, DomainRules, Provision, Verdict, money
+from pipeline.core.fields import FieldSpec, FieldValue
+
+COVERED_PERILS = ("fire", "lightning", "windstorm", "hail", "theft", "vandalism", "burst pipe")
+EXCLUDED_PERILS = ("flood", "earthquake", "wear and tear", "mold", "neglect")
+
+FIELDS = (
+    FieldSpec("policy_number", "Policy number", (r"policy (?:number|no\.?)",), AnchorKind.IDENT),
+    FieldSpec("claim_number", "Claim number", (r"claim (?:number|no\.?)",), AnchorKind.IDENT),
+    FieldSpec("date_of_loss", "Date of loss", (r"date of loss", r"loss occurred on"), AnchorKind.DATE, weight=2),
+    FieldSpec(
+        "effective_date", "Policy effective date", (r"effective date", r"coverage (?:begins|began)"), AnchorKind.DATE
+    ),
+    FieldSpec(
+        "expiration_date", "Policy expiration date", (r"expiration date", r"coverage (?:ends|ended)"), AnchorKind.DATE
+    ),
+    FieldSpec(
+        "cause_of_loss",
+        "Cause of loss",
+        (r"cause of loss", r"loss was caused by"),
+        None,
+        vocabulary=EXCLUDED_PERILS + COVERED_PERILS,
+        weight=2,
+    ),
+    FieldSpec("coverage_limit", "Coverage limit", (r"coverage limit", r"dwelling limit"), AnchorKind.MONEY, weight=2),
+    FieldSpec("deductible", "Deductible", (r"deductible",), AnchorKind.MONEY, weight=2),
+    FieldSpec("claimed_amount", "Claimed amount", (r"claimed amount", r"amount claimed"), AnchorKind.MONEY, weight=2),
+    FieldSpec(
+        "assessed_damage", "Assessed damage", (r"assessed damage", r"adjuster'?s? estimate"), AnchorKind.MONEY, weight=2
+    ),
+)
+
+
+def _coverage(checks: Checks, values: Mapping[str, FieldValue]) -> None:
+    keys = ("date_of_loss", "effective_date", "expiration_date")
+    if any(k not in values for k in keys):
+        checks.missing(*keys)
+        return
+    loss, start, end = (values[k].value for k in keys)  # ISO dates compare as strings
+    span = f"{checks.text('effective_date')} to {checks.text('expiration_date')}"
+    if not start <= loss <= end:
+        checks.reasons.append(f"Date of loss {checks.text('date_of_loss')} is outside the policy period {span}")
+    else:
+        checks.findings.append(f"Date of loss {checks.text('date_of_loss')} is within the policy period {span}.")
+    cause = values.get("cause_of_loss")
+    if cause is None:
+        checks.reasons.append("Could not verify from the file: cause of loss")
+    elif cause.value in EXCLUDED_PERILS:
+        checks.reasons.append(f"Cause of loss ({cause.text}) is excluded by the policy")
+    else:
+        checks.findings.append(f"Cause of loss ({cause.text}) is a covered peril.")
+
+
+def policy(values: Mapping[str, FieldValue]) -> Verdict:
+    """DENY outside the period, for an excluded peril or nothing payable; PAY in full or PARTIAL PAY otherwise."""
+    checks = Checks(values)
+    _coverage(checks, values)
+    amounts = ("assessed_damage", "coverage_limit", "deductible", "claimed_amount")
+    if checks.missing(*amounts) or checks.reasons:
+        return checks.verdict("PAY", "DENY")
+    assessed, limit, deductible, claimed = (values[k].number or Decimal(0) for k in amounts)
+    payable = min(assessed, limit) - deductible
+    checks.findings.append(
+        f"Payable = min(assessed {checks.text('assessed_damage')}, limit {checks.text('coverage_limit')}) "
+        f"- deductible {checks.text('deductible')} = {money(payable)} against {checks.text('claimed_amount')} claimed."
+    )
+    if payable <= 0:
+        checks.reasons.append(f"Assessed damage {checks.text('assessed_damage')} does not exceed the deductible")
+        return checks.verdict("PAY", "DENY")
+    if payable >= claimed:
+        return Verdict("PAY", (), tuple(checks.findings))
+    claimed_text = checks.text("claimed_amount")
+    shortfall = f"Payable {money(payable)} after the limit and deductible is less than the {claimed_text} claimed"
+    return Verdict("PARTIAL PAY", (shortfall,), tuple(checks.findings))
+
+
+RULES = DomainRules(
+    domain="claim",
+    title="insurance claims adjudication",
+    label_space=("PAY", "PARTIAL PAY", "DENY"),
+    task="Adjudicate this property insurance claim: PAY in full, PARTIAL PAY, or DENY, applying the policy "
+    "period, exclusions, coverage limit and deductible.",
+    fields=FIELDS,
+    keywords=("policy", "claim", "loss", "damage", "coverage", "deductible", "adjuster", "exclusion", "estimate"),
+    provisions=(
+        Provision(
+            "NAIC Model 900",
+            "Unfair Claims Settlement Practices (NAIC Model 900): prompt, fair "
+            "investigation and a reasonable explanation of the basis for the decision.",
+        ),
+        Provision(
+            "policy exclusions",
+            "Policy exclusions and conditions: a denial cites the specific policy provision relied on.",
+            Applies.NEGATIVE,
+        ),
+        Provision("declarations page", "Declarations page: coverage limit and deductible applied as stated."),
+    ),
+    policy=policy,
+    negative_labels=("DENY", "PARTIAL PAY"),
+)

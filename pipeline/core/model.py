@@ -1,0 +1,114 @@
+"""The model port: what a backend is asked and what it answers, for any backend."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, Protocol
+
+import orjson
+
+from pipeline.core.errors import DpmError
+from pipeline.core.hashing import json_digest, sha256_hex
+
+
+class ModelBackendError(DpmError):
+    """A backend could not produce a response (after its own retries)."""
+
+
+class Purpose(StrEnum):
+    """Why a model is called; part of the request, so audit records say it."""
+
+    PROJECT = "project"
+    DECIDE = "decide"
+    SUMMARIZE = "summarize"
+
+
+@dataclass(frozen=True)
+class ModelRequest:
+    """One single-turn request at a fixed temperature."""
+
+    purpose: Purpose
+    system: str
+    prompt: str
+    max_tokens: int
+    temperature: float = 0.0
+
+    def wire(self) -> dict[str, Any]:
+        """The request as recorded for audit and hashed as the prompt digest."""
+        return {
+            "purpose": self.purpose.value,
+            "system": self.system,
+            "messages": [{"role": "user", "content": self.prompt}],
+            "max_tokens": self.max_tokens,
+            "temperature": self.temperature,
+        }
+
+    @property
+    def digest(self) -> str:
+        return json_digest(self.wire())
+
+    @classmethod
+    def from_wire(cls, wire: dict[str, Any]) -> ModelRequest:
+        return cls(
+            purpose=Purpose(wire["purpose"]),
+            system=wire["system"],
+            prompt=wire["messages"][0]["content"],
+            max_tokens=int(wire["max_tokens"]),
+            temperature=float(wire["temperature"]),
+        )
+
+
+@dataclass(frozen=True)
+class Usage:
+    input_tokens: int
+    output_tokens: int
+
+
+@dataclass(frozen=True)
+class ModelResponse:
+    """A backend's answer: the text, the exact response bytes and what it cost."""
+
+    text: str
+    raw: bytes
+    model: str
+    usage: Usage
+    cost_usd: float
+    latency_s: float
+    stop_reason: str
+
+    @property
+    def raw_digest(self) -> str:
+        return sha256_hex(self.raw)
+
+
+def message_text(raw: bytes) -> str:
+    """The text of a Messages-API response body (text blocks joined); raises ModelBackendError otherwise.
+
+    Every backend records its raw response in this shape, so a recorded answer can be re-read
+    and its view re-derived without knowing which backend produced it.
+    """
+    try:
+        body = orjson.loads(raw)
+        blocks = body["content"]
+        return "".join(b["text"] for b in blocks if b.get("type") == "text")
+    except (orjson.JSONDecodeError, KeyError, TypeError, AttributeError) as exc:
+        raise ModelBackendError(f"response body is not a Messages API message: {exc}") from exc
+
+
+class ModelBackend(Protocol):
+    """A model: deterministic offline, a hosted API, or a replay of recorded answers."""
+
+    @property
+    def name(self) -> str:
+        """Backend id: extractive, anthropic, recorded."""
+        ...
+
+    @property
+    def model(self) -> str:
+        """Model id recorded with every decision."""
+        ...
+
+    def complete(self, request: ModelRequest) -> ModelResponse:
+        """Answers one request; raises ModelBackendError when it cannot."""
+        ...

@@ -1,0 +1,112 @@
+"""Parses a model's text into a MemoryView without ever raising.
+
+Models wrap sections in markdown, number their bullets, cite as `[3]`, `[3, 7]`, `[3-5]` or
+`(event 3)`. Everything recognizable is kept; what is not is reported in `problems`, so a
+malformed output is a recorded parse failure rather than a crash.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from pipeline.core.view import UNKNOWN, Fact, MemoryView
+
+# A header is the section name alone on its line, or followed by a colon and optional content.
+_HEADER = re.compile(
+    r"^\s*(?:#{1,6}\s*)?(?:\*\*|__)?\s*(?P<name>facts|reasoning|compliance(?:\s+notes)?)\s*(?:\*\*|__)?\s*"
+    r"(?::\s*(?:\*\*|__)?\s*(?P<rest>.*)|$)",
+    re.IGNORECASE,
+)
+_BULLET = re.compile(r"^\s*(?:[-*\u2022]|\d{1,3}[.)])\s+")
+_CITATION = re.compile(
+    r"\[\s*(?:events?\s*|e)?(\d{1,6}(?:\s*[-\u2013,;]\s*(?:e\s*)?\d{1,6})*)\s*\]|\(\s*events?\s+(\d{1,6})\s*\)", re.I
+)
+_MAX_RANGE = 64
+_ORDER = ("facts", "reasoning", "compliance")
+
+
+@dataclass(frozen=True)
+class ParseOutcome:
+    """The parsed view and every problem met; `ok` is False for a parse failure."""
+
+    view: MemoryView
+    problems: tuple[str, ...]
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def _indices(spec: str) -> list[int]:
+    found: list[int] = []
+    for part in re.split(r"\s*[,;]\s*", spec):
+        bounds = [int(x) for x in re.findall(r"\d+", part)]
+        if len(bounds) == 2 and bounds[0] <= bounds[1] and bounds[1] - bounds[0] < _MAX_RANGE:
+            found.extend(range(bounds[0], bounds[1] + 1))
+        else:
+            found.extend(bounds)
+    return found
+
+
+def split_citations(line: str) -> tuple[str, tuple[int, ...]]:
+    """Removes citation markers from `line`; returns the text and the cited indices in order, deduplicated."""
+    cited: list[int] = []
+    for match in _CITATION.finditer(line):
+        cited.extend(_indices(match.group(1) or match.group(2)))
+    text = re.sub(r"\s{2,}", " ", _CITATION.sub("", line)).strip()
+    return text, tuple(dict.fromkeys(cited))
+
+
+def _section_name(raw: str) -> str:
+    return raw.lower().split()[0]
+
+
+def _strip_fences(text: str) -> str:
+    return "\n".join(
+        line
+        for line in text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+        if not line.strip().startswith("```")
+    )
+
+
+def _collect(text: str) -> tuple[dict[str, list[str]], list[str]]:
+    sections: dict[str, list[str]] = {}
+    seen: list[str] = []
+    current: str | None = None
+    for line in _strip_fences(text).split("\n"):
+        header = _HEADER.match(line)
+        if header:
+            current = _section_name(header.group("name"))
+            seen.append(current)
+            sections.setdefault(current, [])
+            line = header.group("rest") or ""  # noqa: PLW2901 - content may follow the header on its line
+        if current is not None and line.strip():
+            sections[current].append(line.strip())
+    return sections, seen
+
+
+def _clean(lines: list[str]) -> list[str]:
+    body = [_BULLET.sub("", line).strip() for line in lines]
+    return [line for line in body if line and line.lower().strip(" .") != UNKNOWN]
+
+
+def parse_view(text: str) -> ParseOutcome:
+    """Parses model output into a MemoryView; never raises."""
+    try:
+        sections, seen = _collect(text)
+    except (ValueError, RecursionError) as exc:  # defensive: regexes on adversarial input
+        return ParseOutcome(MemoryView((), (), ()), (f"unparseable output: {exc}",))
+    problems = [f"missing section {name.upper()}" for name in _ORDER if name not in sections]
+    first_seen = list(dict.fromkeys(seen))
+    if first_seen != sorted(first_seen, key=_ORDER.index):
+        problems.append("sections out of order")
+    if len(seen) != len(set(seen)):
+        problems.append("a section appears more than once")
+    facts = tuple(Fact(*split_citations(line)) for line in _clean(sections.get("facts", [])))
+    view = MemoryView(
+        facts=tuple(f for f in facts if f.text),
+        reasoning=tuple(_clean(sections.get("reasoning", []))),
+        compliance=tuple(_clean(sections.get("compliance", []))),
+    )
+    return ParseOutcome(view, tuple(problems))

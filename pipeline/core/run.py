@@ -1,0 +1,134 @@
+"""Runs one architecture over a trajectory: DPM (project once, decide) or Summ-only (N updates, decide)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
+
+from pipeline.core.checks import ViewCheck, check_view
+from pipeline.core.decision import Decision, parse_decision
+from pipeline.core.events import Trajectory
+from pipeline.core.model import ModelBackend, ModelRequest, ModelResponse, Purpose
+from pipeline.core.parse import parse_view
+from pipeline.core.prompt import PromptEvent, decision_request, projection_request, summarization_request
+from pipeline.core.task import Architecture, Budget, TaskSpec
+from pipeline.core.view import EMPTY_VIEW, Fact, MemoryView, fit_to_budget
+
+
+class SummVariant(StrEnum):
+    """Summ-only as the DPM paper defines it (rewrite after every event), or buffered (summarize on overflow)."""
+
+    REWRITE = "rewrite"
+    BUFFERED = "buffered"
+
+
+@dataclass(frozen=True)
+class ModelCall:
+    """One model call of a run, in order: what was asked and what came back."""
+
+    request: ModelRequest
+    response: ModelResponse
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """Everything a run produced; the decision record and audit records are built from it."""
+
+    architecture: Architecture
+    variant: str | None
+    view: MemoryView
+    view_text: str
+    parse_problems: tuple[str, ...]
+    budget_cut_chars: int
+    check: ViewCheck
+    decision: Decision
+    calls: tuple[ModelCall, ...]
+    wall_s: float
+
+    @property
+    def memory_call(self) -> ModelCall | None:
+        """The call whose answer became the final view: the projection, or the last summary update."""
+        memory = [c for c in self.calls if c.request.purpose is not Purpose.DECIDE]
+        return memory[-1] if memory else None
+
+
+def _view_from(response: ModelResponse, budget: Budget) -> _Memory:
+    parsed = parse_view(response.text)
+    view, cut = fit_to_budget(parsed.view, budget.chars)
+    return _Memory(view, parsed.problems, cut)
+
+
+@dataclass(frozen=True)
+class _Memory:
+    view: MemoryView
+    problems: tuple[str, ...] = ()
+    cut: int = 0
+
+
+@dataclass
+class _Run:
+    """One run's inputs and the calls made so far."""
+
+    trajectory: Trajectory
+    task: TaskSpec
+    budget: Budget
+    backend: ModelBackend
+    calls: list[ModelCall] = field(default_factory=list)
+    started: float = field(default_factory=time.perf_counter)
+
+    def call(self, request: ModelRequest) -> ModelResponse:
+        response = self.backend.complete(request)
+        self.calls.append(ModelCall(request, response))
+        return response
+
+    def finish(self, architecture: Architecture, variant: str | None, memory: _Memory) -> RunResult:
+        view_text = memory.view.render()
+        response = self.call(decision_request(view_text, self.task))
+        return RunResult(
+            architecture=architecture,
+            variant=variant,
+            view=memory.view,
+            view_text=view_text,
+            parse_problems=memory.problems,
+            budget_cut_chars=memory.cut,
+            check=check_view(memory.view, self.trajectory, self.budget.chars),
+            decision=parse_decision(response.text, self.task.label_space),
+            calls=tuple(self.calls),
+            wall_s=time.perf_counter() - self.started,
+        )
+
+
+def run_dpm(trajectory: Trajectory, task: TaskSpec, budget: Budget, backend: ModelBackend) -> RunResult:
+    """pi(E, T, B): one projection call over the whole log, then one decision call over the view."""
+    run = _Run(trajectory, task, budget, backend)
+    response = run.call(projection_request(trajectory, task, budget))
+    return run.finish(Architecture.DPM, None, _view_from(response, budget))
+
+
+def run_summ(
+    trajectory: Trajectory,
+    task: TaskSpec,
+    budget: Budget,
+    backend: ModelBackend,
+    variant: SummVariant = SummVariant.REWRITE,
+) -> RunResult:
+    """Summ-only: m_k = U(m_{k-1}, e_k) for every event, then decide over m_n.
+
+    The buffered variant appends events verbatim while the memory still fits the budget and
+    calls U only on overflow, so it makes fewer calls when the budget is loose.
+    """
+    run = _Run(trajectory, task, budget, backend)
+    memory = _Memory(EMPTY_VIEW)
+    for index, event in enumerate(trajectory.events, start=1):
+        if variant is SummVariant.BUFFERED:
+            raw = Fact(f"({event.kind}) {event.text}", (index,))
+            appended = replace(memory.view, facts=(*memory.view.facts, raw))
+            if appended.char_length <= budget.chars:
+                memory = replace(memory, view=appended)
+                continue
+        summary = "" if memory.view == EMPTY_VIEW else memory.view.render()
+        shown = PromptEvent(index, event.kind, event.text)
+        response = run.call(summarization_request(shown, summary, task, budget))
+        memory = _view_from(response, budget)
+    return run.finish(Architecture.SUMM, variant.value, memory)

@@ -1,0 +1,1 @@
+"""Model backends behind the core's ModelBackend port."""

@@ -1,0 +1,82 @@
+"""AnthropicBackend: the Messages API through the official SDK, at temperature 0, with retries and cost."""
+
+from __future__ import annotations
+
+import time
+
+import anthropic
+import pydantic
+
+from pipeline.core.model import ModelBackendError, ModelRequest, ModelResponse, Usage, message_text
+from pipeline.llm.pricing import DEFAULT_PRICES, Price
+
+DEFAULT_MODEL = "claude-haiku-4-5-20251001"
+
+
+class AnthropicBackend:
+    """Calls the Messages API through the official SDK.
+
+    The SDK retries 408/409/429/5xx/529 and connection errors with exponential backoff,
+    honouring retry-after(-ms), up to `max_retries` times; what still fails is wrapped.
+    """
+
+    def __init__(
+        self,
+        api_key: str,
+        model: str = DEFAULT_MODEL,
+        *,
+        base_url: str | None = None,
+        timeout_s: float = 120.0,
+        max_retries: int = 4,
+        prices: dict[str, Price] | None = None,
+    ) -> None:
+        table = prices if prices is not None else DEFAULT_PRICES
+        if model not in table:
+            raise ModelBackendError(f"no price for model {model!r}: add it to the price table (DPM_PRICE_TABLE)")
+        self._price = table[model]
+        self._model = model
+        self._client = anthropic.Anthropic(
+            api_key=api_key, base_url=base_url, timeout=timeout_s, max_retries=max_retries
+        )
+
+    @property
+    def name(self) -> str:
+        return "anthropic"
+
+    @property
+    def model(self) -> str:
+        return self._model
+
+    def complete(self, request: ModelRequest) -> ModelResponse:
+        started = time.perf_counter()
+        try:
+            raw_response = self._client.messages.with_raw_response.create(
+                model=self._model,
+                max_tokens=request.max_tokens,
+                system=request.system,
+                messages=[{"role": "user", "content": request.prompt}],
+                # SDK 2.x dropped sampling parameters from its typed signature; the API still takes
+                # temperature for the Haiku 4.5 family, and the DPM protocol pins it at 0.
+                extra_body={"temperature": request.temperature},
+            )
+            raw = raw_response.read()
+            message = raw_response.parse()
+        except anthropic.APIStatusError as exc:
+            raise ModelBackendError(f"Messages API answered HTTP {exc.status_code}: {exc.message}") from exc
+        except anthropic.APITimeoutError as exc:
+            raise ModelBackendError("Messages API timed out after all retries") from exc
+        except anthropic.APIConnectionError as exc:
+            raise ModelBackendError(f"Messages API unreachable after all retries: {exc}") from exc
+        except (anthropic.APIResponseValidationError, pydantic.ValidationError, ValueError) as exc:
+            raise ModelBackendError(f"Messages API returned a malformed body: {exc}") from exc
+        text = message_text(raw)
+        usage = Usage(message.usage.input_tokens, message.usage.output_tokens)
+        return ModelResponse(
+            text=text,
+            raw=raw,
+            model=message.model,
+            usage=usage,
+            cost_usd=self._price.cost(usage),
+            latency_s=time.perf_counter() - started,
+            stop_reason=str(message.stop_reason),
+        )

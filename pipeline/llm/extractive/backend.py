@@ -1,0 +1,71 @@
+"""ExtractiveBackend: answers projection, summarization and decision prompts offline, byte-deterministically."""
+
+from __future__ import annotations
+
+import math
+import time
+
+from pipeline.core.hashing import canonical_json
+from pipeline.core.model import ModelBackendError, ModelRequest, ModelResponse, Purpose, Usage
+from pipeline.core.prompt import (
+    PromptFormatError,
+    read_decision_prompt,
+    read_projection_prompt,
+    read_summarization_prompt,
+)
+from pipeline.llm.extractive.writers import decide, project, summarize
+
+# Bump when the algorithm's output changes, so replays against an older record report DRIFT honestly.
+MODEL_ID = "extractive-v1"
+_CHARS_PER_TOKEN = 4
+
+
+def _tokens(text: str) -> int:
+    """Token count estimate (about 4 characters per token), for comparable usage figures."""
+    return math.ceil(len(text) / _CHARS_PER_TOKEN)
+
+
+class ExtractiveBackend:
+    """The default backend: no network, no randomness, same bytes for the same request."""
+
+    @property
+    def name(self) -> str:
+        return "extractive"
+
+    @property
+    def model(self) -> str:
+        return MODEL_ID
+
+    def answer(self, request: ModelRequest) -> str:
+        """The answer text for a request this project's prompts produced."""
+        try:
+            if request.purpose is Purpose.PROJECT:
+                return project(read_projection_prompt(request.prompt)).render()
+            if request.purpose is Purpose.SUMMARIZE:
+                return summarize(read_summarization_prompt(request.prompt)).render()
+            return decide(read_decision_prompt(request.prompt))
+        except PromptFormatError as exc:
+            raise ModelBackendError(f"the extractive backend cannot read this prompt: {exc}") from exc
+
+    def complete(self, request: ModelRequest) -> ModelResponse:
+        started = time.perf_counter()
+        text = self.answer(request)
+        usage = Usage(_tokens(request.system) + _tokens(request.prompt), _tokens(text))
+        body = {
+            "id": f"msg_extractive_{request.digest[:24]}",
+            "type": "message",
+            "role": "assistant",
+            "model": MODEL_ID,
+            "content": [{"type": "text", "text": text}],
+            "stop_reason": "end_turn",
+            "usage": {"input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens},
+        }
+        return ModelResponse(
+            text=text,
+            raw=canonical_json(body),
+            model=MODEL_ID,
+            usage=usage,
+            cost_usd=0.0,
+            latency_s=time.perf_counter() - started,
+            stop_reason="end_turn",
+        )

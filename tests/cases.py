@@ -1,0 +1,15 @@
+"""Test cases loaded from tests/fixtures."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import orjson
+
+from pipeline.core.case import Case, case_from_dict
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+
+
+def load_fixture(name: str = "loan_small.json") -> Case:
+    return case_from_dict(orjson.loads((FIXTURES / name).read_bytes()))

@@ -1,0 +1,60 @@
+"""Every backend passes the same contract; the recorded one replays what the extractive one said."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from pipeline.core.model import ModelBackend
+from pipeline.core.record import Provenance, audit_records
+from pipeline.core.run import run_dpm, run_summ
+from pipeline.llm.anthropic_backend import AnthropicBackend
+from pipeline.llm.extractive.backend import ExtractiveBackend
+from pipeline.llm.recorded import RecordedBackend
+from tests.fake_messages_api import messages_api
+from tests.unit.backend_contract import BUDGET, CASE, BackendContract
+
+
+class TestExtractiveBackend(BackendContract):
+    def backend(self) -> ModelBackend:
+        return ExtractiveBackend()
+
+    def test_costs_nothing(self) -> None:
+        result = run_dpm(CASE.trajectory, CASE.task, BUDGET, ExtractiveBackend())
+        assert all(c.response.cost_usd == 0 for c in result.calls)
+
+
+class TestAnthropicBackend(BackendContract):
+    @pytest.fixture(autouse=True)
+    def _server(self) -> Iterator[None]:
+        with messages_api() as (url, state):
+            self.url, self.state = url, state
+            yield
+
+    def backend(self) -> ModelBackend:
+        return AnthropicBackend("test-key", base_url=self.url, max_retries=0)
+
+    def test_sends_the_request_at_temperature_zero(self) -> None:
+        run_dpm(CASE.trajectory, CASE.task, BUDGET, self.backend())
+        body = self.state.requests[0]["body"]
+        assert body["model"] == "claude-haiku-4-5-20251001"
+        assert body["temperature"] == 0.0
+        assert body["max_tokens"] == BUDGET.response_token_limit
+        assert body["system"].startswith("You build the decision memory")
+        headers = self.state.requests[0]["headers"]
+        assert "test-key" in (headers.get("x-api-key"), headers.get("authorization", "").removeprefix("Bearer "))
+
+
+class TestRecordedBackend(BackendContract):
+    @pytest.fixture(autouse=True)
+    def _audits(self) -> None:
+        provenance = Provenance("d", (), "trigger", "extractive", "test")
+        self.audits: list[dict[str, Any]] = []
+        for runner in (run_dpm, run_summ):
+            result = runner(CASE.trajectory, CASE.task, BUDGET, ExtractiveBackend())
+            self.audits += audit_records(result, CASE.ref, provenance)
+
+    def backend(self) -> ModelBackend:
+        return RecordedBackend(self.audits)

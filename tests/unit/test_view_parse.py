@@ -1,0 +1,89 @@
+"""Memory views: canonical rendering, robust parsing, budget enforcement."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from pipeline.core.parse import parse_view, split_citations
+from pipeline.core.view import Fact, MemoryView, fit_to_budget
+
+_words = st.text(
+    alphabet=st.characters(whitelist_categories=("Ll", "Lu", "Nd"), whitelist_characters=" $,.%-"),
+    min_size=1,
+    max_size=40,
+)
+_line = _words.map(str.strip).filter(
+    lambda s: s and s.lower() != "unknown" and not s[0].isdigit() and not s.startswith(("-", "."))
+)
+_views = st.builds(
+    MemoryView,
+    facts=st.lists(
+        st.builds(Fact, _line, st.lists(st.integers(1, 500), max_size=3, unique=True).map(tuple)), max_size=8
+    ).map(tuple),
+    reasoning=st.lists(_line, max_size=4).map(tuple),
+    compliance=st.lists(_line, max_size=4).map(tuple),
+)
+
+
+def test_renders_three_sections_in_fixed_order_with_unknown_for_empty() -> None:
+    view = MemoryView((Fact("Loan amount: $412,000", (1, 3)),), (), ("12 CFR 1002.9",))
+    assert (
+        view.render()
+        == "FACTS:\n- Loan amount: $412,000 [1][3]\nREASONING:\nunknown\nCOMPLIANCE NOTES:\n- 12 CFR 1002.9"
+    )
+
+
+def test_parses_markdown_numbered_bullets_and_citation_styles() -> None:
+    text = (
+        "Here is the view.\n**FACTS:**\n1. Loan amount $412,000 [3]\n2) Score 688 [5, 7] (event 9)\n"
+        "- Value $455,000 [Events 10-12]\n## Reasoning\nDTI is high [4].\nCompliance notes: 12 CFR 1002.9\n```"
+    )
+    outcome = parse_view(text)
+    assert outcome.ok
+    assert [f.citations for f in outcome.view.facts] == [(3,), (5, 7, 9), (10, 11, 12)]
+    assert outcome.view.facts[1].text == "Score 688"
+    assert outcome.view.reasoning == ("DTI is high [4].",)
+    assert outcome.view.compliance == ("12 CFR 1002.9",)
+
+
+def test_a_line_starting_with_a_section_word_is_not_a_header() -> None:
+    view = parse_view(
+        "FACTS:\n- Facts show a $5 fee [1]\nREASONING:\nReasoning follows [1]\nCOMPLIANCE NOTES:\nnone"
+    ).view
+    assert view.facts == (Fact("Facts show a $5 fee", (1,)),)
+    assert view.reasoning == ("Reasoning follows [1]",)
+
+
+def test_malformed_output_is_a_recorded_failure() -> None:
+    outcome = parse_view("I cannot help with that.")
+    assert not outcome.ok
+    assert "missing section FACTS" in outcome.problems
+    disordered = parse_view("COMPLIANCE NOTES:\n- x\nFACTS:\n- a [1]\nREASONING:\nr")
+    assert disordered.problems == ("sections out of order",)
+
+
+def test_citation_ranges_are_bounded() -> None:
+    assert split_citations("x [1-100000]")[1] == (1, 100000)
+    assert split_citations("x [2-4]")[1] == (2, 3, 4)
+
+
+@given(st.text(max_size=2000))
+def test_parsing_never_raises_on_arbitrary_text(text: str) -> None:
+    outcome = parse_view(text)
+    assert isinstance(outcome.view.render(), str)
+
+
+@given(_views)
+def test_render_then_parse_round_trips(view: MemoryView) -> None:
+    assert parse_view(view.render()).view == view
+
+
+@given(_views, st.integers(min_value=200, max_value=1500))
+def test_fit_to_budget_always_fits_and_is_deterministic(view: MemoryView, budget: int) -> None:
+    fitted, cut = fit_to_budget(view, budget)
+    assert fitted.char_length <= budget
+    assert cut == view.char_length - fitted.char_length
+    assert fit_to_budget(view, budget) == (fitted, cut)
+    if view.char_length <= budget:
+        assert fitted == view
