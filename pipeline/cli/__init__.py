@@ -8,7 +8,9 @@ import typer
 from rich.console import Console
 
 from pipeline.cli import broker, topics
+from pipeline.cli.baseline import baseline
 from pipeline.cli.demo import demo
+from pipeline.cli.worker import worker
 from pipeline.core.errors import DpmError
 
 app = typer.Typer(
@@ -20,6 +22,8 @@ app = typer.Typer(
 app.add_typer(broker.app, name="broker")
 app.add_typer(topics.app, name="topics")
 app.command()(demo)
+app.command()(worker)
+app.command()(baseline)
 
 _err = Console(stderr=True, soft_wrap=True)
 

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
 from pipeline.core.checks import ViewCheck, check_view
 from pipeline.core.decision import Decision, parse_decision
-from pipeline.core.events import Trajectory
+from pipeline.core.events import Event, Trajectory
 from pipeline.core.model import ModelBackend, ModelRequest, ModelResponse, Purpose
 from pipeline.core.parse import parse_view
 from pipeline.core.prompt import PromptEvent, decision_request, projection_request, summarization_request
@@ -53,17 +54,44 @@ class RunResult:
         return memory[-1] if memory else None
 
 
-def _view_from(response: ModelResponse, budget: Budget) -> _Memory:
+def _view_from(response: ModelResponse, budget: Budget) -> SummMemory:
     parsed = parse_view(response.text)
     view, cut = fit_to_budget(parsed.view, budget.chars)
-    return _Memory(view, parsed.problems, cut)
+    return SummMemory(view, parsed.problems, cut)
 
 
 @dataclass(frozen=True)
-class _Memory:
+class SummMemory:
+    """A memory between steps: the view, the parse problems of the answer it came from, characters cut."""
+
     view: MemoryView
     problems: tuple[str, ...] = ()
     cut: int = 0
+
+
+def summ_step(
+    memory: SummMemory,
+    index: int,
+    event: Event,
+    *,
+    task: TaskSpec,
+    budget: Budget,
+    variant: SummVariant,
+    call: Callable[[ModelRequest], ModelResponse],
+) -> SummMemory:
+    """U(m, e): one Summ-only update (the buffered variant appends without a call while it fits).
+
+    The online baseline worker and the offline run_summ share this function, so both
+    produce byte-identical memories from the same events.
+    """
+    if variant is SummVariant.BUFFERED:
+        raw = Fact(f"({event.kind}) {event.text}", (index,))
+        appended = replace(memory.view, facts=(*memory.view.facts, raw))
+        if appended.char_length <= budget.chars:
+            return replace(memory, view=appended)
+    summary = "" if memory.view == EMPTY_VIEW else memory.view.render()
+    response = call(summarization_request(PromptEvent(index, event.kind, event.text), summary, task, budget))
+    return _view_from(response, budget)
 
 
 @dataclass
@@ -82,7 +110,7 @@ class _Run:
         self.calls.append(ModelCall(request, response))
         return response
 
-    def finish(self, architecture: Architecture, variant: str | None, memory: _Memory) -> RunResult:
+    def finish(self, architecture: Architecture, variant: str | None, memory: SummMemory) -> RunResult:
         view_text = memory.view.render()
         response = self.call(decision_request(view_text, self.task))
         return RunResult(
@@ -119,16 +147,22 @@ def run_summ(
     calls U only on overflow, so it makes fewer calls when the budget is loose.
     """
     run = _Run(trajectory, task, budget, backend)
-    memory = _Memory(EMPTY_VIEW)
+    memory = SummMemory(EMPTY_VIEW)
     for index, event in enumerate(trajectory.events, start=1):
-        if variant is SummVariant.BUFFERED:
-            raw = Fact(f"({event.kind}) {event.text}", (index,))
-            appended = replace(memory.view, facts=(*memory.view.facts, raw))
-            if appended.char_length <= budget.chars:
-                memory = replace(memory, view=appended)
-                continue
-        summary = "" if memory.view == EMPTY_VIEW else memory.view.render()
-        shown = PromptEvent(index, event.kind, event.text)
-        response = run.call(summarization_request(shown, summary, task, budget))
-        memory = _view_from(response, budget)
+        memory = summ_step(memory, index, event, task=task, budget=budget, variant=variant, call=run.call)
+    return run.finish(Architecture.SUMM, variant.value, memory)
+
+
+def finish_summ(
+    trajectory: Trajectory,
+    task: TaskSpec,
+    budget: Budget,
+    backend: ModelBackend,
+    memory: SummMemory,
+    *,
+    calls: Sequence[ModelCall],
+    variant: SummVariant = SummVariant.REWRITE,
+) -> RunResult:
+    """The decision over a memory built step by step elsewhere (the online baseline worker)."""
+    run = _Run(trajectory, task, budget, backend, list(calls))
     return run.finish(Architecture.SUMM, variant.value, memory)

@@ -1,0 +1,25 @@
+"""`dpm worker`: one member of the stateless projection worker group."""
+
+from __future__ import annotations
+
+import logging
+from typing import Optional
+
+import typer
+
+from pipeline.llm.factory import BackendSettings
+from pipeline.settings import Settings
+from pipeline.workers.lifecycle import default_worker_id, stop_on_signals
+from pipeline.workers.serve import WorkerOptions, serve_projection
+
+
+def worker(
+    group: str = typer.Option("dpm-projection", "--group", help="Consumer group; scale by starting more members."),
+    worker_id: Optional[str] = typer.Option(None, "--worker-id", help="Member id (default: host-pid-random)."),  # noqa: UP045
+    batch_size: int = typer.Option(8, "--batch-size", min=1, help="Triggers per transaction."),
+    backend: Optional[str] = typer.Option(None, "--backend", help="extractive (default) or anthropic."),  # noqa: UP045
+) -> None:
+    """Serve decision triggers: read the case by offset, project once, decide, publish in one transaction."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    options = WorkerOptions(worker_id=worker_id or default_worker_id("worker"), group_id=group, batch_size=batch_size)
+    serve_projection(Settings.from_env(), BackendSettings.from_env(backend), options, stop_on_signals())

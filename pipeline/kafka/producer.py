@@ -1,0 +1,106 @@
+"""Producer API: append events to a case's log and request decisions, returning log positions."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import orjson
+from confluent_kafka import KafkaError, KafkaException, Message, Producer
+
+from pipeline.core.events import Event, LogPosition
+from pipeline.kafka.admin import admin_client
+from pipeline.kafka.errors import KafkaAdapterError
+from pipeline.kafka.topics import TopicNames
+from pipeline.kafka.wire import TENANT_HEADER, CaseOpening, DecisionRequest, case_partition
+from pipeline.schemas import validate
+
+_LOG = logging.getLogger("pipeline.kafka.librdkafka")
+
+
+class EventProducer:
+    """Idempotent (acks=all) producer of events and triggers.
+
+    Every event of a case goes to the partition derived from `tenant/case`, keyed
+    `tenant/case/seq`, with the tenant in a header too; appends return delivery positions.
+    """
+
+    def __init__(self, client_config: dict[str, str], names: TopicNames) -> None:
+        self._names = names
+        self._producer = Producer(
+            {**client_config, "enable.idempotence": True, "acks": "all", "linger.ms": 5, "compression.type": "lz4"},
+            logger=_LOG,
+        )
+        self._partitions: dict[str, int] = {}
+        self._admin_config = client_config
+
+    def _partition_count(self, topic: str) -> int:
+        if topic not in self._partitions:
+            metadata = admin_client(self._admin_config).list_topics(topic, timeout=10)
+            found = metadata.topics.get(topic)
+            if found is None or found.error is not None or not found.partitions:
+                raise KafkaAdapterError(f"topic {topic} does not exist: run `dpm topics create`")
+            self._partitions[topic] = len(found.partitions)
+        return self._partitions[topic]
+
+    def _send(self, topic: str, records: Sequence[tuple[str, int, dict[str, Any], str]]) -> list[LogPosition]:
+        """Produces (key, partition, value, tenant) records and waits for every delivery, in order."""
+        positions: list[LogPosition | None] = [None] * len(records)
+        failures: list[str] = []
+
+        def delivered(slot: int) -> Any:  # noqa: ANN401 - librdkafka callback
+            def callback(err: KafkaError | None, msg: Message) -> None:
+                if err is not None:
+                    failures.append(f"{msg.key()!r}: {err.str()}")
+                else:
+                    positions[slot] = LogPosition(msg.partition() or 0, msg.offset() or 0)
+
+            return callback
+
+        try:
+            for slot, (key, partition, value, tenant) in enumerate(records):
+                self._producer.produce(
+                    topic,
+                    key=key.encode("utf-8"),
+                    value=orjson.dumps(value),
+                    partition=partition,
+                    headers=[(TENANT_HEADER, tenant.encode("utf-8"))],
+                    on_delivery=delivered(slot),
+                )
+                self._producer.poll(0)
+            remaining = self._producer.flush(60)
+        except (KafkaException, BufferError) as exc:
+            raise KafkaAdapterError(f"producing to {topic} failed: {exc}") from exc
+        if failures or remaining:
+            raise KafkaAdapterError(f"{len(failures) or remaining} record(s) to {topic} not delivered: {failures[:3]}")
+        return [p for p in positions if p is not None]
+
+    def append(self, events: Iterable[Event], opening: CaseOpening | None = None) -> list[LogPosition]:
+        """Appends events to the events topic; returns their positions in order.
+
+        `opening` (the case's standing task and Summ-only budgets) rides on the event with seq 1.
+        """
+        topic = self._names.events
+        count = self._partition_count(topic)
+        records = [
+            (e.key, case_partition(e.case, count), opening.annotate(e) if opening else e.wire(), e.case.tenant)
+            for e in events
+        ]
+        for _, _, value, _ in records:
+            validate("event.v1", value)  # nothing is sent unless every event is valid
+        return self._send(topic, records)
+
+    def trigger(self, request: DecisionRequest) -> LogPosition:
+        """Publishes a decision request keyed `tenant/case` on the case's partition of the triggers topic."""
+        topic = self._names.triggers
+        record = (
+            request.case.key,
+            case_partition(request.case, self._partition_count(topic)),
+            request.value(),
+            request.case.tenant,
+        )
+        return self._send(topic, [record])[0]
+
+    def close(self) -> None:
+        self._producer.flush(30)

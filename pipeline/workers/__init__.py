@@ -1,0 +1,1 @@
+"""Long-running processes: the stateless projection worker and the Summ-only baseline."""

@@ -1,0 +1,239 @@
+"""The Summ-only baseline as its own consumer group, built with faust-streaming.
+
+It consumes the events topic and makes one summarization call per event and maintained budget,
+keeping each case's memory after every step in changelog-backed tables (a restarted worker
+recovers them from the changelog). The task it summarizes for is the one the case's first event
+declares (else the worker's default domain). On a trigger naming `summ` it makes the decision call
+over the memory after the trigger's last event and publishes the view, the decision and the N+1
+audit records to the same output topics as the projection workers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import faust
+
+from pipeline.core.assemble import RejectedError, Rejection, decode_json
+from pipeline.core.domains import rules_for
+from pipeline.core.events import Event, LogPosition, Trajectory
+from pipeline.core.log import RawRecord
+from pipeline.core.model import ModelBackend, ModelRequest, ModelResponse
+from pipeline.core.record import Provenance
+from pipeline.core.run import ModelCall, RunResult, SummMemory, SummVariant, finish_summ, summ_step
+from pipeline.core.task import Architecture, Budget, TaskSpec
+from pipeline.core.view import EMPTY_VIEW
+from pipeline.kafka.eos import Output
+from pipeline.kafka.topics import TopicNames
+from pipeline.kafka.wire import CaseOpening, DecisionRequest, task_wire
+from pipeline.workers.outputs import dead_letter, run_outputs
+from pipeline.workers.projection import event_from_json, request_from_record
+from pipeline.workers.summ_state import call_from_json, memory_from_json, step_record
+
+_LOG = logging.getLogger("pipeline.workers.baseline")
+
+
+@dataclass(frozen=True)
+class BaselineOptions:
+    worker_id: str
+    bootstrap: str
+    partitions: int
+    datadir: Path
+    app_id: str = "dpm-baseline"
+    budgets: tuple[int, ...] = (5352,)
+    default_domain: str = "loan"
+    variant: SummVariant = SummVariant.REWRITE
+    trigger_wait_s: float = 60.0
+    session_timeout_s: float = 10.0
+    on_step: list[Any] = field(default_factory=list)
+
+
+def _record(event: Any) -> RawRecord:  # noqa: ANN401 - faust's EventT
+    msg = event.message
+    return RawRecord(LogPosition(msg.partition, msg.offset), msg.key, msg.value)
+
+
+def _step_key(case_key: str, budget: int, seq: int) -> str:
+    return f"{case_key}/{budget}/{seq:08d}"
+
+
+class Baseline:
+    """The faust app; agents delegate to methods whose only state is in the changelog-backed tables."""
+
+    def __init__(self, options: BaselineOptions, names: TopicNames, backend: ModelBackend) -> None:
+        self.options, self.names, self.backend = options, names, backend
+        self.app = faust.App(
+            options.app_id,
+            broker=[f"kafka://{b}" for b in options.bootstrap.split(",")],
+            store="memory://",
+            topic_partitions=options.partitions,
+            datadir=str(options.datadir),
+            web_enabled=False,
+            broker_session_timeout=options.session_timeout_s,
+            consumer_auto_offset_reset="earliest",
+            processing_guarantee="at_least_once",
+        )
+        self.outputs = {t: self._raw_topic(t) for t in (names.views, names.decisions, names.audit, names.dlq)}
+        # case key -> {"task", "budgets", "last_seq"}; "case/budget/seq" -> the step record (JSON)
+        self.cases = self.app.Table("summ-cases", partitions=options.partitions)
+        self.steps = self.app.Table("summ-steps", partitions=options.partitions)
+        self.app.agent(self._raw_topic(names.events), name="summ-events")(self._on_events)
+        self.app.agent(self._raw_topic(names.triggers), name="summ-triggers")(self._on_triggers)
+
+    def _raw_topic(self, name: str) -> Any:  # noqa: ANN401 - faust's TopicT
+        return self.app.topic(
+            name, internal=False, key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw"
+        )
+
+    async def _send(self, outputs: Sequence[Output]) -> None:
+        for out in outputs:
+            await self.outputs[out.topic].send(key=out.key, value=out.value, headers=list(out.headers))
+
+    async def _reject(self, record: RawRecord, source: str, exc: RejectedError) -> None:
+        _LOG.warning("record at %s of %s rejected: %s", record.position, source, exc)
+        await self._send(
+            [
+                dead_letter(
+                    self.names,
+                    record,
+                    source_topic=source,
+                    reason=exc.reason,
+                    detail=exc.detail,
+                    worker_id=self.options.worker_id,
+                )
+            ]
+        )
+
+    async def _on_events(self, stream: Any) -> None:  # noqa: ANN401 - faust's StreamT
+        async for event in stream.events():
+            record = _record(event)
+            try:
+                await self.apply_event(record)
+            except RejectedError as exc:
+                await self._reject(record, self.names.events, exc)
+
+    def _default_task(self) -> TaskSpec:
+        rules = rules_for(self.options.default_domain)
+        if rules is None:
+            return TaskSpec(self.options.default_domain, "Decide the case.", ("APPROVE", "DENY"))
+        return TaskSpec(rules.domain, rules.task, rules.label_space)
+
+    def _case_state(self, value: dict[str, Any], event: Event) -> dict[str, Any]:
+        stored = self.cases.get(event.case.key)
+        if stored is not None:
+            return dict(stored)
+        opening = CaseOpening.from_event_value(value) if event.seq == 1 else None
+        task = opening.task if opening else self._default_task()
+        budgets = sorted({*self.options.budgets, *(opening.summ_budgets if opening else ())})
+        return {"task": task_wire(task), "budgets": budgets, "last_seq": 0}
+
+    async def apply_event(self, record: RawRecord) -> None:
+        """One Summ-only step per maintained budget; a re-sent event is skipped, a gap refused."""
+        value = decode_json(record.value, "event")
+        event = event_from_json(value)
+        state = self._case_state(value, event)
+        if event.seq <= state["last_seq"]:
+            return
+        if event.seq != state["last_seq"] + 1:
+            raise RejectedError(Rejection.SEQUENCE_GAP, f"{event.case.key}: seq {event.seq} after {state['last_seq']}")
+        task = TaskSpec(state["task"]["domain"], state["task"]["task"], tuple(state["task"]["label_space"]))
+        for budget in state["budgets"]:
+            await self._step(record, event, task, budget)
+        state["last_seq"] = event.seq
+        self.cases[event.case.key] = state
+
+    async def _step(self, record: RawRecord, event: Event, task: TaskSpec, budget: int) -> None:
+        case_key = event.case.key
+        previous = (
+            memory_from_json(self.steps[_step_key(case_key, budget, event.seq - 1)]["memory"])
+            if event.seq > 1
+            else SummMemory(EMPTY_VIEW)
+        )
+        calls: list[ModelCall] = []
+
+        def call(request: ModelRequest) -> ModelResponse:
+            response = self.backend.complete(request)
+            calls.append(ModelCall(request, response))
+            return response
+
+        step = functools.partial(
+            summ_step,
+            previous,
+            event.seq,
+            event,
+            task=task,
+            budget=Budget(budget),
+            variant=self.options.variant,
+            call=call,
+        )
+        memory = await asyncio.get_running_loop().run_in_executor(None, step)
+        self.steps[_step_key(case_key, budget, event.seq)] = step_record(event, record.position, memory, calls)
+        for callback in self.options.on_step:
+            callback(calls)
+
+    async def _on_triggers(self, stream: Any) -> None:  # noqa: ANN401 - faust's StreamT
+        async for event in stream.events():
+            record = _record(event)
+            try:
+                await self.decide(record)
+            except RejectedError as exc:
+                await self._reject(record, self.names.triggers, exc)
+
+    async def decide(self, record: RawRecord) -> RunResult | None:
+        """The decision over the memory after the trigger's last event, published with N+1 audit records."""
+        request = request_from_record(record)
+        if Architecture.SUMM not in request.architectures:
+            return None
+        count, budgets = await self._await_steps(request)
+        if request.budget_chars not in budgets:
+            raise RejectedError(
+                Rejection.UNKNOWN_CASE,
+                f"{request.case.key}: no Summ-only memory at {request.budget_chars} characters "
+                f"(maintained: {budgets}); declare it in the case's first event",
+            )
+        steps = [self.steps[_step_key(request.case.key, request.budget_chars, s)] for s in range(1, count + 1)]
+        trajectory = Trajectory(request.case, tuple(Event.from_wire(s["event"]) for s in steps))
+        budget = Budget(request.budget_chars)
+        calls = [call_from_json(c) for s in steps for c in s["calls"]]
+        decide = functools.partial(
+            finish_summ,
+            trajectory,
+            request.task,
+            budget,
+            self.backend,
+            memory_from_json(steps[-1]["memory"]),
+            calls=calls,
+            variant=self.options.variant,
+        )
+        result = await asyncio.get_running_loop().run_in_executor(None, decide)
+        positions = tuple(LogPosition(*s["position"]) for s in steps)
+        provenance = Provenance(
+            request.decision_id(Architecture.SUMM), positions, "trigger", self.backend.name, self.options.worker_id
+        )
+        await self._send(
+            run_outputs(self.names, result, trajectory, task=request.task, budget=budget, provenance=provenance)
+        )
+        _LOG.info("decided %s: %s", provenance.decision_id, result.decision.label)
+        return result
+
+    async def _await_steps(self, request: DecisionRequest) -> tuple[int, list[int]]:
+        """Waits until the case's memory covers the trigger's events; returns that count and the budgets kept."""
+        deadline = time.monotonic() + self.options.trigger_wait_s
+        wanted = request.events_count or (len(request.positions) if request.positions else None)
+        while True:
+            stored = self.cases.get(request.case.key)
+            state: dict[str, Any] = dict(stored) if stored is not None else {"last_seq": 0, "budgets": []}
+            have = int(state["last_seq"])
+            if have and (wanted is None or have >= wanted):
+                return wanted or have, [int(b) for b in state["budgets"]]
+            if time.monotonic() > deadline:
+                reason = Rejection.UNKNOWN_CASE if have == 0 else Rejection.SEQUENCE_GAP
+                raise RejectedError(reason, f"{request.case.key}: {have} events summarized, trigger needs {wanted}")
+            await asyncio.sleep(0.2)

@@ -1,0 +1,98 @@
+"""The stateless projection worker: trigger in; view, decision and audit records out, in one transaction."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pipeline.core.assemble import RejectedError, Rejection, assemble, decode_json
+from pipeline.core.events import Event, LogPosition, Trajectory
+from pipeline.core.log import EventLog, RawRecord
+from pipeline.core.model import ModelBackend
+from pipeline.core.record import Provenance
+from pipeline.core.run import run_dpm
+from pipeline.core.task import Architecture, Budget
+from pipeline.kafka.eos import Output
+from pipeline.kafka.topics import TopicNames
+from pipeline.kafka.wire import DecisionRequest
+from pipeline.schemas import SchemaError, validate
+from pipeline.workers.outputs import dead_letter, run_outputs
+
+_LOG = logging.getLogger("pipeline.workers.projection")
+
+MAX_TRIGGER_BYTES = 1_048_576
+MAX_TRAJECTORY_CHARS = 2_000_000  # one projection call's context ceiling (DPM paper: ~1M characters)
+
+
+def event_from_json(value: Mapping[str, Any]) -> Event:
+    """A schema-valid event, or RejectedError(SCHEMA)."""
+    try:
+        validate("event.v1", value)
+    except SchemaError as exc:
+        raise RejectedError(Rejection.SCHEMA, str(exc)) from exc
+    return Event.from_wire(value)
+
+
+def request_from_record(record: RawRecord, max_bytes: int = MAX_TRIGGER_BYTES) -> DecisionRequest:
+    """Decodes and validates a trigger, or raises RejectedError."""
+    if record.value is not None and len(record.value) > max_bytes:
+        raise RejectedError(Rejection.OVERSIZE, f"trigger of {len(record.value)} bytes exceeds {max_bytes}")
+    value = decode_json(record.value, "trigger")
+    try:
+        validate("trigger.v1", value)
+        return DecisionRequest.from_value(value)
+    except (SchemaError, ValueError) as exc:
+        raise RejectedError(Rejection.SCHEMA, str(exc)) from exc
+
+
+@dataclass
+class ProjectionHandler:
+    """Handles one trigger; holds no state between triggers (the log and backend are connections)."""
+
+    names: TopicNames
+    log: EventLog
+    backend: ModelBackend
+    worker_id: str
+    max_trajectory_chars: int = MAX_TRAJECTORY_CHARS
+    on_rejection: Callable[[Rejection], None] | None = None
+
+    def handle(self, record: RawRecord) -> Sequence[Output]:
+        try:
+            request = request_from_record(record)
+            if Architecture.DPM not in request.architectures:
+                return []
+            return self._decide(request)
+        except RejectedError as exc:
+            _LOG.warning("trigger at %s rejected: %s", record.position, exc)
+            if self.on_rejection is not None:
+                self.on_rejection(exc.reason)
+            return [self._dead_letter(record, exc.reason, exc.detail)]
+
+    def dead_letter(self, record: RawRecord, detail: str) -> Output:
+        return self._dead_letter(record, Rejection.MODEL_ERROR, detail)
+
+    def _dead_letter(self, record: RawRecord, reason: Rejection, detail: str) -> Output:
+        return dead_letter(
+            self.names, record, source_topic=self.names.triggers, reason=reason, detail=detail, worker_id=self.worker_id
+        )
+
+    def _read(self, request: DecisionRequest) -> tuple[Trajectory, tuple[LogPosition, ...], str]:
+        if request.positions is not None:
+            read, source = self.log.read(request.positions), "trigger"
+        else:
+            read, source = self.log.scan(request.case), "scan"
+        trajectory, positions = assemble(
+            request.case, read, event_from_json, request.events_count, self.max_trajectory_chars
+        )
+        return trajectory, positions, source
+
+    def _decide(self, request: DecisionRequest) -> list[Output]:
+        trajectory, positions, source = self._read(request)
+        budget = Budget(request.budget_chars)
+        result = run_dpm(trajectory, request.task, budget, self.backend)
+        decision_id = request.decision_id(Architecture.DPM)
+        provenance = Provenance(decision_id, positions, source, self.backend.name, self.worker_id)
+        _LOG.info("decided %s for %s: %s", decision_id, request.case.key, result.decision.label)
+        return run_outputs(self.names, result, trajectory, task=request.task, budget=budget, provenance=provenance)
