@@ -10,6 +10,7 @@ from rich.console import Console
 from pipeline.cli import broker, topics
 from pipeline.cli.baseline import baseline
 from pipeline.cli.demo import demo
+from pipeline.cli.pipeline_cmds import compare, produce, replay, trigger
 from pipeline.cli.worker import worker
 from pipeline.core.errors import DpmError
 
@@ -24,6 +25,8 @@ app.add_typer(topics.app, name="topics")
 app.command()(demo)
 app.command()(worker)
 app.command()(baseline)
+for command in (produce, trigger, compare, replay):
+    app.command()(command)
 
 _err = Console(stderr=True, soft_wrap=True)
 

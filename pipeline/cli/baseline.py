@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-from typing import Optional
 
 import faust
 import typer
@@ -34,8 +33,8 @@ def baseline(
     ),
     domain: str = typer.Option("loan", "--domain", help="Task domain for cases that declare no task."),
     variant: SummVariant = typer.Option(SummVariant.REWRITE, "--variant", help="rewrite (the paper's) or buffered."),
-    worker_id: Optional[str] = typer.Option(None, "--worker-id"),  # noqa: UP045
-    backend: Optional[str] = typer.Option(None, "--backend", help="extractive (default) or anthropic."),  # noqa: UP045
+    worker_id: str | None = typer.Option(None, "--worker-id"),
+    backend: str | None = typer.Option(None, "--backend", help="extractive (default) or anthropic."),
 ) -> None:
     """Serve the Summ-only baseline: one summarization call per event, one decision per `summ` trigger."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Optional
-
 import typer
 from rich.console import Console
 
@@ -18,7 +16,7 @@ _out = Console()
 @app.command()
 def create(
     partitions: int = typer.Option(6, "--partitions", min=1, help="Partitions per topic."),
-    replication: Optional[int] = typer.Option(  # noqa: UP045 - typer needs Optional here
+    replication: int | None = typer.Option(
         None, "--replication", min=1, help="Replication factor (default: min(3, brokers))."
     ),
 ) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-from typing import Optional
 
 import typer
 
@@ -15,9 +14,9 @@ from pipeline.workers.serve import WorkerOptions, serve_projection
 
 def worker(
     group: str = typer.Option("dpm-projection", "--group", help="Consumer group; scale by starting more members."),
-    worker_id: Optional[str] = typer.Option(None, "--worker-id", help="Member id (default: host-pid-random)."),  # noqa: UP045
+    worker_id: str | None = typer.Option(None, "--worker-id", help="Member id (default: host-pid-random)."),
     batch_size: int = typer.Option(8, "--batch-size", min=1, help="Triggers per transaction."),
-    backend: Optional[str] = typer.Option(None, "--backend", help="extractive (default) or anthropic."),  # noqa: UP045
+    backend: str | None = typer.Option(None, "--backend", help="extractive (default) or anthropic."),
 ) -> None:
     """Serve decision triggers: read the case by offset, project once, decide, publish in one transaction."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
