@@ -1,0 +1,1 @@
+"""Evaluation harness: case generation, scoring, statistics, studies and reports."""
