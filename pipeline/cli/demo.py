@@ -2,34 +2,48 @@
 
 from __future__ import annotations
 
-from rich.console import Console
+import tempfile
+from pathlib import Path
 
-from pipeline.kafka import local_broker
-from pipeline.kafka.admin import admin_client, fetch_metadata
-from pipeline.kafka.topics import TopicNames, ensure_topics, pipeline_topics
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from pipeline.cli.render import print_comparison, print_replays
+from pipeline.demo import run_demo
 from pipeline.settings import Settings
 
 _out = Console()
 
 
-def demo() -> None:
-    """Start the local broker unless DPM_BOOTSTRAP names one, create the topics, stop what was started."""
-    settings = Settings.from_env()
-    started = False
-    bootstrap = settings.bootstrap_servers
-    if not settings.bootstrap_configured:
-        with _out.status("starting the local Kafka broker"):
-            cluster, already = local_broker.start(
-                settings.home, settings.cache_dir, settings.kafka_version, nodes=1, port=9092
-            )
-        started, bootstrap = not already, cluster.bootstrap
-    try:
-        config = {**settings.client_config(), "bootstrap.servers": bootstrap}
-        info = fetch_metadata(config)
-        specs = pipeline_topics(TopicNames(settings.topic_prefix))
-        report = ensure_topics(admin_client(config), specs, min(3, len(info.broker_ids)))
-        _out.print(f"broker {bootstrap}: {len(report.created)} topic(s) created, {len(report.existing)} present")
-    finally:
-        if started:
-            local_broker.stop(settings.home)
-            _out.print("stopped the local broker this demo started")
+def demo(
+    per_domain: int = typer.Option(2, "--per-domain", min=1, help="Generated cases per domain (four domains)."),
+    workdir: Path | None = typer.Option(
+        None, "--workdir", help="Where cases and worker logs go (default: a temp dir)."
+    ),
+    timeout: float = typer.Option(300.0, "--timeout", help="Seconds to wait for all decisions."),
+) -> None:
+    """Run the pipeline end to end: broker, topics, 2 workers + baseline, cases, triggers, comparison, replay."""
+    folder = workdir or Path(tempfile.mkdtemp(prefix="dpm-demo-"))
+    folder.mkdir(parents=True, exist_ok=True)
+    with Progress(
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=_out
+    ) as bar:
+        waiting = bar.add_task("decisions published", total=None)
+        result = run_demo(
+            Settings.from_env(),
+            folder,
+            per_domain=per_domain,
+            timeout_s=timeout,
+            say=bar.console.print,
+            progress=lambda done, total: bar.update(waiting, completed=done, total=total),
+        )
+    print_comparison(_out, result.comparison, result.duplicates)
+    print_replays(_out, result.replays)
+    matched = sum(1 for line in result.replays if line.report.status.value == "MATCH")
+    _out.print(
+        f"topics: {result.prefix}.*  dead letters: {result.dead_letters}  replay: {matched}/{len(result.replays)} "
+        f"MATCH  files and logs: {folder}"
+    )
+    if matched != len(result.replays):
+        raise typer.Exit(2)

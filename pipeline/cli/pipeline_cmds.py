@@ -9,9 +9,9 @@ from typing import Any
 import orjson
 import typer
 from rich.console import Console
-from rich.table import Table
 
 from pipeline.casefiles import load_cases, load_event_lines
+from pipeline.cli.render import print_comparison, print_replays
 from pipeline.compare import compare as compare_outputs
 from pipeline.core.errors import DpmError
 from pipeline.core.events import CaseRef, LogPosition
@@ -128,24 +128,7 @@ def compare() -> None:
     settings = Settings.from_env()
     outputs = load_outputs(settings.client_config(), TopicNames(settings.topic_prefix), with_audits=False)
     result = compare_outputs(outputs.decisions, outputs.triggers)
-    table = Table(title=f"DPM vs Summ-only on {result.pairs} trigger(s) decided by both")
-    for column in ("architecture", "decisions", "accuracy", "model calls", "tokens", "latency s", "cost $", "failed"):
-        table.add_column(column, justify="right")
-    for s in result.per_arch:
-        accuracy = f"{s.accuracy:.3f} (n={s.labelled})" if s.accuracy is not None else "n/a"
-        table.add_row(
-            s.architecture,
-            str(s.decisions),
-            accuracy,
-            f"{s.mean_calls:.1f}",
-            f"{s.mean_tokens:.0f}",
-            f"{s.mean_latency_s:.3f}",
-            f"{s.total_cost_usd:.4f}",
-            str(s.failures),
-        )
-    _out.print(table)
-    agreement = f"{result.agreement:.3f}" if result.agreement is not None else "n/a"
-    _out.print(f"agreement: {agreement}; duplicate decision ids: {outputs.duplicates}")
+    print_comparison(_out, result, outputs.duplicates)
 
 
 def replay(
@@ -176,19 +159,6 @@ def replay(
         lines = replay_many(records, outputs.views, outputs.audits, log, model, recorded_only=verify_recorded)
     finally:
         log.close()
-    table = Table(title=f"replay of {len(lines)} decision(s)")
-    for column in ("decision", "arch", "status", "distance", "prefix distance", "detail"):
-        table.add_column(column)
-    for line in lines:
-        r = line.report
-        table.add_row(
-            line.decision_id,
-            line.architecture,
-            r.status.value,
-            "" if r.view_distance is None else f"{r.view_distance:.4f}",
-            "" if r.prefix_distance is None else f"{r.prefix_distance:.4f}",
-            r.detail,
-        )
-    _out.print(table)
+    print_replays(_out, lines)
     if any(line.report.status.value != "MATCH" for line in lines):
         raise typer.Exit(2)

@@ -164,5 +164,7 @@ def finish_summ(
     variant: SummVariant = SummVariant.REWRITE,
 ) -> RunResult:
     """The decision over a memory built step by step elsewhere (the online baseline worker)."""
-    run = _Run(trajectory, task, budget, backend, list(calls))
+    # The steps ran earlier, as events arrived; their model time counts toward this decision's latency.
+    earlier = sum(c.response.latency_s for c in calls)
+    run = _Run(trajectory, task, budget, backend, list(calls), started=time.perf_counter() - earlier)
     return run.finish(Architecture.SUMM, variant.value, memory)

@@ -13,6 +13,9 @@ from pipeline.kafka.errors import BrokerUnavailableError
 
 # librdkafka logs connection refusals to stderr by default; route them through logging instead.
 _LIBRDKAFKA_LOG = logging.getLogger("pipeline.kafka.librdkafka")
+# Library chatter (retries while a coordinator loads) reaches a worker's log through the root handler,
+# but never the terminal of a one-shot command that configured no logging.
+_LIBRDKAFKA_LOG.addHandler(logging.NullHandler())
 
 
 @dataclass(frozen=True)
