@@ -19,7 +19,7 @@ def read_topic(client_config: dict[str, str], topic: str, timeout_s: float = 30.
     """Every committed record of `topic` up to the end it had when called, partition by partition."""
     consumer = Consumer(
         {**client_config, "group.id": f"dpm-dump-{uuid.uuid4().hex}", "enable.auto.commit": False,
-         "isolation.level": "read_committed", "enable.partition.eof": True},
+         "isolation.level": "read_committed", "enable.partition.eof": True, "fetch.wait.max.ms": 5},
         logger=_LOG,
     )  # fmt: skip
     try:

@@ -49,6 +49,8 @@ class KafkaEventLog:
                 "fetch.max.bytes": 1_048_576,
                 "max.partition.fetch.bytes": 65_536,
                 "queued.max.messages.kbytes": 1024,
+                # The records asked for already exist: a fetch should answer at once, not long-poll for more.
+                "fetch.wait.max.ms": 5,
             },
             logger=_LOG,
         )

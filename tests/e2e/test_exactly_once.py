@@ -1,0 +1,105 @@
+"""End to end against the real broker: worker processes, exactly-once decisions, crashes, isolation, replay."""
+
+from __future__ import annotations
+
+import signal
+import time
+from pathlib import Path
+
+import orjson
+
+from pipeline.core.events import CaseRef
+from pipeline.core.replay import ReplayStatus
+from pipeline.core.task import Architecture
+from pipeline.kafka.dump import read_topic
+from pipeline.kafka.producer import EventProducer
+from pipeline.kafka.reader import KafkaEventLog
+from pipeline.kafka.topics import TopicNames
+from pipeline.kafka.wire import DecisionRequest
+from pipeline.llm.extractive.backend import ExtractiveBackend
+from pipeline.replaying import replay_many
+from tests.pipeline_support import await_decisions, create_topics, processes, small_cases, worker_env
+
+TRIGGERS = 200
+
+
+def _produce_triggers(config: dict[str, str], names: TopicNames, count: int) -> set[str]:
+    """Appends 8 short cases and triggers each repeatedly (budgets vary) until `count` triggers are out."""
+    producer = EventProducer(config, names)
+    cases = small_cases()
+    positions = {c.ref: tuple(producer.append(c.trajectory.events)) for c in cases}
+    ids = set()
+    for n in range(count):
+        case = cases[n % len(cases)]
+        request = DecisionRequest(f"t{n:04d}", case.ref, case.task, 600 + 10 * n, (Architecture.DPM,),
+                                  positions[case.ref], len(positions[case.ref]), case.label)  # fmt: skip
+        producer.trigger(request)
+        ids.add(f"{request.trigger_id}:dpm")
+    producer.close()
+    return ids
+
+
+def _assert_exactly_once(config: dict[str, str], names: TopicNames, ids: set[str], timeout_s: float) -> None:
+    outputs = await_decisions(config, names, len(ids), timeout_s)
+    published = [orjson.loads(r.value or b"")["decision_id"] for r in read_topic(config, names.decisions)]
+    assert sorted(published) == sorted(ids), "every trigger has exactly one committed decision"
+    assert outputs.duplicates == 0
+    views = [orjson.loads(r.value or b"")["decision_id"] for r in read_topic(config, names.views)]
+    assert sorted(views) == sorted(ids)
+    audits = [orjson.loads(r.value or b"")["decision_id"] for r in read_topic(config, names.audit)]
+    assert len(audits) == 2 * len(ids), "two model calls, two audit records, per DPM decision"
+
+
+def test_three_workers_give_exactly_one_decision_per_trigger_and_every_replay_matches(
+    kafka_bootstrap: str, kafka_config: dict[str, str], topic_names: TopicNames, tmp_path: Path
+) -> None:
+    create_topics(kafka_config, topic_names)
+    env = worker_env(kafka_bootstrap, topic_names, tmp_path)
+    with processes([["worker"], ["worker"], ["worker"]], env, tmp_path / "logs"):
+        ids = _produce_triggers(kafka_config, topic_names, TRIGGERS)
+        _assert_exactly_once(kafka_config, topic_names, ids, timeout_s=180)
+    outputs = await_decisions(kafka_config, topic_names, len(ids), 10)
+    log = KafkaEventLog(kafka_config, topic_names.events)
+    lines = replay_many(outputs.decisions.values(), outputs.views, outputs.audits, log, ExtractiveBackend())
+    log.close()
+    assert {line.report.status for line in lines} == {ReplayStatus.MATCH}
+    assert len({r["worker_id"] for r in outputs.decisions.values()}) >= 2, "the group shared the work"
+
+
+def test_a_worker_killed_mid_run_loses_nothing_and_duplicates_nothing(
+    kafka_bootstrap: str, kafka_config: dict[str, str], topic_names: TopicNames, tmp_path: Path
+) -> None:
+    create_topics(kafka_config, topic_names)
+    env = worker_env(kafka_bootstrap, topic_names, tmp_path)
+    with processes([["worker", "--batch-size", "2"]] * 3, env, tmp_path / "logs") as procs:
+        ids = _produce_triggers(kafka_config, topic_names, TRIGGERS)
+        deadline = time.monotonic() + 120
+        while len(list(read_topic(kafka_config, topic_names.decisions))) < TRIGGERS // 4:
+            assert time.monotonic() < deadline, "workers made no progress"
+            time.sleep(0.5)
+        procs[0].send_signal(signal.SIGKILL)
+        _assert_exactly_once(kafka_config, topic_names, ids, timeout_s=180)
+    assert procs[0].returncode == -signal.SIGKILL
+
+
+def test_a_trigger_naming_another_tenants_offsets_gets_no_decision_and_a_dead_letter(
+    kafka_bootstrap: str, kafka_config: dict[str, str], topic_names: TopicNames, tmp_path: Path
+) -> None:
+    create_topics(kafka_config, topic_names)
+    producer = EventProducer(kafka_config, topic_names)
+    victim = small_cases(per_domain=1, tenant="tenant-b")[0]
+    positions = tuple(producer.append(victim.trajectory.events))
+    thief = CaseRef("tenant-a", victim.ref.case_id)
+    producer.trigger(DecisionRequest("steal", thief, victim.task, 800, (Architecture.DPM,), positions))
+    producer.trigger(DecisionRequest("honest", victim.ref, victim.task, 800, (Architecture.DPM,), positions))
+    producer.close()
+    with processes([["worker"]], worker_env(kafka_bootstrap, topic_names, tmp_path), tmp_path / "logs"):
+        outputs = await_decisions(kafka_config, topic_names, 1, timeout_s=60)
+        deadline = time.monotonic() + 30
+        letters: list[dict[str, object]] = []
+        while not letters and time.monotonic() < deadline:
+            letters = [orjson.loads(r.value or b"") for r in read_topic(kafka_config, topic_names.dlq)]
+            time.sleep(0.5)
+    assert set(outputs.decisions) == {"honest:dpm"}
+    assert [letter["reason"] for letter in letters] == ["cross-tenant"]
+    assert "tenant-b" in str(letters[0]["detail"])

@@ -1,0 +1,64 @@
+"""The producer and the offset reader against the real broker."""
+
+from __future__ import annotations
+
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+
+from pipeline.core.events import CaseRef, Event, LogPosition
+from pipeline.kafka.errors import KafkaAdapterError
+from pipeline.kafka.producer import EventProducer
+from pipeline.kafka.reader import KafkaEventLog
+from pipeline.kafka.topics import TopicNames
+from pipeline.kafka.wire import TENANT_HEADER, case_partition
+from pipeline.schemas import SchemaError
+from tests.pipeline_support import create_topics
+from tests.reader_contract import EventLogContract
+
+
+class TestKafkaEventLog(EventLogContract):
+    @pytest.fixture(autouse=True)
+    def _topics(self, kafka_config: dict[str, str], topic_names: TopicNames) -> None:
+        create_topics(kafka_config, topic_names)
+        self._producer = EventProducer(kafka_config, topic_names)
+        self._reader = KafkaEventLog(kafka_config, topic_names.events)
+
+    def log(self) -> KafkaEventLog:
+        return self._reader
+
+    def append(self, events: list[Event]) -> list[LogPosition]:
+        return self._producer.append(events)
+
+
+def test_a_case_stays_in_one_partition_in_order_with_the_tenant_header(
+    kafka_config: dict[str, str], topic_names: TopicNames
+) -> None:
+    create_topics(kafka_config, topic_names, partitions=6)
+    producer = EventProducer(kafka_config, topic_names)
+    case = CaseRef("acme", "c-77")
+    positions = producer.append([Event(case, seq, "doc", f"text {seq}") for seq in range(1, 21)])
+    assert {p.partition for p in positions} == {case_partition(case, 6)}
+    assert [p.offset for p in positions] == sorted(p.offset for p in positions)
+    consumer = Consumer({**kafka_config, "group.id": "hdr", "enable.auto.commit": False})
+    consumer.assign([TopicPartition(topic_names.events, positions[0].partition, positions[0].offset)])
+    msg = consumer.poll(10)
+    consumer.close()
+    assert msg is not None
+    assert msg.key() == b"acme/c-77/00000001"
+    assert dict(msg.headers() or [])[TENANT_HEADER] == b"acme"
+
+
+def test_an_invalid_event_sends_nothing(kafka_config: dict[str, str], topic_names: TopicNames) -> None:
+    create_topics(kafka_config, topic_names)
+    producer = EventProducer(kafka_config, topic_names)
+    case = CaseRef("acme", "c-1")
+    events = [Event(case, 1, "doc", "fine"), Event(case, 2, "k" * 101, "kind too long for the schema")]
+    with pytest.raises(SchemaError):
+        producer.append(events)
+    assert KafkaEventLog(kafka_config, topic_names.events).scan(case).records == ()
+
+
+def test_producing_to_a_missing_topic_is_a_clear_error(kafka_config: dict[str, str]) -> None:
+    producer = EventProducer(kafka_config, TopicNames("never-created"))
+    with pytest.raises(KafkaAdapterError, match="dpm topics create"):
+        producer.append([Event(CaseRef("a", "b"), 1, "doc", "x")])

@@ -1,0 +1,141 @@
+"""The projection worker's handler on the in-memory log: outputs, dead letters, isolation, statelessness."""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import replace
+
+import orjson
+import pytest
+
+from pipeline.core.events import CaseRef, Event, LogPosition
+from pipeline.core.log import RawRecord
+from pipeline.core.memlog import InMemoryEventLog
+from pipeline.core.task import Architecture
+from pipeline.kafka.topics import TopicNames
+from pipeline.kafka.wire import DecisionRequest
+from pipeline.llm.extractive.backend import ExtractiveBackend
+from pipeline.schemas import validate
+from pipeline.workers.projection import ProjectionHandler
+from tests.cases import load_fixture
+from tests.reader_contract import EventLogContract
+
+NAMES = TopicNames("unit")
+CASE = load_fixture()
+
+
+class TestInMemoryEventLog(EventLogContract):
+    def setup_method(self) -> None:
+        self._log = InMemoryEventLog(partitions=3)
+
+    def log(self) -> InMemoryEventLog:
+        return self._log
+
+    def append(self, events: list[Event]) -> list[LogPosition]:
+        return [self._log.append(e) for e in events]
+
+
+@pytest.fixture
+def log() -> InMemoryEventLog:
+    return InMemoryEventLog(partitions=3)
+
+
+def _handler(log: InMemoryEventLog) -> ProjectionHandler:
+    return ProjectionHandler(NAMES, log, ExtractiveBackend(), "unit-worker")
+
+
+def _trigger(request: DecisionRequest) -> RawRecord:
+    return RawRecord(LogPosition(0, 7), request.case.key.encode(), orjson.dumps(request.value()))
+
+
+def _request(positions: tuple[LogPosition, ...] | None, case: CaseRef = CASE.ref) -> DecisionRequest:
+    count = len(positions) if positions else None
+    return DecisionRequest("trig-1", case, CASE.task, 700, (Architecture.DPM,), positions, count, CASE.label)
+
+
+def _dead_letter(outputs: list[object]) -> dict[str, object]:
+    assert len(outputs) == 1
+    out = outputs[0]
+    assert out.topic == NAMES.dlq  # type: ignore[attr-defined]
+    body = orjson.loads(out.value)  # type: ignore[attr-defined]
+    validate("dlq.v1", body)
+    return dict(body)
+
+
+def test_a_trigger_yields_view_decision_and_one_audit_per_call(log: InMemoryEventLog) -> None:
+    positions = tuple(log.append(e) for e in CASE.trajectory.events)
+    outputs = _handler(log).handle(_trigger(_request(positions)))
+    topics = [o.topic for o in outputs]
+    assert topics == [NAMES.views, NAMES.decisions, NAMES.audit, NAMES.audit]
+    assert {o.key for o in outputs} == {b"trig-1:dpm"}
+    decision = orjson.loads(outputs[1].value)
+    validate("decision.v1", decision)
+    assert decision["positions"] == [[p.partition, p.offset] for p in positions]
+    assert decision["positions_source"] == "trigger"
+    assert decision["decision"]["label"] == CASE.label
+    assert decision["llm_calls"] == 2
+
+
+def test_without_positions_the_case_is_found_by_scanning(log: InMemoryEventLog) -> None:
+    for event in CASE.trajectory.events:
+        log.append(event)
+    outputs = _handler(log).handle(_trigger(_request(None)))
+    assert orjson.loads(outputs[1].value)["positions_source"] == "scan"
+
+
+def test_the_handler_keeps_nothing_between_triggers(log: InMemoryEventLog) -> None:
+    positions = tuple(log.append(e) for e in CASE.trajectory.events)
+    first = _handler(log).handle(_trigger(_request(positions)))
+    handler = _handler(log)
+    handler.handle(_trigger(_request(None)))  # serve another trigger in between
+    again = handler.handle(_trigger(_request(positions)))
+    assert first[0].value == again[0].value  # the view: byte-identical
+    assert orjson.loads(first[1].value)["view_sha256"] == orjson.loads(again[1].value)["view_sha256"]
+
+
+@pytest.mark.parametrize(
+    ("value", "reason"),
+    [
+        (b"\x00not json", "not-json"),
+        (b"[1, 2]", "not-json"),
+        (orjson.dumps({"schema": "dpm.trigger.v1", "tenant": "a"}), "schema"),
+        (b"x" * 1_100_000, "oversize"),
+    ],
+)
+def test_bad_triggers_become_dead_letters_with_the_original_bytes(
+    log: InMemoryEventLog, value: bytes, reason: str
+) -> None:
+    letter = _dead_letter(list(_handler(log).handle(RawRecord(LogPosition(1, 3), b"k", value))))
+    assert letter["reason"] == reason
+    assert base64.b64decode(str(letter["original_value_b64"])) == value
+    assert (letter["source_partition"], letter["source_offset"]) == (1, 3)
+
+
+def test_a_trigger_naming_another_tenants_offsets_is_refused(log: InMemoryEventLog) -> None:
+    victim = tuple(log.append(e) for e in CASE.trajectory.events)
+    attacker = CaseRef("other-bank", CASE.ref.case_id)
+    letter = _dead_letter(list(_handler(log).handle(_trigger(_request(victim, attacker)))))
+    assert letter["reason"] == "cross-tenant"
+
+
+def test_gaps_unknown_cases_and_erased_events_are_refused(log: InMemoryEventLog) -> None:
+    positions = tuple(log.append(e) for e in CASE.trajectory.events)
+    gap = positions[:3] + positions[4:]
+    assert _dead_letter(list(_handler(log).handle(_trigger(_request(gap)))))["reason"] == "sequence-gap"
+    ghost = CaseRef("acme-bank", "no-such-case")
+    assert _dead_letter(list(_handler(log).handle(_trigger(_request(None, ghost)))))["reason"] == "unknown-case"
+    log.erase(positions[2])
+    assert _dead_letter(list(_handler(log).handle(_trigger(_request(positions)))))["reason"] == "erased"
+
+
+def test_a_corrupt_event_in_the_log_is_refused_not_crashed_on(log: InMemoryEventLog) -> None:
+    positions = [log.append(e) for e in CASE.trajectory.events[:-1]]
+    positions.append(log.append_raw(CASE.ref, b"acme-bank/loan-fixture-001/00000010", b'{"schema": 1}'))
+    letter = _dead_letter(list(_handler(log).handle(_trigger(_request(tuple(positions))))))
+    assert letter["reason"] == "schema"
+
+
+def test_triggers_for_summ_only_are_left_to_the_baseline(log: InMemoryEventLog) -> None:
+    positions = tuple(log.append(e) for e in CASE.trajectory.events)
+    request = replace(_request(positions), architectures=(Architecture.SUMM,))
+    assert list(_handler(log).handle(_trigger(request))) == []
