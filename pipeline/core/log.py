@@ -16,6 +16,7 @@ class RawRecord:
     position: LogPosition
     key: bytes | None
     value: bytes | None
+    timestamp_ms: int | None = None
 
 
 @dataclass(frozen=True)

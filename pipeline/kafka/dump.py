@@ -51,6 +51,6 @@ def _read_partition(
                 return
             raise KafkaAdapterError(f"reading {topic}[{partition}] failed: {error.str()}")
         offset = msg.offset() or 0
-        yield RawRecord(LogPosition(partition, offset), msg.key(), msg.value())
+        yield RawRecord(LogPosition(partition, offset), msg.key(), msg.value(), msg.timestamp()[1])
         if offset >= high - 1:
             return

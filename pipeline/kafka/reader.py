@@ -14,8 +14,10 @@ from pipeline.kafka.errors import KafkaAdapterError
 from pipeline.kafka.wire import case_partition
 
 _LOG = logging.getLogger("pipeline.kafka.librdkafka")
-# Offsets closer than this are read through rather than seeked to: one fetch beats several seeks.
-_MAX_GAP = 16
+# Offsets closer than this are read through rather than seeked to: on loopback one seek (~4 ms) costs
+# about as much as reading 500 small records (~7 us each), measured by benchmarks/pipeline_bench.py.
+# Either way a read costs at most (own events x one seek), whatever the other traffic in the partition.
+_MAX_GAP = 512
 _POLL_S = 5.0
 
 
@@ -34,7 +36,7 @@ class KafkaEventLog:
     """Reads exactly the asked-for offsets, so the cost follows the case's own events, not the partition's traffic.
 
     One consumer is kept for the reader's lifetime; it belongs to no group and commits nothing.
-    Fetches are kept small, so a seek does not drag a megabyte of other cases' records along.
+    (Capping the prefetch queue, queued.max.messages.kbytes, was measured to make each seek ~30x slower.)
     """
 
     def __init__(self, client_config: dict[str, str], topic: str) -> None:
@@ -46,9 +48,8 @@ class KafkaEventLog:
                 "enable.auto.commit": False,
                 "enable.partition.eof": True,
                 "isolation.level": "read_committed",
-                "fetch.max.bytes": 1_048_576,
+                # Small fetches: a seek then brings one batch, not a megabyte of other cases' records.
                 "max.partition.fetch.bytes": 65_536,
-                "queued.max.messages.kbytes": 1024,
                 # The records asked for already exist: a fetch should answer at once, not long-poll for more.
                 "fetch.wait.max.ms": 5,
             },

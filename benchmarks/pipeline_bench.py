@@ -1,0 +1,144 @@
+"""Pipeline benchmark (not a test): throughput with 1 and 2 workers, trigger-to-decision latency,
+and the cost of reading one case when its partition holds 100 times as much other traffic.
+
+Usage: python benchmarks/pipeline_bench.py [--triggers 150]
+Uses DPM_BOOTSTRAP if set, else starts a private local broker on a free port and stops it after.
+All figures of one run are measured side by side on the same broker.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import orjson
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from pipeline.core.events import CaseRef, Event  # noqa: E402
+from pipeline.core.task import Architecture  # noqa: E402
+from pipeline.kafka.dump import read_topic  # noqa: E402
+from pipeline.kafka.producer import EventProducer  # noqa: E402
+from pipeline.kafka.reader import KafkaEventLog  # noqa: E402
+from pipeline.kafka.topics import TopicNames, TopicSpec, ensure_topics  # noqa: E402
+from pipeline.kafka.admin import admin_client  # noqa: E402
+from pipeline.kafka.wire import DecisionRequest  # noqa: E402
+from tests.kafka_support import running_local_broker  # noqa: E402
+from tests.pipeline_support import await_decisions, create_topics, processes, small_cases, worker_env  # noqa: E402
+
+
+@contextmanager
+def broker() -> Iterator[str]:
+    if os.environ.get("DPM_BOOTSTRAP"):
+        yield os.environ["DPM_BOOTSTRAP"]
+        return
+    with tempfile.TemporaryDirectory() as home, running_local_broker(Path(home)) as cluster:
+        yield cluster.bootstrap
+
+
+def throughput(
+    bootstrap: str, workers: int, triggers: int, workdir: Path, rate: float | None = None
+) -> tuple[float, list[float]]:
+    """Decisions per second and trigger-to-decision latencies (ms) with `workers` worker processes.
+
+    rate None sends every trigger at once (a backlog: throughput); a rate paces them (latency).
+    """
+    config = {"bootstrap.servers": bootstrap}
+    names = TopicNames(f"bench-{uuid.uuid4().hex[:8]}")
+    create_topics(config, names, partitions=6)
+    producer = EventProducer(config, names)
+    cases = small_cases(per_domain=3)
+    positions = {c.ref: tuple(producer.append(c.trajectory.events)) for c in cases}
+    with processes([["worker"]] * workers, worker_env(bootstrap, names, workdir), workdir / f"logs-{workers}"):
+        time.sleep(8)  # let the group form before the clock starts
+        started = time.monotonic()
+        for n in range(triggers):
+            case = cases[n % len(cases)]
+            producer.trigger(
+                DecisionRequest(
+                    f"b{n}",
+                    case.ref,
+                    case.task,
+                    800,
+                    (Architecture.DPM,),
+                    positions[case.ref],
+                    len(positions[case.ref]),
+                )
+            )
+            if rate:
+                producer.close()  # flushes: the trigger is on the broker now
+                time.sleep(1 / rate)
+        producer.close()
+        outputs = await_decisions(config, names, triggers, timeout_s=600)
+        elapsed = time.monotonic() - started
+    if len(outputs.decisions) < triggers:
+        raise SystemExit(f"only {len(outputs.decisions)} of {triggers} decisions arrived")
+    sent = {orjson.loads(r.value or b"")["trigger_id"]: r.timestamp_ms for r in read_topic(config, names.triggers)}
+    done = {
+        orjson.loads(r.value or b"")["decision_id"].split(":")[0]: r.timestamp_ms
+        for r in read_topic(config, names.decisions)
+    }
+    latencies = [float(done[t] - sent[t]) for t in done if sent.get(t) and done[t]]  # type: ignore[operator]
+    return triggers / elapsed, latencies
+
+
+def read_cost(bootstrap: str, noise_levels: tuple[int, ...] = (0, 10, 100, 1000), repeats: int = 10) -> list[float]:
+    """Median seconds to read one 90-event case by offset, its partition holding `noise` times as much other traffic."""
+    config = {"bootstrap.servers": bootstrap}
+    results = []
+    for noise in noise_levels:
+        names = TopicNames(f"readcost-{uuid.uuid4().hex[:8]}")
+        ensure_topics(admin_client(config), (TopicSpec(names.events, 1),), replication_factor=1)
+        producer = EventProducer(config, names)
+        case = CaseRef("bench", "target")
+        positions = []
+        for seq in range(1, 91):
+            if noise:
+                others = [Event(CaseRef("bench", f"other-{seq}-{i}"), 1, "doc", "x" * 300) for i in range(noise)]
+                producer.append(others)
+            positions += producer.append([Event(case, seq, "doc", "y" * 300)])
+        producer.close()
+        log = KafkaEventLog(config, names.events)
+        timings = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            read = log.read(positions)
+            timings.append(time.perf_counter() - t0)
+            assert len(read.records) == 90
+        log.close()
+        results.append(statistics.median(timings))
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--triggers", type=int, default=150)
+    args = parser.parse_args()
+    with broker() as bootstrap, tempfile.TemporaryDirectory() as tmp:
+        alone, ten, hundred, thousand = read_cost(bootstrap)
+        one, _ = throughput(bootstrap, 1, args.triggers, Path(tmp))
+        two, _ = throughput(bootstrap, 2, args.triggers, Path(tmp))
+        _, paced = throughput(bootstrap, 1, 60, Path(tmp), rate=4.0)
+    print(
+        f"decisions/s, 1 worker : {one:8.1f}   (backlog of {args.triggers} triggers, 2-core machine, broker included)"
+    )
+    print(f"decisions/s, 2 workers: {two:8.1f}   (x{two / one:.2f})")
+    q = statistics.quantiles(paced, n=100)
+    print(
+        f"trigger->decision latency, 1 worker, 4 triggers/s: p50 {q[49]:.0f} ms  p90 {q[89]:.0f} ms  p99 {q[98]:.0f} ms"
+    )
+    print(f"read one case (90 events) by offset, alone: {alone * 1000:.1f} ms")
+    for factor, cost in ((10, ten), (100, hundred), (1000, thousand)):
+        print(f"  partition also holding {factor:>4}x other traffic: {cost * 1000:7.1f} ms  ratio {cost / alone:5.1f}")
+
+
+if __name__ == "__main__":
+    main()
