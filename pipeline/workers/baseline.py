@@ -79,6 +79,9 @@ class Baseline:
             broker_session_timeout=options.session_timeout_s,
             consumer_auto_offset_reset="earliest",
             processing_guarantee="at_least_once",
+            # Commit progress often: a restarted member then redoes little, and a trigger that arrived
+            # while it was down is found at the committed position.
+            broker_commit_interval=1.0,
         )
         self.outputs = {t: self._raw_topic(t) for t in (names.views, names.decisions, names.audit, names.dlq)}
         # case key -> {"task", "budgets", "last_seq"}; "case/budget/seq" -> the step record (JSON)
