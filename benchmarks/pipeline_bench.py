@@ -23,6 +23,7 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from pipeline.cluster_session import pipeline_processes as processes
 from pipeline.core.events import CaseRef, Event
 from pipeline.core.task import Architecture
 from pipeline.kafka.admin import admin_client
@@ -31,8 +32,9 @@ from pipeline.kafka.producer import EventProducer
 from pipeline.kafka.reader import KafkaEventLog
 from pipeline.kafka.topics import TopicNames, TopicSpec, ensure_topics
 from pipeline.kafka.wire import DecisionRequest
+from pipeline.outputs_index import await_decisions
 from tests.kafka_support import running_local_broker
-from tests.pipeline_support import await_decisions, create_topics, processes, small_cases, worker_env
+from tests.pipeline_support import create_topics, small_cases, worker_env
 
 
 @contextmanager

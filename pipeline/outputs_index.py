@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,3 +53,21 @@ def load_outputs(client_config: dict[str, str], names: TopicNames, *, with_audit
         if "trigger_id" in trigger:
             outputs.triggers[trigger["trigger_id"]] = trigger
     return outputs
+
+
+def await_decisions(
+    client_config: dict[str, str],
+    names: TopicNames,
+    expected: int,
+    timeout_s: float,
+    progress: Callable[[int], None] | None = None,
+) -> PublishedOutputs:
+    """Polls the output topics (read_committed) until `expected` distinct decisions, or the timeout."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        outputs = load_outputs(client_config, names)
+        if progress is not None:
+            progress(len(outputs.decisions))
+        if len(outputs.decisions) >= expected or time.monotonic() > deadline:
+            return outputs
+        time.sleep(1.0)

@@ -7,7 +7,7 @@ import sys
 import typer
 from rich.console import Console
 
-from pipeline.cli import broker, topics
+from pipeline.cli import bench, broker, topics
 from pipeline.cli.baseline import baseline
 from pipeline.cli.demo import demo
 from pipeline.cli.pipeline_cmds import compare, produce, replay, trigger
@@ -22,6 +22,9 @@ app = typer.Typer(
 )
 app.add_typer(broker.app, name="broker")
 app.add_typer(topics.app, name="topics")
+app.add_typer(bench.cases_app, name="cases")
+app.command("eval")(bench.eval_command)
+app.command()(bench.tams)
 app.command()(demo)
 app.command()(worker)
 app.command()(baseline)

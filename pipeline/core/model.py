@@ -22,6 +22,7 @@ class Purpose(StrEnum):
     PROJECT = "project"
     DECIDE = "decide"
     SUMMARIZE = "summarize"
+    JUDGE = "judge"
 
 
 @dataclass(frozen=True)

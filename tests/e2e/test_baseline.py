@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from pipeline.cluster_session import pipeline_processes as processes
 from pipeline.core.hashing import text_digest
 from pipeline.core.run import run_summ
 from pipeline.core.task import Architecture, Budget
@@ -11,7 +12,8 @@ from pipeline.kafka.producer import EventProducer
 from pipeline.kafka.topics import TopicNames
 from pipeline.kafka.wire import CaseOpening, DecisionRequest
 from pipeline.llm.extractive.backend import ExtractiveBackend
-from tests.pipeline_support import await_decisions, create_topics, processes, small_cases, worker_env
+from pipeline.outputs_index import await_decisions
+from tests.pipeline_support import create_topics, small_cases, worker_env
 
 BUDGET = 900
 

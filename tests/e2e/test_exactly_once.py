@@ -8,6 +8,7 @@ from pathlib import Path
 
 import orjson
 
+from pipeline.cluster_session import pipeline_processes as processes
 from pipeline.core.events import CaseRef
 from pipeline.core.replay import ReplayStatus
 from pipeline.core.task import Architecture
@@ -17,8 +18,9 @@ from pipeline.kafka.reader import KafkaEventLog
 from pipeline.kafka.topics import TopicNames
 from pipeline.kafka.wire import DecisionRequest
 from pipeline.llm.extractive.backend import ExtractiveBackend
+from pipeline.outputs_index import await_decisions
 from pipeline.replaying import replay_many
-from tests.pipeline_support import await_decisions, create_topics, processes, small_cases, worker_env
+from tests.pipeline_support import create_topics, small_cases, worker_env
 
 TRIGGERS = 200
 

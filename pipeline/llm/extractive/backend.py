@@ -43,7 +43,9 @@ class ExtractiveBackend:
                 return project(read_projection_prompt(request.prompt)).render()
             if request.purpose is Purpose.SUMMARIZE:
                 return summarize(read_summarization_prompt(request.prompt)).render()
-            return decide(read_decision_prompt(request.prompt))
+            if request.purpose is Purpose.DECIDE:
+                return decide(read_decision_prompt(request.prompt))
+            raise ModelBackendError(f"the extractive backend does not answer {request.purpose.value} requests")
         except PromptFormatError as exc:
             raise ModelBackendError(f"the extractive backend cannot read this prompt: {exc}") from exc
 

@@ -1,0 +1,119 @@
+"""`dpm cases generate`, `dpm eval` and `dpm tams`."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import orjson
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from pipeline.bench.generate import DEFAULT_SEED, DOMAINS, GenerationSpec, generate_cases
+from pipeline.bench.harness import EvalConfig, run_eval
+from pipeline.bench.tams import Needs, select
+from pipeline.casefiles import load_cases, write_case
+from pipeline.core.errors import DpmError
+from pipeline.core.run import SummVariant
+from pipeline.core.task import Architecture
+from pipeline.llm.factory import BackendSettings
+
+cases_app = typer.Typer(help="Long-horizon decision cases.", no_args_is_help=True)
+_out = Console()
+
+
+@cases_app.command("generate")
+def generate(
+    out: Path = typer.Option(..., "--out", help="Folder for the case files."),
+    domains: str = typer.Option(",".join(DOMAINS), "--domains", help="Comma-separated domains."),
+    per_domain: int = typer.Option(5, "--per-domain", min=1),
+    seed: int = typer.Option(DEFAULT_SEED, "--seed"),
+    length: int | None = typer.Option(
+        None, "--length", min=5_000, max=1_000_000, help="Target trajectory characters (default 26k to 28k)."
+    ),
+    adversarial: bool = typer.Option(False, "--adversarial", help="Plant prompt-injection text in some events."),
+    tenant: str = typer.Option("bench", "--tenant"),
+) -> None:
+    """Generate seeded cases by inversion (label first, then documents that imply it)."""
+    chosen = tuple(d.strip() for d in domains.split(",") if d.strip())
+    spec = GenerationSpec(domains=chosen, per_domain=per_domain, seed=seed, adversarial=adversarial, tenant=tenant)
+    if length is not None:  # keep ~300 characters an event, as the default cases have
+        events = max(30, length // 300)
+        spec = GenerationSpec(
+            domains=chosen,
+            per_domain=per_domain,
+            seed=seed,
+            adversarial=adversarial,
+            tenant=tenant,
+            events=(events, events + 4),
+            chars=(length, length + length // 50),
+        )
+    cases = generate_cases(spec)
+    for case in cases:
+        write_case(case, out)
+    _out.print(f"wrote {len(cases)} case(s) to {out}")
+
+
+def _csv(text: str) -> tuple[str, ...]:
+    return tuple(part.strip() for part in text.split(",") if part.strip())
+
+
+def eval_command(
+    cases: Path = typer.Option(..., "--cases", help="A folder of v1 case files."),
+    out: Path = typer.Option(..., "--out", help="Folder for results.jsonl, stats.json, report.md, figures."),
+    arch: str = typer.Option("dpm,summ", "--arch"),
+    budgets: str = typer.Option(
+        "tight,moderate,loose", "--budgets", help="Names (share of the mean length) or characters."
+    ),
+    backend: str = typer.Option("extractive", "--backend", help="extractive or anthropic."),
+    judge: str = typer.Option("keyword", "--judge", help="keyword (offline) or llm."),
+    judge_model: str | None = typer.Option(None, "--judge-model", help="Model of the LLM judge (anthropic backend)."),
+    jobs: int = typer.Option(2, "--jobs", min=1, help="Parallel processes (in-process path)."),
+    via_kafka: bool = typer.Option(False, "--via-kafka", help="Run through the broker, workers and baseline."),
+    determinism: int = typer.Option(0, "--determinism", min=0, help="Replays per case for the determinism study."),
+    scaling: str = typer.Option("", "--scaling", help="Compression ratios to sweep, e.g. 2,5,10,20,50."),
+    variant: SummVariant = typer.Option(SummVariant.REWRITE, "--summ-variant"),
+    seed: int = typer.Option(20260420, "--seed", help="Seed of the permutation tests and bootstraps."),
+) -> None:
+    """Evaluate DPM and Summ-only on the same cases: four axes, statistics, studies and a report."""
+    try:
+        archs = tuple(Architecture(a) for a in _csv(arch))
+    except ValueError as exc:
+        raise DpmError(f"--arch takes dpm and/or summ, got {arch!r}") from exc
+    if judge not in ("keyword", "llm"):
+        raise DpmError(f"--judge takes keyword or llm, got {judge!r}")
+    judge_backend = BackendSettings.from_env("anthropic") if judge == "llm" else None
+    if judge_backend is not None and judge_model:
+        judge_backend = BackendSettings(**{**judge_backend.__dict__, "model": judge_model})
+    config = EvalConfig(archs=archs, budgets=_csv(budgets), backend=BackendSettings.from_env(backend), judge=judge,
+                        judge_backend=judge_backend, jobs=jobs, seed=seed, via_kafka=via_kafka, variant=variant,
+                        determinism_replays=determinism, rhos=tuple(float(r) for r in _csv(scaling)))  # fmt: skip
+    loaded = load_cases(cases)
+    started = time.perf_counter()
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=_out) as bar:  # fmt: skip
+        task = bar.add_task("evaluating", total=None)
+        stats = run_eval(loaded, out, config, say=bar.console.print,
+                         progress=lambda done, total: bar.update(task, completed=done, total=total))  # fmt: skip
+    _out.print(f"{len(loaded)} cases in {time.perf_counter() - started:.1f}s -> {out / 'report.md'}")
+    for budget, body in stats["budgets"].items():
+        cells = [f"{m.upper()} {v['mean_dpm']:.3f}/{v['mean_summ']:.3f} (p={v['p_value']:.3f})"
+                 for m, v in body["metrics"].items() if m in ("frp", "rcs", "eda", "crr")]  # fmt: skip
+        _out.print(f"  {budget:>8} DPM/Summ: " + "  ".join(cells))
+
+
+def tams(
+    replay: bool = typer.Option(False, "--replay", help="The deployment must replay decisions deterministically."),
+    audit: bool = typer.Option(False, "--audit", help="The deployment needs audit-ready rationale."),
+    isolation: bool = typer.Option(False, "--isolation", help="The deployment needs tenant isolation."),
+    rho: float | None = typer.Option(None, "--rho", help="Trajectory characters / budget of the deployment."),
+    results: Path | None = typer.Option(None, "--results", help="An eval output folder with a --scaling sweep."),
+) -> None:
+    """The selection rule: which memory architecture this deployment should use, and why."""
+    crossover = None
+    if results is not None:
+        stats = orjson.loads((results / "stats.json").read_bytes())
+        crossover = stats.get("scaling", {}).get("crossover_rho")
+    choice = select(Needs(replay=replay, audit=audit, isolation=isolation), rho, crossover)
+    _out.print(f"[bold]{choice.architecture}[/]: {choice.reason}")
