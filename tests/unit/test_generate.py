@@ -1,0 +1,94 @@
+"""Case generation: seeded and deterministic, by inversion, realistic difficulty, schema-valid."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections import Counter
+
+import pytest
+
+from pipeline.bench.generate import DOMAINS, GenerationError, GenerationSpec, generate_case, generate_cases
+from pipeline.core.anchors import contains_verbatim
+from pipeline.core.case import case_to_dict
+from pipeline.core.domains import rules_for
+from pipeline.core.fields import extract_fields
+from pipeline.schemas import validate
+
+CASES = generate_cases(GenerationSpec(per_domain=4))
+
+
+def test_default_cases_have_82_to_96_events_and_26k_to_28k_characters() -> None:
+    assert {c.domain for c in CASES} == set(DOMAINS) == {"loan", "claim", "prior_auth", "tax_exam"}
+    for case in CASES:
+        assert 82 <= len(case.trajectory) <= 96
+        assert 26_000 <= case.trajectory.char_length <= 28_200
+        validate("case.v1", case_to_dict(case))
+
+
+def test_labels_are_balanced_and_implied_by_the_final_values() -> None:
+    for domain in DOMAINS:
+        labels = Counter(c.label for c in CASES if c.domain == domain)
+        assert len(labels) == min(4, len(rules_for(domain).label_space))  # type: ignore[union-attr]
+    for case in CASES:
+        rules = rules_for(case.domain)
+        assert rules is not None
+        values = extract_fields(rules.fields, [(i, e.text) for i, e in enumerate(case.trajectory.events, start=1)])
+        assert rules.policy(values).label == case.label, case.ref
+
+
+def test_every_required_anchor_is_derivable_verbatim() -> None:
+    for case in CASES:
+        for anchor in case.required_anchors:
+            assert any(anchor.value in e.text for e in case.trajectory.events), (case.ref, anchor)
+
+
+def test_files_carry_decoys_and_amendments() -> None:
+    texts = [e.text for c in CASES for e in c.trajectory.events]
+    assert any("minimum" in t or "typical" in t for t in texts)
+    amended = [c for c in CASES if any(e.kind == "amendment" for e in c.trajectory.events)]
+    assert len(amended) >= len(CASES) // 4
+    for case in amended:
+        corrected = [e for e in case.trajectory.events if e.kind == "amendment"]
+        assert any(contains_verbatim(e.text, a.value) for e in corrected for a in case.required_anchors)
+
+
+def test_adversarial_cases_plant_injections() -> None:
+    hostile = generate_case(GenerationSpec(adversarial=True), "loan", 0)
+    assert any("ignore all previous instructions" in e.text.lower() or "automated reviewer" in e.text.lower()
+               or "</events>" in e.text for e in hostile.trajectory.events)  # fmt: skip
+
+
+def test_long_trajectories_up_to_a_million_characters() -> None:
+    spec = GenerationSpec(domains=("claim",), per_domain=1, events=(3300, 3304), chars=(1_000_000, 1_020_000))
+    case = generate_cases(spec)[0]
+    assert 1_000_000 <= case.trajectory.char_length <= 1_030_000
+
+
+def test_unknown_domains_are_a_clear_error() -> None:
+    with pytest.raises(GenerationError, match="no generator for domain 'hiring'"):
+        generate_case(GenerationSpec(), "hiring", 0)
+
+
+def test_the_same_seed_gives_the_same_bytes_in_another_process() -> None:
+    script = (
+        "import orjson; from pipeline.bench.generate import *; from pipeline.core.case import case_to_dict;"
+        "import hashlib; print(hashlib.sha256(orjson.dumps([case_to_dict(c) for c in "
+        "generate_cases(GenerationSpec(per_domain=2, seed=7))])).hexdigest())"
+    )
+    digests = {
+        subprocess.run(
+            [sys.executable, "-c", script],
+            env={**os.environ, "PYTHONHASHSEED": seed},
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout  # fmt: skip
+        for seed in ("1", "99")
+    }
+    assert len(digests) == 1
+    other_seed = generate_cases(GenerationSpec(per_domain=2, seed=8))
+    assert [case_to_dict(c) for c in other_seed] != [
+        case_to_dict(c) for c in generate_cases(GenerationSpec(per_domain=2, seed=7))
+    ]
