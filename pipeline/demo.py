@@ -66,7 +66,13 @@ def run_demo(
         brokers = len(fetch_metadata(config).broker_ids)
         ensure_topics(admin_client(config), pipeline_topics(names, partitions=3), min(3, brokers))
         say(f"topics {prefix}.* created")
-        env = {**os.environ, "DPM_BOOTSTRAP": bootstrap, "DPM_TOPIC_PREFIX": prefix, "DPM_BACKEND": "extractive"}
+        env = {
+            **os.environ,
+            "DPM_BOOTSTRAP": bootstrap,
+            "DPM_TOPIC_PREFIX": prefix,
+            "DPM_BACKEND": "extractive",
+            "DPM_METRICS_PORT": "-1",
+        }
         summ = ["baseline", "--budgets", str(budget.chars)]
         with pipeline_processes([["worker"], ["worker"], summ], env, workdir):
             say("started 2 projection workers and the Summ-only baseline")

@@ -32,4 +32,5 @@ def worker_env(bootstrap: str, names: TopicNames, home: Path) -> dict[str, str]:
         "DPM_SESSION_TIMEOUT_MS": "6000",
         "DPM_TRANSACTION_TIMEOUT_MS": "10000",
         "DPM_BACKEND": "extractive",
+        "DPM_METRICS_PORT": "-1",
     }

@@ -43,7 +43,7 @@ def evaluate_via_kafka(
     with cluster(settings, say) as bootstrap:
         config = {**settings.client_config(), "bootstrap.servers": bootstrap}
         ensure_topics(admin_client(config), pipeline_topics(names, 3), min(3, len(fetch_metadata(config).broker_ids)))
-        env = {**os.environ, "DPM_BOOTSTRAP": bootstrap, "DPM_TOPIC_PREFIX": names.prefix}
+        env = {**os.environ, "DPM_BOOTSTRAP": bootstrap, "DPM_TOPIC_PREFIX": names.prefix, "DPM_METRICS_PORT": "-1"}
         commands = [["worker"], ["worker"]] if Architecture.DPM in archs else []
         commands += [["baseline"]] if Architecture.SUMM in archs else []
         with pipeline_processes(commands, env, workdir / "logs"):

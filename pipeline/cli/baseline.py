@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import logging
+import os
 
 import faust
 import typer
@@ -12,6 +12,8 @@ from pipeline.kafka.admin import admin_client
 from pipeline.kafka.errors import KafkaAdapterError
 from pipeline.kafka.topics import TopicNames
 from pipeline.llm.factory import BackendSettings, make_backend
+from pipeline.observability.logs import configure_json_logging, json_logging_config
+from pipeline.observability.metrics import PipelineMetrics
 from pipeline.settings import Settings
 from pipeline.workers.baseline import Baseline, BaselineOptions
 from pipeline.workers.lifecycle import default_worker_id
@@ -35,9 +37,12 @@ def baseline(
     variant: SummVariant = typer.Option(SummVariant.REWRITE, "--variant", help="rewrite (the paper's) or buffered."),
     worker_id: str | None = typer.Option(None, "--worker-id"),
     backend: str | None = typer.Option(None, "--backend", help="extractive (default) or anthropic."),
+    metrics_port: int | None = typer.Option(
+        None, "--metrics-port", help="Port of /metrics (default DPM_METRICS_PORT or 9400; -1: off)."
+    ),
 ) -> None:
     """Serve the Summ-only baseline: one summarization call per event, one decision per `summ` trigger."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    configure_json_logging()
     settings = Settings.from_env()
     names = TopicNames(settings.topic_prefix)
     member = worker_id or default_worker_id("baseline")
@@ -52,5 +57,9 @@ def baseline(
         variant=variant,
     )
     options.datadir.mkdir(parents=True, exist_ok=True)
-    app = Baseline(options, names, make_backend(BackendSettings.from_env(backend))).app
-    faust.Worker(app, loglevel="INFO", quiet=True).execute_from_commandline()
+    metrics = PipelineMetrics(tuple(t for t in os.environ.get("DPM_METRICS_TENANTS", "").split(",") if t))
+    port = metrics_port if metrics_port is not None else int(os.environ.get("DPM_METRICS_PORT", "9400"))
+    if port >= 0:
+        metrics.serve(port, os.environ.get("DPM_METRICS_ADDR", "0.0.0.0"))  # noqa: S104 - a container's port
+    app = Baseline(options, names, make_backend(BackendSettings.from_env(backend)), metrics).app
+    faust.Worker(app, loglevel="INFO", quiet=True, logging_config=json_logging_config()).execute_from_commandline()

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import logging
-
 import typer
 
 from pipeline.llm.factory import BackendSettings
+from pipeline.observability.logs import configure_json_logging
 from pipeline.settings import Settings
 from pipeline.workers.lifecycle import default_worker_id, stop_on_signals
 from pipeline.workers.serve import WorkerOptions, serve_projection
@@ -17,8 +16,13 @@ def worker(
     worker_id: str | None = typer.Option(None, "--worker-id", help="Member id (default: host-pid-random)."),
     batch_size: int = typer.Option(8, "--batch-size", min=1, help="Triggers per transaction."),
     backend: str | None = typer.Option(None, "--backend", help="extractive (default) or anthropic."),
+    metrics_port: int | None = typer.Option(
+        None, "--metrics-port", help="Port of /metrics (default DPM_METRICS_PORT or 9400; -1: off)."
+    ),
 ) -> None:
     """Serve decision triggers: read the case by offset, project once, decide, publish in one transaction."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    configure_json_logging()
     options = WorkerOptions(worker_id=worker_id or default_worker_id("worker"), group_id=group, batch_size=batch_size)
+    if metrics_port is not None:
+        options = WorkerOptions(**{**options.__dict__, "metrics_port": metrics_port})
     serve_projection(Settings.from_env(), BackendSettings.from_env(backend), options, stop_on_signals())

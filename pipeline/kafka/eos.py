@@ -65,7 +65,7 @@ class LoopStats:
 
 
 def _raw(msg: Message) -> RawRecord:
-    return RawRecord(LogPosition(msg.partition() or 0, msg.offset() or 0), msg.key(), msg.value())
+    return RawRecord(LogPosition(msg.partition() or 0, msg.offset() or 0), msg.key(), msg.value(), msg.timestamp()[1])
 
 
 class TransactionalLoop:
@@ -182,12 +182,28 @@ class TransactionalLoop:
             return False
         return True
 
-    def run(self, should_stop: Callable[[], bool]) -> None:
-        """Runs batches until `should_stop()`; then leaves the group cleanly."""
+    def lag(self) -> dict[int, int]:
+        """Records between this member's position and the high watermark, per assigned partition."""
+        lags: dict[int, int] = {}
+        try:
+            for tp in self._consumer.position(self._consumer.assignment()):
+                _, high = self._consumer.get_watermark_offsets(tp, cached=True)
+                if tp.offset >= 0 and high >= 0:
+                    lags[tp.partition] = max(0, high - tp.offset)
+        except KafkaException as exc:
+            _LOG.debug("lag unavailable: %s", exc)
+        return lags
+
+    def run(self, should_stop: Callable[[], bool], on_idle: Callable[[], None] | None = None) -> None:
+        """Runs batches until `should_stop()`, calling `on_idle` about every 5 s; then leaves the group cleanly."""
         self.start()
+        last = 0.0
         try:
             while not should_stop():
                 self.run_once()
+                if on_idle is not None and time.monotonic() - last > 5:
+                    on_idle()
+                    last = time.monotonic()
         finally:
             self.close()
 

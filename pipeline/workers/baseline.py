@@ -15,7 +15,7 @@ import functools
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +33,8 @@ from pipeline.core.view import EMPTY_VIEW
 from pipeline.kafka.eos import Output
 from pipeline.kafka.topics import TopicNames
 from pipeline.kafka.wire import CaseOpening, DecisionRequest, task_wire
-from pipeline.workers.outputs import dead_letter, run_outputs
+from pipeline.observability.metrics import PipelineMetrics
+from pipeline.workers.outputs import dead_letter, observe_published, run_outputs
 from pipeline.workers.projection import event_from_json, request_from_record
 from pipeline.workers.summ_state import call_from_json, memory_from_json, step_record
 
@@ -52,12 +53,16 @@ class BaselineOptions:
     variant: SummVariant = SummVariant.REWRITE
     trigger_wait_s: float = 60.0
     session_timeout_s: float = 10.0
-    on_step: list[Any] = field(default_factory=list)
 
 
 def _record(event: Any) -> RawRecord:  # noqa: ANN401 - faust's EventT
     msg = event.message
-    return RawRecord(LogPosition(msg.partition, msg.offset), msg.key, msg.value)
+    return RawRecord(
+        LogPosition(msg.partition, msg.offset),
+        msg.key,
+        msg.value,
+        int(msg.timestamp * 1000) if msg.timestamp else None,
+    )
 
 
 def _step_key(case_key: str, budget: int, seq: int) -> str:
@@ -67,8 +72,10 @@ def _step_key(case_key: str, budget: int, seq: int) -> str:
 class Baseline:
     """The faust app; agents delegate to methods whose only state is in the changelog-backed tables."""
 
-    def __init__(self, options: BaselineOptions, names: TopicNames, backend: ModelBackend) -> None:
-        self.options, self.names, self.backend = options, names, backend
+    def __init__(
+        self, options: BaselineOptions, names: TopicNames, backend: ModelBackend, metrics: PipelineMetrics | None = None
+    ) -> None:
+        self.options, self.names, self.backend, self.metrics = options, names, backend, metrics
         self.app = faust.App(
             options.app_id,
             broker=[f"kafka://{b}" for b in options.bootstrap.split(",")],
@@ -100,7 +107,10 @@ class Baseline:
             await self.outputs[out.topic].send(key=out.key, value=out.value, headers=list(out.headers))
 
     async def _reject(self, record: RawRecord, source: str, exc: RejectedError) -> None:
-        _LOG.warning("record at %s of %s rejected: %s", record.position, source, exc)
+        _LOG.warning("record at %s of %s rejected: %s", record.position, source, exc,
+                     extra={"worker_id": self.options.worker_id})  # fmt: skip
+        if self.metrics is not None:
+            self.metrics.observe_rejection(exc.reason)
         await self._send(
             [
                 dead_letter(
@@ -178,8 +188,8 @@ class Baseline:
         )
         memory = await asyncio.get_running_loop().run_in_executor(None, step)
         self.steps[_step_key(case_key, budget, event.seq)] = step_record(event, record.position, memory, calls)
-        for callback in self.options.on_step:
-            callback(calls)
+        if self.metrics is not None:
+            self.metrics.observe_calls(Architecture.SUMM.value, calls)
 
     async def _on_triggers(self, stream: Any) -> None:  # noqa: ANN401 - faust's StreamT
         async for event in stream.events():
@@ -220,10 +230,21 @@ class Baseline:
         provenance = Provenance(
             request.decision_id(Architecture.SUMM), positions, "trigger", self.backend.name, self.options.worker_id
         )
-        await self._send(
-            run_outputs(self.names, result, trajectory, task=request.task, budget=budget, provenance=provenance)
-        )
-        _LOG.info("decided %s: %s", provenance.decision_id, result.decision.label)
+        outputs = run_outputs(self.names, result, trajectory, task=request.task, budget=budget, provenance=provenance)
+        await self._send(outputs)
+        if self.metrics is not None:
+            observe_published(
+                self.metrics,
+                result,
+                request.case.tenant,
+                outputs,
+                triggered_ms=record.timestamp_ms,
+                calls_counted_already=len(calls),
+            )  # the N steps were counted as they ran
+        _LOG.info("decided %s: %s", provenance.decision_id, result.decision.label,
+                  extra={"decision_id": provenance.decision_id, "tenant": request.case.tenant,
+                         "case_id": request.case.case_id, "trace_id": request.trigger_id,
+                         "worker_id": self.options.worker_id})  # fmt: skip
         return result
 
     async def _await_steps(self, request: DecisionRequest) -> tuple[int, list[int]]:

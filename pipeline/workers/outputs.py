@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import time
 from typing import Any
 
 import orjson
@@ -11,12 +12,31 @@ from pipeline.core.assemble import Rejection
 from pipeline.core.events import CaseRef, Trajectory
 from pipeline.core.log import RawRecord
 from pipeline.core.record import Provenance, audit_records, decision_record, view_record
+from pipeline.core.replay import verify_recorded
 from pipeline.core.run import RunResult
 from pipeline.core.task import Budget, TaskSpec
 from pipeline.kafka.eos import Output
 from pipeline.kafka.topics import TopicNames
+from pipeline.observability.metrics import PipelineMetrics
 
 DLQ_SCHEMA = "dpm.dlq.v1"
+
+
+def observe_published(
+    metrics: PipelineMetrics,
+    result: RunResult,
+    tenant: str,
+    outputs: list[Output],
+    *,
+    triggered_ms: int | None,
+    calls_counted_already: int = 0,
+) -> None:
+    """Counts a decision, and checks (without a model call) that its recorded response reproduces its view."""
+    end_to_end = time.time() - triggered_ms / 1000 if triggered_ms else None
+    metrics.observe_run(result, tenant, end_to_end, calls_counted_already=calls_counted_already)
+    decision = next(orjson.loads(o.value) for o in outputs if o.topic.endswith(".decisions"))
+    audits = [orjson.loads(o.value) for o in outputs if o.topic.endswith(".audit")]
+    metrics.replays.labels(verify_recorded(decision, audits).status.value).inc()
 
 
 def run_outputs(

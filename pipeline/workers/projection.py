@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,8 +17,9 @@ from pipeline.core.task import Architecture, Budget
 from pipeline.kafka.eos import Output
 from pipeline.kafka.topics import TopicNames
 from pipeline.kafka.wire import DecisionRequest
+from pipeline.observability.metrics import PipelineMetrics
 from pipeline.schemas import SchemaError, validate
-from pipeline.workers.outputs import dead_letter, run_outputs
+from pipeline.workers.outputs import dead_letter, observe_published, run_outputs
 
 _LOG = logging.getLogger("pipeline.workers.projection")
 
@@ -56,18 +57,18 @@ class ProjectionHandler:
     backend: ModelBackend
     worker_id: str
     max_trajectory_chars: int = MAX_TRAJECTORY_CHARS
-    on_rejection: Callable[[Rejection], None] | None = None
+    metrics: PipelineMetrics | None = None
 
     def handle(self, record: RawRecord) -> Sequence[Output]:
         try:
             request = request_from_record(record)
             if Architecture.DPM not in request.architectures:
                 return []
-            return self._decide(request)
+            return self._decide(request, record.timestamp_ms)
         except RejectedError as exc:
-            _LOG.warning("trigger at %s rejected: %s", record.position, exc)
-            if self.on_rejection is not None:
-                self.on_rejection(exc.reason)
+            _LOG.warning("trigger at %s rejected: %s", record.position, exc, extra={"worker_id": self.worker_id})
+            if self.metrics is not None:
+                self.metrics.observe_rejection(exc.reason)
             return [self._dead_letter(record, exc.reason, exc.detail)]
 
     def dead_letter(self, record: RawRecord, detail: str) -> Output:
@@ -88,11 +89,16 @@ class ProjectionHandler:
         )
         return trajectory, positions, source
 
-    def _decide(self, request: DecisionRequest) -> list[Output]:
+    def _decide(self, request: DecisionRequest, triggered_ms: int | None) -> list[Output]:
         trajectory, positions, source = self._read(request)
         budget = Budget(request.budget_chars)
         result = run_dpm(trajectory, request.task, budget, self.backend)
         decision_id = request.decision_id(Architecture.DPM)
         provenance = Provenance(decision_id, positions, source, self.backend.name, self.worker_id)
-        _LOG.info("decided %s for %s: %s", decision_id, request.case.key, result.decision.label)
-        return run_outputs(self.names, result, trajectory, task=request.task, budget=budget, provenance=provenance)
+        context = {"decision_id": decision_id, "tenant": request.case.tenant, "case_id": request.case.case_id,
+                   "trace_id": request.trigger_id, "worker_id": self.worker_id}  # fmt: skip
+        _LOG.info("decided %s: %s", decision_id, result.decision.label, extra=context)
+        outputs = run_outputs(self.names, result, trajectory, task=request.task, budget=budget, provenance=provenance)
+        if self.metrics is not None:
+            observe_published(self.metrics, result, request.case.tenant, outputs, triggered_ms=triggered_ms)
+        return outputs

@@ -1,0 +1,1 @@
+"""Metrics (Prometheus) and structured JSON logs for the long-running processes."""

@@ -1,0 +1,90 @@
+"""Prometheus metrics of the workers and the baseline, served over HTTP by prometheus-client."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+from pipeline.core.assemble import Rejection
+from pipeline.core.run import ModelCall, RunResult
+
+_LOG = logging.getLogger("pipeline.metrics")
+_LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+OTHER_TENANT = "other"
+
+
+class PipelineMetrics:
+    """Every metric the processes export; tenant labels only for tenants named in the configuration.
+
+    Unbounded label values (every tenant of a bank) would explode Prometheus' series count, so a
+    tenant outside `tenants` is counted as "other".
+    """
+
+    def __init__(self, tenants: Iterable[str] = (), registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        self._tenants = frozenset(tenants)
+        r = self.registry
+        self.decisions = Counter("dpm_decisions", "Decisions published", ["architecture", "outcome", "tenant"],
+                                 registry=r)  # fmt: skip
+        self.memory_seconds = Histogram("dpm_memory_build_seconds", "Projection (DPM) or summary steps (Summ-only)",
+                                        ["architecture"], buckets=_LATENCY_BUCKETS, registry=r)  # fmt: skip
+        self.decision_seconds = Histogram("dpm_decision_call_seconds", "The decision call", ["architecture"],
+                                          buckets=_LATENCY_BUCKETS, registry=r)  # fmt: skip
+        self.end_to_end_seconds = Histogram("dpm_end_to_end_seconds", "Trigger appended to decision published",
+                                            ["architecture"], buckets=_LATENCY_BUCKETS, registry=r)  # fmt: skip
+        self.model_calls = Counter("dpm_model_calls", "Model calls", ["architecture", "model", "purpose"], registry=r)
+        self.input_tokens = Counter("dpm_model_input_tokens", "Input tokens", ["architecture", "model"], registry=r)
+        self.output_tokens = Counter("dpm_model_output_tokens", "Output tokens", ["architecture", "model"], registry=r)
+        self.cost = Counter("dpm_model_cost_usd", "Model spend in US dollars", ["architecture", "model"], registry=r)
+        self.replays = Counter("dpm_replay_results", "Self-verification of published decisions", ["outcome"],
+                               registry=r)  # fmt: skip
+        self.dead_letters = Counter("dpm_dead_letters", "Records sent to the DLQ", ["reason"], registry=r)
+        self.isolation_violations = Counter("dpm_isolation_violations", "Triggers naming another tenant's events",
+                                            registry=r)  # fmt: skip
+        self.lag = Gauge("dpm_consumer_lag", "Records behind the high watermark", ["group", "topic", "partition"],
+                         registry=r)  # fmt: skip
+        for reason in Rejection:  # export zeros, so rate() and alerts work before the first dead letter
+            self.dead_letters.labels(reason.value)
+
+    def tenant_label(self, tenant: str) -> str:
+        return tenant if tenant in self._tenants else OTHER_TENANT
+
+    def observe_calls(self, architecture: str, calls: Iterable[ModelCall]) -> None:
+        """Counts model calls, their tokens and their cost."""
+        for call in calls:
+            model = call.response.model
+            self.model_calls.labels(architecture, model, call.request.purpose.value).inc()
+            self.input_tokens.labels(architecture, model).inc(call.response.usage.input_tokens)
+            self.output_tokens.labels(architecture, model).inc(call.response.usage.output_tokens)
+            self.cost.labels(architecture, model).inc(call.response.cost_usd)
+
+    def observe_run(
+        self, result: RunResult, tenant: str, end_to_end_s: float | None, *, calls_counted_already: int = 0
+    ) -> None:
+        """Counts a published decision and those of its model calls not counted when they were made."""
+        arch = result.architecture.value
+        self.decisions.labels(arch, result.decision.label or "failed", self.tenant_label(tenant)).inc()
+        memory = [c for c in result.calls if c.request.purpose.value != "decide"]
+        self.memory_seconds.labels(arch).observe(sum(c.response.latency_s for c in memory))
+        self.decision_seconds.labels(arch).observe(result.calls[-1].response.latency_s)
+        if end_to_end_s is not None:
+            self.end_to_end_seconds.labels(arch).observe(max(0.0, end_to_end_s))
+        self.observe_calls(arch, result.calls[calls_counted_already:])
+
+    def observe_rejection(self, reason: Rejection) -> None:
+        self.dead_letters.labels(reason.value).inc()
+        if reason is Rejection.CROSS_TENANT:
+            self.isolation_violations.inc()
+
+    def observe_lag(self, group: str, topic: str, lags: Mapping[int, int]) -> None:
+        for partition, lag in lags.items():
+            self.lag.labels(group, topic, str(partition)).set(lag)
+
+    def serve(self, port: int, addr: str = "0.0.0.0") -> Any:  # noqa: ANN401, S104 - containers expose the port
+        """Serves /metrics on addr:port; returns the server for shutdown."""
+        server, _ = start_http_server(port, addr=addr, registry=self.registry)
+        _LOG.info("metrics on %s:%d/metrics", addr, port)
+        return server

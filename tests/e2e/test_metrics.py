@@ -1,0 +1,80 @@
+"""Scrape a running worker during an end-to-end run: counters and histograms move by the expected amounts."""
+
+from __future__ import annotations
+
+import time
+import urllib.request
+from pathlib import Path
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from pipeline.cluster_session import pipeline_processes
+from pipeline.core.events import CaseRef
+from pipeline.core.task import Architecture
+from pipeline.kafka.producer import EventProducer
+from pipeline.kafka.topics import TopicNames
+from pipeline.kafka.wire import DecisionRequest, case_partition
+from pipeline.outputs_index import await_decisions
+from tests.kafka_support import free_cluster_port
+from tests.pipeline_support import create_topics, small_cases, worker_env
+
+DECISIONS = 5
+
+
+def _scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(body)
+        for sample in family.samples
+    }
+
+
+def _total(samples: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: str, **labels: str) -> float:
+    return sum(v for (n, lbls), v in samples.items() if n == name and labels.items() <= dict(lbls).items())
+
+
+def test_worker_metrics_move_by_the_expected_amounts(
+    kafka_bootstrap: str, kafka_config: dict[str, str], topic_names: TopicNames, tmp_path: Path
+) -> None:
+    create_topics(kafka_config, topic_names)
+    port = free_cluster_port(1)
+    env = {**worker_env(kafka_bootstrap, topic_names, tmp_path), "DPM_METRICS_ADDR": "127.0.0.1",
+           "DPM_METRICS_TENANTS": "e2e"}  # fmt: skip
+    producer = EventProducer(kafka_config, topic_names)
+    case = small_cases(per_domain=1)[0]
+    positions = tuple(producer.append(case.trajectory.events))
+    with pipeline_processes([["worker", "--metrics-port", str(port)]], env, tmp_path / "logs"):
+        deadline = time.monotonic() + 30
+        while True:  # the endpoint is up before any trigger: everything counted below is this run's
+            try:
+                before = _scrape(port)
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "metrics endpoint never came up"
+                time.sleep(0.3)
+        assert _total(before, "dpm_decisions_total") == 0
+        for n in range(DECISIONS):
+            producer.trigger(DecisionRequest(f"m{n}", case.ref, case.task, 900, (Architecture.DPM,), positions))
+        thief = CaseRef("intruder", case.ref.case_id)
+        producer.trigger(DecisionRequest("steal", thief, case.task, 900, (Architecture.DPM,), positions))
+        producer._producer.produce(
+            topic_names.triggers, value=b"{not json", key=b"x/y", partition=case_partition(case.ref, 3)
+        )  # a raw bad record, as a buggy agent sends
+        producer.close()
+        await_decisions(kafka_config, topic_names, DECISIONS, timeout_s=60)
+        time.sleep(6)  # one idle tick of the lag gauge
+        after = _scrape(port)
+    assert _total(after, "dpm_decisions_total", architecture="dpm", tenant="e2e") == DECISIONS
+    assert _total(after, "dpm_model_calls_total", architecture="dpm", purpose="project") == DECISIONS
+    assert _total(after, "dpm_model_calls_total", architecture="dpm", purpose="decide") == DECISIONS
+    assert _total(after, "dpm_model_input_tokens_total", architecture="dpm") > 0
+    assert _total(after, "dpm_memory_build_seconds_count", architecture="dpm") == DECISIONS
+    assert _total(after, "dpm_decision_call_seconds_count", architecture="dpm") == DECISIONS
+    assert _total(after, "dpm_end_to_end_seconds_count", architecture="dpm") == DECISIONS
+    assert _total(after, "dpm_replay_results_total", outcome="MATCH") == DECISIONS
+    assert _total(after, "dpm_dead_letters_total", reason="cross-tenant") == 1
+    assert _total(after, "dpm_dead_letters_total", reason="not-json") == 1
+    assert _total(after, "dpm_isolation_violations_total") == 1
+    assert any(name == "dpm_consumer_lag" for name, _ in after)
+    assert _total(after, "dpm_consumer_lag") == 0
