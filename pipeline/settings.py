@@ -12,6 +12,29 @@ DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 KAFKA_VERSION = "3.9.2"
 
 
+# Every environment variable the processes read, with what it sets. Deployment files may only use
+# these (a test checks the manifests and the compose file against this table).
+ENVIRONMENT: dict[str, str] = {
+    "DPM_BOOTSTRAP": "Kafka bootstrap servers (unset: the local broker)",
+    "DPM_TOPIC_PREFIX": "prefix of the six topic names",
+    "DPM_HOME": "local state: broker data, baseline data dirs",
+    "DPM_CACHE_DIR": "where the broker jars are cached",
+    "DPM_KAFKA_CONFIG": "properties file of extra librdkafka settings (SASL, TLS)",
+    "DPM_BACKEND": "model backend: extractive or anthropic",
+    "DPM_MODEL": "model id for the anthropic backend",
+    "ANTHROPIC_API_KEY": "API key of the anthropic backend",
+    "ANTHROPIC_BASE_URL": "Messages API base URL (a gateway or proxy)",
+    "DPM_PRICE_TABLE": "JSON price table overriding list prices",
+    "DPM_MODEL_TIMEOUT_S": "model call timeout",
+    "DPM_MODEL_MAX_RETRIES": "model call retries (429, 529, 5xx, connection errors)",
+    "DPM_SESSION_TIMEOUT_MS": "consumer group session timeout of the workers",
+    "DPM_TRANSACTION_TIMEOUT_MS": "Kafka transaction timeout of the workers",
+    "DPM_METRICS_PORT": "port of /metrics (-1: off)",
+    "DPM_METRICS_ADDR": "address /metrics binds to",
+    "DPM_METRICS_TENANTS": "tenants that get their own metric label (others: other)",
+}
+
+
 class SettingsError(DpmError):
     """A setting is missing or malformed."""
 
