@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install lint typecheck test test-unit demo broker-up broker-down clean
+.PHONY: install lint typecheck test test-unit demo bench eval broker-up broker-down clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -39,3 +39,12 @@ broker-down: $(STAMP)
 
 clean:
 	rm -rf $(VENV) build dist .mypy_cache .pytest_cache .ruff_cache
+
+# Figures, not pass/fail: throughput, latency and read cost of the pipeline on this machine.
+bench: $(STAMP)
+	$(BIN)/python benchmarks/pipeline_bench.py
+
+# The evaluation harness on freshly generated cases (under a minute with the offline backend).
+eval: $(STAMP)
+	$(BIN)/dpm cases generate --out out/cases
+	$(BIN)/dpm eval --cases out/cases --out out/eval
