@@ -80,6 +80,20 @@ def figure_determinism(study: dict[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
+def figure_per_arch(stats: dict[str, Any], path: Path) -> None:
+    """Audit surface (records per decision), tokens, cost and wall time per decision, per architecture."""
+    archs = list(stats["per_arch"])
+    panels = (("audit_records_per_decision", "audit records / decision"), ("tokens_per_decision", "tokens / decision"),
+              ("cost_usd_per_decision", "cost $ / decision"), ("wall_s_per_decision", "wall s / decision"))  # fmt: skip
+    fig, axes = plt.subplots(1, len(panels), figsize=(13, 3.2))
+    for ax, (key, title) in zip(axes, panels, strict=True):
+        ax.bar(archs, [stats["per_arch"][a][key] for a in archs], color=["tab:blue", "tab:orange"][: len(archs)])
+        ax.set_title(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def _budget_table(stats: dict[str, Any]) -> list[str]:
     lines = [
         "| budget | chars | axis | DPM | Summ | delta | 95% CI | p | h | n |",
@@ -124,7 +138,9 @@ def write_report(stats: dict[str, Any], meta: dict[str, Any], out: Path) -> Path
         "",
         *_arch_table(stats),
     ]
+    lines += ["", "![audit surface, tokens, cost and latency](per_arch.png)"]
     figure_axes(stats, out / "axes_by_budget.png")
+    figure_per_arch(stats, out / "per_arch.png")
     if "scaling" in stats:
         crossover = stats["scaling"]["crossover_rho"]
         lines += ["", "## Compression-ratio scaling", "",

@@ -64,7 +64,7 @@ def test_eval_writes_results_stats_report_and_figures(small_cases: Path, tmp_pat
     assert [p["rho"] for p in stats["scaling"]["points"]] == [5, 50]
     report = (out / "report.md").read_text()
     assert "| budget | chars | axis | DPM | Summ | delta | 95% CI | p | h | n |" in report
-    for figure in ("axes_by_budget.png", "scaling.png", "determinism.png"):
+    for figure in ("axes_by_budget.png", "per_arch.png", "scaling.png", "determinism.png"):
         assert (out / figure).read_bytes().startswith(b"\x89PNG")
     tams = _dpm("tams", "--results", str(out), "--rho", "1000")
     assert tams.stdout.startswith("DPM")
