@@ -1,0 +1,72 @@
+"""`dpm produce` and `dpm trigger` as a user runs them: all-or-nothing input, manifests, decisions."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+
+from pipeline.casefiles import write_case
+from pipeline.cluster_session import pipeline_processes
+from pipeline.core.events import CaseRef
+from pipeline.kafka.reader import KafkaEventLog
+from pipeline.kafka.topics import TopicNames
+from pipeline.outputs_index import await_decisions
+from tests.pipeline_support import create_topics, small_cases, worker_env
+
+
+def _dpm(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "pipeline", *args], capture_output=True, text=True,
+                          env={**os.environ, **env}, timeout=300, check=False)  # fmt: skip
+
+
+def test_a_bad_file_sends_nothing_and_a_good_run_is_decided(
+    kafka_bootstrap: str, kafka_config: dict[str, str], topic_names: TopicNames, tmp_path: Path
+) -> None:
+    create_topics(kafka_config, topic_names)
+    env = {"DPM_BOOTSTRAP": kafka_bootstrap, "DPM_TOPIC_PREFIX": topic_names.prefix}
+    cases = small_cases(per_domain=1)
+    folder = tmp_path / "cases"
+    for case in cases[:2]:
+        write_case(case, folder)
+    broken = orjson.loads((folder / f"{cases[0].ref.case_id}.json").read_bytes())
+    broken["case_id"] = "broken-case"
+    broken["events"][3]["seq"] = -4
+    (folder / "zz-broken.json").write_bytes(orjson.dumps(broken))
+
+    refused = _dpm("produce", "--cases", str(folder), env=env)
+    assert refused.returncode == 1
+    assert "zz-broken.json" in refused.stderr
+    assert "Traceback" not in refused.stderr
+    log = KafkaEventLog(kafka_config, topic_names.events)
+    assert all(log.scan(c.ref).records == () for c in cases[:2]), "nothing was sent"
+
+    (folder / "zz-broken.json").unlink()
+    manifest = tmp_path / "manifest.json"
+    produced = _dpm("produce", "--cases", str(folder), "--manifest", str(manifest), env=env)
+    assert produced.returncode == 0, produced.stderr
+    entries = orjson.loads(manifest.read_bytes())
+    lengths = {c.ref.case_id: len(c.trajectory) for c in cases[:2]}
+    assert {e["case_id"]: len(e["positions"]) for e in entries} == lengths
+    for entry in entries:
+        assert len(log.scan(CaseRef(entry["tenant"], entry["case_id"])).records) == lengths[entry["case_id"]]
+    log.close()
+
+    triggered = _dpm("trigger", "--manifest", str(manifest), "--budget", "moderate", "--arch", "dpm", env=env)
+    assert triggered.returncode == 0, triggered.stderr
+    assert triggered.stdout.count("triggered") == 2
+    with pipeline_processes([["worker"]], worker_env(kafka_bootstrap, topic_names, tmp_path), tmp_path / "logs"):
+        outputs = await_decisions(kafka_config, topic_names, 2, timeout_s=60)
+    assert {d["positions_source"] for d in outputs.decisions.values()} == {"trigger"}
+    labels = {c.ref.case_id: c.label for c in cases[:2]}
+    assert {d["case_id"]: d["decision"]["label"] for d in outputs.decisions.values()} == labels
+
+
+def test_trigger_without_a_manifest_needs_a_budget_in_characters(kafka_bootstrap: str) -> None:
+    env = {"DPM_BOOTSTRAP": kafka_bootstrap, "DPM_TOPIC_PREFIX": "unused"}
+    result = _dpm("trigger", "--tenant", "a", "--case", "b", "--budget", "tight", env=env)
+    assert result.returncode == 1
+    assert "budget in characters" in result.stderr
