@@ -14,7 +14,7 @@ import asyncio
 import functools
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -124,13 +124,17 @@ class Baseline:
             ]
         )
 
-    async def _on_events(self, stream: Any) -> None:  # noqa: ANN401 - faust's StreamT
+    async def _consume(self, stream: Any, source: str, handle: Callable[[RawRecord], Awaitable[object]]) -> None:  # noqa: ANN401
+        """Feeds each record of a faust stream to `handle`; refused input becomes a dead letter."""
         async for event in stream.events():
             record = _record(event)
             try:
-                await self.apply_event(record)
+                await handle(record)
             except RejectedError as exc:
-                await self._reject(record, self.names.events, exc)
+                await self._reject(record, source, exc)
+
+    async def _on_events(self, stream: Any) -> None:  # noqa: ANN401 - faust's StreamT
+        await self._consume(stream, self.names.events, self.apply_event)
 
     def _default_task(self) -> TaskSpec:
         rules = rules_for(self.options.default_domain)
@@ -192,12 +196,7 @@ class Baseline:
             self.metrics.observe_calls(Architecture.SUMM.value, calls)
 
     async def _on_triggers(self, stream: Any) -> None:  # noqa: ANN401 - faust's StreamT
-        async for event in stream.events():
-            record = _record(event)
-            try:
-                await self.decide(record)
-            except RejectedError as exc:
-                await self._reject(record, self.names.triggers, exc)
+        await self._consume(stream, self.names.triggers, self.decide)
 
     async def decide(self, record: RawRecord) -> RunResult | None:
         """The decision over the memory after the trigger's last event, published with N+1 audit records."""

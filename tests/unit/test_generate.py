@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from collections import Counter
 
 import pytest
@@ -15,6 +12,7 @@ from pipeline.core.case import case_to_dict
 from pipeline.core.domains import rules_for
 from pipeline.core.fields import extract_fields
 from pipeline.schemas import validate
+from tests.processes import run_python
 
 CASES = generate_cases(GenerationSpec(per_domain=4))
 
@@ -78,13 +76,7 @@ def test_the_same_seed_gives_the_same_bytes_in_another_process() -> None:
         "generate_cases(GenerationSpec(per_domain=2, seed=7))])).hexdigest())"
     )
 
-    def digest(seed: str) -> str:
-        env = {**os.environ, "PYTHONHASHSEED": seed}
-        return subprocess.run(
-            [sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True
-        ).stdout
-
-    digests = {digest("1"), digest("99")}
+    digests = {run_python(script, "1"), run_python(script, "99")}
     assert len(digests) == 1
     seven = [case_to_dict(c) for c in generate_cases(GenerationSpec(per_domain=2, seed=7))]
     eight = [case_to_dict(c) for c in generate_cases(GenerationSpec(per_domain=2, seed=8))]

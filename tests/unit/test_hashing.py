@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 from hypothesis import given
 from hypothesis import strategies as st
 
 from pipeline.core.events import CaseRef, Event
 from pipeline.core.hashing import canonical_json, events_digest, json_digest
+from tests.processes import run_python
 
 _json = st.recursive(
     st.none() | st.booleans() | st.integers(-(2**53), 2**53) | st.text(max_size=20),
@@ -43,14 +40,5 @@ print(events_digest(events), json_digest({"b": 1, "a": [1, {"z": 2, "y": 3}], "Ã
 
 
 def test_digests_agree_across_processes_with_different_hash_seeds() -> None:
-    outputs = {
-        subprocess.run(
-            [sys.executable, "-c", _SCRIPT],
-            env={**os.environ, "PYTHONHASHSEED": seed},
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout
-        for seed in ("0", "1", "12345")
-    }
+    outputs = {run_python(_SCRIPT, seed) for seed in ("0", "1", "12345")}
     assert len(outputs) == 1

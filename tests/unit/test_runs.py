@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import pytest
 
 from pipeline.core.events import Event, Trajectory
@@ -14,6 +10,7 @@ from pipeline.core.run import SummVariant, run_dpm, run_summ
 from pipeline.core.task import Architecture, Budget
 from pipeline.llm.extractive.backend import ExtractiveBackend
 from tests.cases import load_fixture
+from tests.processes import run_python
 
 CASE = load_fixture()
 BACKEND = ExtractiveBackend()
@@ -87,15 +84,6 @@ for chars in (300, 1200):
 
 
 def test_projection_is_byte_identical_across_processes_and_hash_seeds() -> None:
-    outputs = [
-        subprocess.run(
-            [sys.executable, "-c", _SCRIPT],
-            env={**os.environ, "PYTHONHASHSEED": seed},
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout
-        for seed in ("0", "4242")
-    ]
+    outputs = [run_python(_SCRIPT, seed) for seed in ("0", "4242")]
     assert outputs[0] == outputs[1]
     assert len(outputs[0].splitlines()) == 2

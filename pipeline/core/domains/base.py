@@ -90,5 +90,16 @@ class Checks:
             self.reasons.append("Could not verify from the file: " + ", ".join(k.replace("_", " ") for k in absent))
         return bool(absent)
 
+    def number(self, key: str) -> Decimal:
+        """A present, numeric field's value (call after `missing` said it is there)."""
+        return self.values[key].number or Decimal(0)
+
+    def at_most(self, value: Decimal, limit: Decimal, statement: str, *, too_high: str, within: str) -> None:
+        """Records `statement` as a reason when value > limit, else as a finding."""
+        if value > limit:
+            self.reasons.append(f"{too_high}{statement}, above {within}")
+        else:
+            self.findings.append(f"{statement}, within {within}.")
+
     def verdict(self, positive: str, negative: str) -> Verdict:
         return Verdict(negative if self.reasons else positive, tuple(self.reasons), tuple(self.findings))

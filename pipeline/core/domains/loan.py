@@ -47,21 +47,20 @@ def policy(values: Mapping[str, FieldValue]) -> Verdict:
             checks.reasons.append(f"Credit score {checks.text('credit_score')} is below the minimum of 620")
         else:
             checks.findings.append(f"Credit score {checks.text('credit_score')} meets the minimum of 620.")
-    if not checks.missing("monthly_debt", "gross_monthly_income"):
-        dti = percent(values["monthly_debt"].number or Decimal(0), values["gross_monthly_income"].number or Decimal(1))
-        ratio = f"DTI {checks.text('monthly_debt')} / {checks.text('gross_monthly_income')} = {dti}%"
-        if dti > MAX_DTI_PERCENT:
-            checks.reasons.append(f"Debt-to-income ratio too high: {ratio}, above the 43% maximum")
-        else:
-            checks.findings.append(f"{ratio}, within the 43% maximum.")
-    if not checks.missing("loan_amount", "appraised_value"):
-        ltv = percent(values["loan_amount"].number or Decimal(0), values["appraised_value"].number or Decimal(1))
-        ratio = f"LTV {checks.text('loan_amount')} / {checks.text('appraised_value')} = {ltv}%"
-        if ltv > MAX_LTV_PERCENT:
-            checks.reasons.append(f"Loan-to-value ratio too high: {ratio}, above the 95% maximum")
-        else:
-            checks.findings.append(f"{ratio}, within the 95% maximum.")
+    for name, part, whole, maximum, label in _RATIOS:
+        if not checks.missing(part, whole):
+            ratio = percent(checks.number(part), checks.number(whole) or Decimal(1))
+            statement = f"{name} {checks.text(part)} / {checks.text(whole)} = {ratio}%"
+            checks.at_most(ratio, maximum, statement, too_high=f"{label} ratio too high: ",
+                           within=f"the {maximum}% maximum")  # fmt: skip
     return checks.verdict("APPROVE", "DENY")
+
+
+# (name, numerator field, denominator field, maximum percent, reason wording)
+_RATIOS = (
+    ("DTI", "monthly_debt", "gross_monthly_income", MAX_DTI_PERCENT, "Debt-to-income"),
+    ("LTV", "loan_amount", "appraised_value", MAX_LTV_PERCENT, "Loan-to-value"),
+)
 
 
 RULES = DomainRules(

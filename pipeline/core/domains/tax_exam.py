@@ -48,29 +48,20 @@ FIELDS = (
 def policy(values: Mapping[str, FieldValue]) -> Verdict:
     """ADJUST when unreported income or unsubstantiated deductions exceed $1,000; else NO CHANGE."""
     checks = Checks(values)
-    if not checks.missing("information_return_income", "reported_income"):
-        gap = (values["information_return_income"].number or Decimal(0)) - (
-            values["reported_income"].number or Decimal(0)
-        )
-        line = (
-            f"Unreported income {money(gap)} = information returns {checks.text('information_return_income')} "
-            f"- reported {checks.text('reported_income')}"
-        )
-        (checks.reasons if gap > TOLERANCE else checks.findings).append(
-            line + (", above the $1,000 tolerance" if gap > TOLERANCE else ", within the $1,000 tolerance.")
-        )
-    if not checks.missing("claimed_deductions", "substantiated_deductions"):
-        gap = (values["claimed_deductions"].number or Decimal(0)) - (
-            values["substantiated_deductions"].number or Decimal(0)
-        )
-        line = (
-            f"Unsubstantiated deductions {money(gap)} = claimed {checks.text('claimed_deductions')} "
-            f"- substantiated {checks.text('substantiated_deductions')}"
-        )
-        (checks.reasons if gap > TOLERANCE else checks.findings).append(
-            line + (", above the $1,000 tolerance" if gap > TOLERANCE else ", within the $1,000 tolerance.")
-        )
+    for name, larger, smaller, larger_word, smaller_word in _GAPS:
+        if not checks.missing(larger, smaller):
+            gap = checks.number(larger) - checks.number(smaller)
+            statement = (f"{name} {money(gap)} = {larger_word} {checks.text(larger)} "
+                         f"- {smaller_word} {checks.text(smaller)}")  # fmt: skip
+            checks.at_most(gap, TOLERANCE, statement, too_high="", within="the $1,000 tolerance")
     return checks.verdict("NO CHANGE", "ADJUST")
+
+
+# (what the gap is, the larger field, the smaller field, how each is named in the finding)
+_GAPS = (
+    ("Unreported income", "information_return_income", "reported_income", "information returns", "reported"),
+    ("Unsubstantiated deductions", "claimed_deductions", "substantiated_deductions", "claimed", "substantiated"),
+)
 
 
 RULES = DomainRules(
