@@ -24,6 +24,7 @@ class Rejection(StrEnum):
     OVERSIZE = "oversize"
     ERASED = "erased"
     MODEL_ERROR = "model-error"
+    INTERNAL = "internal-error"
 
 
 class RejectedError(DpmError):

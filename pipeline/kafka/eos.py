@@ -37,7 +37,7 @@ class Handler(Protocol):
         ...
 
     def dead_letter(self, record: RawRecord, detail: str) -> Output:
-        """The dead letter for a record whose model calls kept failing."""
+        """The dead letter for a record whose processing kept failing (model or log unavailable)."""
         ...
 
 
@@ -111,11 +111,11 @@ class TransactionalLoop:
 
     def _outputs(self, record: RawRecord) -> Sequence[Output]:
         if self._attempts.get(record.position, 0) >= self._config.max_model_attempts:
-            detail = f"model calls failed {self._attempts.pop(record.position)} times"
+            detail = f"processing failed {self._attempts.pop(record.position)} times (model or event log)"
             return [self._handler.dead_letter(record, detail)]
         try:
             outputs = self._handler.handle(record)
-        except ModelBackendError:
+        except (ModelBackendError, KafkaAdapterError):
             self._attempts[record.position] = self._attempts.get(record.position, 0) + 1
             raise
         self._attempts.pop(record.position, None)
@@ -155,8 +155,8 @@ class TransactionalLoop:
             return 0
         try:
             self._commit(batch)
-        except ModelBackendError as exc:
-            _LOG.warning("model call failed, batch aborted and retried: %s", exc)
+        except (ModelBackendError, KafkaAdapterError) as exc:
+            _LOG.warning("batch aborted and retried after a transient failure: %s", exc)
             self._abort(batch)
             time.sleep(self._config.retry_backoff_s)
             return 0

@@ -25,7 +25,7 @@ from pipeline.core.assemble import RejectedError, Rejection, decode_json
 from pipeline.core.domains import rules_for
 from pipeline.core.events import Event, LogPosition, Trajectory
 from pipeline.core.log import RawRecord
-from pipeline.core.model import ModelBackend, ModelRequest, ModelResponse
+from pipeline.core.model import ModelBackend, ModelBackendError, ModelRequest, ModelResponse
 from pipeline.core.record import Provenance
 from pipeline.core.run import ModelCall, RunResult, SummMemory, SummVariant, finish_summ, summ_step
 from pipeline.core.task import Architecture, Budget, TaskSpec
@@ -39,6 +39,8 @@ from pipeline.workers.projection import event_from_json, request_from_record
 from pipeline.workers.summ_state import call_from_json, memory_from_json, step_record
 
 _LOG = logging.getLogger("pipeline.workers.baseline")
+_MODEL_ATTEMPTS = 3
+_RETRY_BACKOFF_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -128,10 +130,24 @@ class Baseline:
         """Feeds each record of a faust stream to `handle`; refused input becomes a dead letter."""
         async for event in stream.events():
             record = _record(event)
-            try:
-                await handle(record)
-            except RejectedError as exc:
-                await self._reject(record, source, exc)
+            for attempt in range(1, _MODEL_ATTEMPTS + 1):
+                try:
+                    await handle(record)
+                    break
+                except RejectedError as exc:
+                    await self._reject(record, source, exc)
+                    break
+                except ModelBackendError as exc:
+                    if attempt == _MODEL_ATTEMPTS:
+                        await self._reject(record, source, RejectedError(Rejection.MODEL_ERROR, str(exc)))
+                    else:
+                        await asyncio.sleep(_RETRY_BACKOFF_S * attempt)
+                except Exception as exc:  # noqa: BLE001 - a bug must not stop the stream
+                    _LOG.exception("record at %s of %s broke the baseline", record.position, source)
+                    await self._reject(
+                        record, source, RejectedError(Rejection.INTERNAL, f"{type(exc).__name__}: {exc}")
+                    )
+                    break
 
     async def _on_events(self, stream: Any) -> None:  # noqa: ANN401 - faust's StreamT
         await self._consume(stream, self.names.events, self.apply_event)

@@ -10,11 +10,12 @@ from typing import Any
 from pipeline.core.assemble import RejectedError, Rejection, assemble, decode_json
 from pipeline.core.events import Event, LogPosition, Trajectory
 from pipeline.core.log import EventLog, RawRecord
-from pipeline.core.model import ModelBackend
+from pipeline.core.model import ModelBackend, ModelBackendError
 from pipeline.core.record import Provenance
 from pipeline.core.run import run_dpm
 from pipeline.core.task import Architecture, Budget
 from pipeline.kafka.eos import Output
+from pipeline.kafka.errors import KafkaAdapterError
 from pipeline.kafka.topics import TopicNames
 from pipeline.kafka.wire import DecisionRequest
 from pipeline.observability.metrics import PipelineMetrics
@@ -67,9 +68,17 @@ class ProjectionHandler:
             return self._decide(request, record.timestamp_ms)
         except RejectedError as exc:
             _LOG.warning("trigger at %s rejected: %s", record.position, exc, extra={"worker_id": self.worker_id})
-            if self.metrics is not None:
-                self.metrics.observe_rejection(exc.reason)
-            return [self._dead_letter(record, exc.reason, exc.detail)]
+            return [self._refuse(record, exc.reason, exc.detail)]
+        except (ModelBackendError, KafkaAdapterError):
+            raise  # worth retrying: the loop aborts the batch, backs off and tries again
+        except Exception as exc:  # noqa: BLE001 - a bug must not turn one trigger into a crash loop
+            _LOG.exception("trigger at %s broke the handler", record.position, extra={"worker_id": self.worker_id})
+            return [self._refuse(record, Rejection.INTERNAL, f"{type(exc).__name__}: {exc}")]
+
+    def _refuse(self, record: RawRecord, reason: Rejection, detail: str) -> Output:
+        if self.metrics is not None:
+            self.metrics.observe_rejection(reason)
+        return self._dead_letter(record, reason, detail)
 
     def dead_letter(self, record: RawRecord, detail: str) -> Output:
         return self._dead_letter(record, Rejection.MODEL_ERROR, detail)

@@ -11,6 +11,7 @@ import pytest
 from pipeline.core.events import CaseRef, Event, LogPosition
 from pipeline.core.log import RawRecord
 from pipeline.core.memlog import InMemoryEventLog
+from pipeline.core.model import ModelBackendError, ModelRequest, ModelResponse
 from pipeline.core.task import Architecture
 from pipeline.kafka.topics import TopicNames
 from pipeline.kafka.wire import DecisionRequest
@@ -139,3 +140,26 @@ def test_triggers_for_summ_only_are_left_to_the_baseline(log: InMemoryEventLog) 
     positions = tuple(log.append(e) for e in CASE.trajectory.events)
     request = replace(_request(positions), architectures=(Architecture.SUMM,))
     assert list(_handler(log).handle(_trigger(request))) == []
+
+
+class _Broken(ExtractiveBackend):
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+    def complete(self, request: ModelRequest) -> ModelResponse:
+        raise self.error
+
+
+def test_a_bug_becomes_an_internal_error_dead_letter_not_a_crash(log: InMemoryEventLog) -> None:
+    positions = tuple(log.append(e) for e in CASE.trajectory.events)
+    handler = ProjectionHandler(NAMES, log, _Broken(RuntimeError("boom")), "unit-worker")
+    letter = _dead_letter(list(handler.handle(_trigger(_request(positions)))))
+    assert letter["reason"] == "internal-error"
+    assert "RuntimeError: boom" in str(letter["detail"])
+
+
+def test_a_failing_model_is_raised_for_the_loop_to_retry(log: InMemoryEventLog) -> None:
+    positions = tuple(log.append(e) for e in CASE.trajectory.events)
+    handler = ProjectionHandler(NAMES, log, _Broken(ModelBackendError("HTTP 529")), "unit-worker")
+    with pytest.raises(ModelBackendError):
+        handler.handle(_trigger(_request(positions)))

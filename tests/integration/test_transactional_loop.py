@@ -1,0 +1,61 @@
+"""The transactional loop against the real broker: retries of transient failures, then a dead letter."""
+
+from __future__ import annotations
+
+import uuid
+
+import orjson
+
+from pipeline.core.memlog import InMemoryEventLog
+from pipeline.core.model import ModelBackendError, ModelRequest, ModelResponse
+from pipeline.core.task import Architecture
+from pipeline.kafka.dump import read_topic
+from pipeline.kafka.eos import LoopConfig, TransactionalLoop
+from pipeline.kafka.producer import EventProducer
+from pipeline.kafka.topics import TopicNames
+from pipeline.kafka.wire import DecisionRequest
+from pipeline.llm.extractive.backend import ExtractiveBackend
+from pipeline.workers.projection import ProjectionHandler
+from tests.cases import load_fixture
+from tests.pipeline_support import create_topics
+
+
+class _Overloaded(ExtractiveBackend):
+    calls = 0
+
+    def complete(self, request: ModelRequest) -> ModelResponse:
+        _Overloaded.calls += 1
+        raise ModelBackendError("Messages API answered HTTP 529: overloaded")
+
+
+def test_a_model_that_keeps_failing_is_retried_then_dead_lettered(
+    kafka_config: dict[str, str], topic_names: TopicNames
+) -> None:
+    create_topics(kafka_config, topic_names)
+    case = load_fixture()
+    log = InMemoryEventLog()
+    positions = tuple(log.append(e) for e in case.trajectory.events)
+    producer = EventProducer(kafka_config, topic_names)
+    producer.trigger(DecisionRequest("t-529", case.ref, case.task, 700, (Architecture.DPM,), positions))
+    producer.close()
+    config = LoopConfig(
+        group_id=f"g-{uuid.uuid4().hex}",
+        input_topic=topic_names.triggers,
+        transactional_id=f"tx-{uuid.uuid4().hex}",
+        max_model_attempts=3,
+        retry_backoff_s=0.1,
+    )
+    loop = TransactionalLoop(kafka_config, config, ProjectionHandler(topic_names, log, _Overloaded(), "w"))
+    loop.start()
+    committed = 0
+    for _ in range(60):
+        committed += loop.run_once(timeout_s=1.0)
+        if committed:
+            break
+    loop.close()
+    assert committed == 1
+    assert _Overloaded.calls == 3
+    assert loop.stats.aborts == 3
+    letters = [orjson.loads(r.value or b"") for r in read_topic(kafka_config, topic_names.dlq)]
+    assert [letter["reason"] for letter in letters] == ["model-error"]
+    assert list(read_topic(kafka_config, topic_names.decisions)) == []
