@@ -72,7 +72,7 @@ def _answer(body: dict[str, Any]) -> bytes:
 
 def _handler(state: MessagesApiState) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: ARG002
+        def log_message(self, format: str, *args: Any) -> None:
             return
 
         def do_POST(self) -> None:
