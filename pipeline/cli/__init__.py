@@ -10,7 +10,7 @@ from rich.console import Console
 from pipeline.cli import bench, broker, topics
 from pipeline.cli.baseline import baseline
 from pipeline.cli.demo import demo
-from pipeline.cli.pipeline_cmds import compare, produce, replay, trigger
+from pipeline.cli.pipeline_cmds import compare, erase, produce, replay, trigger
 from pipeline.cli.worker import worker
 from pipeline.core.errors import DpmError
 
@@ -28,7 +28,7 @@ app.command()(bench.tams)
 app.command()(demo)
 app.command()(worker)
 app.command()(baseline)
-for command in (produce, trigger, compare, replay):
+for command in (produce, trigger, compare, replay, erase):
     app.command()(command)
 
 _err = Console(stderr=True, soft_wrap=True)

@@ -123,6 +123,27 @@ def trigger(
     producer.close()
 
 
+def erase(
+    tenant: str = typer.Option(..., "--tenant"),
+    case_id: str = typer.Option(..., "--case"),
+) -> None:
+    """Erase a case's events (tombstones; compaction removes them): its decisions then replay as ERASED."""
+    settings = Settings.from_env()
+    names = TopicNames(settings.topic_prefix)
+    case = CaseRef(tenant, case_id)
+    log = KafkaEventLog(settings.client_config(), names.events)
+    try:
+        keys = [r.key for r in log.scan(case).records if r.key is not None]
+    finally:
+        log.close()
+    if not keys:
+        raise DpmError(f"no events of {case.key} in {names.events}")
+    producer = EventProducer(settings.client_config(), names)
+    count = producer.erase(case, keys)
+    producer.close()
+    _out.print(f"wrote {count} tombstone(s) for {case.key}; compaction removes the events")
+
+
 def compare() -> None:
     """Compare DPM and Summ-only on the triggers both decided: agreement, accuracy, calls, tokens, latency, cost."""
     settings = Settings.from_env()

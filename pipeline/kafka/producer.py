@@ -9,7 +9,7 @@ from typing import Any
 import orjson
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
-from pipeline.core.events import Event, LogPosition
+from pipeline.core.events import CaseRef, Event, LogPosition
 from pipeline.kafka.admin import admin_client
 from pipeline.kafka.errors import KafkaAdapterError
 from pipeline.kafka.topics import TopicNames
@@ -101,6 +101,30 @@ class EventProducer:
             request.case.tenant,
         )
         return self._send(topic, [record])[0]
+
+    def erase(self, case: CaseRef, keys: Iterable[bytes]) -> int:
+        """Writes a tombstone for each event key of `case` (the right to erasure); returns how many.
+
+        Compaction then removes the events and, after delete.retention.ms, the tombstones: replays of
+        decisions that read them report ERASED from then on.
+        """
+        topic = self._names.events
+        partition = case_partition(case, self._partition_count(topic))
+        prefix = f"{case.key}/".encode()
+        count = 0
+        try:
+            for key in keys:
+                if not key.startswith(prefix):
+                    raise KafkaAdapterError(f"key {key!r} is not an event of {case.key}")
+                self._producer.produce(topic, key=key, value=None, partition=partition,
+                                       headers=[(TENANT_HEADER, case.tenant.encode("utf-8"))])  # fmt: skip
+                count += 1
+            remaining = self._producer.flush(60)
+        except (KafkaException, BufferError) as exc:
+            raise KafkaAdapterError(f"erasing {case.key} failed: {exc}") from exc
+        if remaining:
+            raise KafkaAdapterError(f"{remaining} tombstone(s) for {case.key} not delivered")
+        return count
 
     def close(self) -> None:
         self._producer.flush(30)
