@@ -72,11 +72,7 @@ class Settings:
     cache_dir: Path = field(default_factory=lambda: Path.home() / ".cache" / "dpm")
     kafka_client_config: dict[str, str] = field(default_factory=dict)
     kafka_version: str = KAFKA_VERSION
-
-    @property
-    def bootstrap_configured(self) -> bool:
-        """True when the user named a cluster rather than relying on the local default."""
-        return bool(os.environ.get("DPM_BOOTSTRAP"))
+    bootstrap_configured: bool = False  # True when the user named a cluster instead of the local default
 
     def client_config(self) -> dict[str, str]:
         """Base librdkafka configuration shared by every producer, consumer and admin client."""
@@ -94,4 +90,5 @@ class Settings:
             home=Path(env["DPM_HOME"]) if env.get("DPM_HOME") else defaults.home,
             cache_dir=Path(env["DPM_CACHE_DIR"]) if env.get("DPM_CACHE_DIR") else defaults.cache_dir,
             kafka_client_config=read_properties(Path(extra_path)) if extra_path else {},
+            bootstrap_configured=bool(env.get("DPM_BOOTSTRAP")),
         )

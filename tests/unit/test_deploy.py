@@ -55,6 +55,8 @@ def test_manifests_parse_and_use_known_settings() -> None:
 
 def test_compose_uses_known_settings_and_wires_monitoring() -> None:
     compose = yaml.safe_load((REPO / "docker-compose.yml").read_text())
+    for service in ("topic-init", "worker", "baseline"):  # the image's entrypoint is already `dpm`
+        assert compose["services"][service]["command"][0] in {"topics", "worker", "baseline"}
     env = compose["x-dpm-env"]
     assert set(env) <= set(ENVIRONMENT)
     volumes = " ".join(compose["services"]["prometheus"]["volumes"] + compose["services"]["grafana"]["volumes"])
