@@ -16,7 +16,7 @@ from pipeline.bench.tams import Needs, select
 from pipeline.casefiles import load_cases, write_case
 from pipeline.core.errors import DpmError
 from pipeline.core.run import SummVariant
-from pipeline.core.task import Architecture
+from pipeline.core.task import parse_architectures
 from pipeline.llm.factory import BackendSettings
 
 cases_app = typer.Typer(help="Long-horizon decision cases.", no_args_is_help=True)
@@ -77,10 +77,7 @@ def eval_command(
     seed: int = typer.Option(20260420, "--seed", help="Seed of the permutation tests and bootstraps."),
 ) -> None:
     """Evaluate DPM and Summ-only on the same cases: four axes, statistics, studies and a report."""
-    try:
-        archs = tuple(Architecture(a) for a in _csv(arch))
-    except ValueError as exc:
-        raise DpmError(f"--arch takes dpm and/or summ, got {arch!r}") from exc
+    archs = parse_architectures(arch)
     if judge not in ("keyword", "llm"):
         raise DpmError(f"--judge takes keyword or llm, got {judge!r}")
     judge_backend = BackendSettings.from_env("anthropic") if judge == "llm" else None

@@ -15,7 +15,7 @@ from pipeline.cli.render import print_comparison, print_replays
 from pipeline.compare import compare as compare_outputs
 from pipeline.core.errors import DpmError
 from pipeline.core.events import CaseRef, LogPosition
-from pipeline.core.task import Architecture, TaskSpec, resolve_budget
+from pipeline.core.task import TaskSpec, parse_architectures, resolve_budget
 from pipeline.kafka.producer import EventProducer
 from pipeline.kafka.reader import KafkaEventLog
 from pipeline.kafka.topics import TopicNames
@@ -26,13 +26,6 @@ from pipeline.replaying import replay_many
 from pipeline.settings import Settings
 
 _out = Console()
-
-
-def _architectures(spec: str) -> tuple[Architecture, ...]:
-    try:
-        return tuple(Architecture(a.strip()) for a in spec.split(",") if a.strip())
-    except ValueError as exc:
-        raise DpmError(f"--arch takes dpm, summ or dpm,summ; got {spec!r}") from exc
 
 
 def produce(
@@ -85,7 +78,7 @@ def trigger(
     """Request decisions: for every case of a manifest (positions known), or for one case (resolved by scan)."""
     settings = Settings.from_env()
     producer = EventProducer(settings.client_config(), TopicNames(settings.topic_prefix))
-    architectures = _architectures(arch)
+    architectures = parse_architectures(arch)
     requests = []
     if manifest is not None:
         entries = [e for e in orjson.loads(manifest.read_bytes()) if "case_id" in e]

@@ -25,6 +25,17 @@ class Architecture(StrEnum):
     SUMM = "summ"
 
 
+def parse_architectures(spec: str) -> tuple[Architecture, ...]:
+    """`dpm`, `summ` or `dpm,summ` (as command options write them) as architectures, in order."""
+    try:
+        chosen = tuple(Architecture(part.strip()) for part in spec.split(",") if part.strip())
+    except ValueError as exc:
+        raise InvalidTaskError(f"architectures are dpm and/or summ, got {spec!r}") from exc
+    if not chosen:
+        raise InvalidTaskError("name at least one architecture: dpm, summ or dpm,summ")
+    return chosen
+
+
 @dataclass(frozen=True)
 class TaskSpec:
     """The decision asked for: domain, task text and the labels a decision may take."""
