@@ -142,22 +142,38 @@ def ensure_topics(
     )
 
 
-def _await_leaders(admin: AdminClient, names: list[str], timeout_s: float) -> None:
-    """Waits until every new topic has a leader for each partition on the broker we talk to.
+def _known_everywhere(admin: AdminClient, names: list[str], timeout_s: float) -> bool:
+    """True when the topics have leaders and a config request for them succeeds (it may go to any broker)."""
+    topics = admin.list_topics(timeout=timeout_s).topics
+    if not all(
+        n in topics and topics[n].error is None and all(p.leader >= 0 for p in topics[n].partitions.values())
+        for n in names
+    ):
+        return False
+    resources = [ConfigResource(ResourceType.TOPIC, n) for n in names]
+    try:
+        for future in admin.describe_configs(resources, request_timeout=timeout_s).values():
+            future.result(timeout=timeout_s)
+    except KafkaException:
+        return False
+    return True
 
-    Creation returns once the controller accepted it; brokers learn of it a moment later, and
-    a producer or config request in that window fails with UNKNOWN_TOPIC_OR_PART.
+
+def _await_leaders(admin: AdminClient, names: list[str], timeout_s: float) -> None:
+    """Waits until every broker serves the new topics.
+
+    Creation returns once the controller accepted it; brokers learn of it a moment later, and a
+    producer or config request in that window fails with UNKNOWN_TOPIC_OR_PART. Requests land on
+    any broker, so three checks in a row must succeed.
     """
     deadline = time.monotonic() + timeout_s
+    streak = 0
     while time.monotonic() < deadline:
-        topics = admin.list_topics(timeout=timeout_s).topics
-        if all(
-            n in topics and topics[n].error is None and all(p.leader >= 0 for p in topics[n].partitions.values())
-            for n in names
-        ):
+        streak = streak + 1 if _known_everywhere(admin, names, timeout_s) else 0
+        if streak >= 3:
             return
         time.sleep(0.2)
-    raise KafkaAdapterError(f"topics {names} have no leader after {timeout_s:.0f}s")
+    raise KafkaAdapterError(f"topics {names} are not served by every broker after {timeout_s:.0f}s")
 
 
 def _created_or_raced(future: Future[None], timeout_s: float) -> None:
