@@ -50,8 +50,7 @@ def produce(
             positions = producer.append(case.trajectory.events, CaseOpening(case.task, budgets))
             entries.append({"tenant": case.ref.tenant, "case_id": case.ref.case_id, "label": case.label,
                             "chars": case.trajectory.char_length,
-                            "task": {"domain": case.task.domain, "task": case.task.task,
-                                     "label_space": list(case.task.label_space)},
+                            "task": case.task.wire(),
                             "positions": [[p.partition, p.offset] for p in positions]})  # fmt: skip
     elif events is not None:
         loaded_events = load_event_lines(events)
@@ -85,7 +84,7 @@ def trigger(
         mean_chars = sum(e["chars"] for e in entries) / max(1, len(entries))  # named budgets: share of the mean
         for entry in entries:
             positions = tuple(LogPosition(p, o) for p, o in entry["positions"])
-            spec = TaskSpec(entry["task"]["domain"], entry["task"]["task"], tuple(entry["task"]["label_space"]))
+            spec = TaskSpec.from_wire(entry["task"])
             _, chars = resolve_budget(budget, mean_chars)
             requests.append(
                 DecisionRequest(

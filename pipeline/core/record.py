@@ -34,10 +34,6 @@ def _prompt_digest(result: RunResult) -> str:
     return memory[0] if len(memory) == 1 else json_digest(memory)
 
 
-def _task_wire(task: TaskSpec) -> dict[str, Any]:
-    return {"domain": task.domain, "task": task.task, "label_space": list(task.label_space)}
-
-
 def decision_record(
     result: RunResult, trajectory: Trajectory, task: TaskSpec, budget: Budget, provenance: Provenance
 ) -> dict[str, Any]:
@@ -54,7 +50,7 @@ def decision_record(
         "case_id": trajectory.case.case_id,
         "architecture": result.architecture.value,
         "variant": result.variant,
-        "task": _task_wire(task),
+        "task": task.wire(),
         "budget_chars": budget.chars,
         "backend": provenance.backend,
         "model": decision_call.response.model,

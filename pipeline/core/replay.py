@@ -48,8 +48,7 @@ def view_distances(recorded: str, replayed: str) -> tuple[float, float]:
 
 def task_of(record: Mapping[str, Any]) -> TaskSpec:
     """The task spec a decision record names."""
-    task = record["task"]
-    return TaskSpec(task["domain"], task["task"], tuple(task["label_space"]))
+    return TaskSpec.from_wire(record["task"])
 
 
 def rerun(record: Mapping[str, Any], trajectory: Trajectory, backend: ModelBackend) -> RunResult:

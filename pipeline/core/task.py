@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any
 
 from pipeline.core.errors import DpmError
 
@@ -49,6 +51,15 @@ class TaskSpec:
             raise InvalidTaskError("task text must not be empty")
         if not self.label_space or len(set(self.label_space)) != len(self.label_space):
             raise InvalidTaskError(f"label space must be non-empty and unique, got {self.label_space}")
+
+    def wire(self) -> dict[str, Any]:
+        """The wire form used by triggers, decision records and case openings."""
+        return {"domain": self.domain, "task": self.task, "label_space": list(self.label_space)}
+
+    @classmethod
+    def from_wire(cls, value: Mapping[str, Any]) -> TaskSpec:
+        """Inverse of wire(), for a schema-valid value."""
+        return cls(str(value["domain"]), str(value["task"]), tuple(value["label_space"]))
 
 
 @dataclass(frozen=True)

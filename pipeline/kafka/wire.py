@@ -35,7 +35,7 @@ class CaseOpening:
         """The event's wire value, with the opening declared on seq 1 only."""
         value = event.wire()
         if event.seq == 1:
-            value["task"] = task_wire(self.task)
+            value["task"] = self.task.wire()
             if self.summ_budgets:
                 value["summ_budgets"] = list(self.summ_budgets)
         return value
@@ -46,13 +46,7 @@ class CaseOpening:
         task = value.get("task")
         if task is None:
             return None
-        spec = TaskSpec(task["domain"], task["task"], tuple(task["label_space"]))
-        return cls(spec, tuple(int(b) for b in value.get("summ_budgets", ())))
-
-
-def task_wire(task: TaskSpec) -> dict[str, Any]:
-    """The wire form of a task spec (triggers, decision records, case openings)."""
-    return {"domain": task.domain, "task": task.task, "label_space": list(task.label_space)}
+        return cls(TaskSpec.from_wire(task), tuple(int(b) for b in value.get("summ_budgets", ())))
 
 
 @dataclass(frozen=True)
@@ -74,7 +68,7 @@ class DecisionRequest:
             "trigger_id": self.trigger_id,
             "tenant": self.case.tenant,
             "case_id": self.case.case_id,
-            "task": task_wire(self.task),
+            "task": self.task.wire(),
             "budget_chars": self.budget_chars,
             "architectures": [a.value for a in self.architectures],
         }
@@ -94,7 +88,7 @@ class DecisionRequest:
         return cls(
             trigger_id=value["trigger_id"],
             case=CaseRef(value["tenant"], value["case_id"]),
-            task=TaskSpec(task["domain"], task["task"], tuple(task["label_space"])),
+            task=TaskSpec.from_wire(task),
             budget_chars=int(value["budget_chars"]),
             architectures=tuple(Architecture(a) for a in value["architectures"]),
             positions=None if positions is None else tuple(LogPosition(p, o) for p, o in positions),

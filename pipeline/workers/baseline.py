@@ -32,7 +32,7 @@ from pipeline.core.task import Architecture, Budget, TaskSpec
 from pipeline.core.view import EMPTY_VIEW
 from pipeline.kafka.eos import Output
 from pipeline.kafka.topics import TopicNames
-from pipeline.kafka.wire import CaseOpening, DecisionRequest, task_wire
+from pipeline.kafka.wire import CaseOpening, DecisionRequest
 from pipeline.observability.metrics import PipelineMetrics
 from pipeline.workers.outputs import dead_letter, observe_published, run_outputs
 from pipeline.workers.projection import event_from_json, request_from_record
@@ -165,7 +165,7 @@ class Baseline:
         opening = CaseOpening.from_event_value(value) if event.seq == 1 else None
         task = opening.task if opening else self._default_task()
         budgets = sorted({*self.options.budgets, *(opening.summ_budgets if opening else ())})
-        return {"task": task_wire(task), "budgets": budgets, "last_seq": 0}
+        return {"task": task.wire(), "budgets": budgets, "last_seq": 0}
 
     async def apply_event(self, record: RawRecord) -> None:
         """One Summ-only step per maintained budget; a re-sent event is skipped, a gap refused."""
@@ -176,7 +176,7 @@ class Baseline:
             return
         if event.seq != state["last_seq"] + 1:
             raise RejectedError(Rejection.SEQUENCE_GAP, f"{event.case.key}: seq {event.seq} after {state['last_seq']}")
-        task = TaskSpec(state["task"]["domain"], state["task"]["task"], tuple(state["task"]["label_space"]))
+        task = TaskSpec.from_wire(state["task"])
         for budget in state["budgets"]:
             await self._step(record, event, task, budget)
         state["last_seq"] = event.seq
