@@ -98,6 +98,23 @@ class Baseline:
         self.steps = self.app.Table("summ-steps", partitions=options.partitions)
         self.app.agent(self._raw_topic(names.events), name="summ-events")(self._on_events)
         self.app.agent(self._raw_topic(names.triggers), name="summ-triggers")(self._on_triggers)
+        if metrics is not None:
+            self.app.timer(interval=5.0, name="summ-lag")(self._report_lag)
+
+    async def _report_lag(self) -> None:
+        """Exports this member's lag on the events and triggers topics (highwater minus position)."""
+        if self.metrics is None:
+            return
+        consumer = self.app.consumer
+        for topic in (self.names.events, self.names.triggers):
+            lags = {}
+            for tp in consumer.assignment():
+                if tp.topic == topic:
+                    position = await consumer.position(tp)
+                    highwater = consumer.highwater(tp)
+                    if position is not None and highwater is not None and highwater >= 0:
+                        lags[tp.partition] = max(0, highwater - position)
+            self.metrics.observe_lag(self.app.conf.id, topic, lags)
 
     def _raw_topic(self, name: str) -> Any:  # noqa: ANN401 - faust's TopicT
         return self.app.topic(

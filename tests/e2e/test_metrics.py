@@ -13,7 +13,7 @@ from pipeline.core.events import CaseRef
 from pipeline.core.task import Architecture
 from pipeline.kafka.producer import EventProducer
 from pipeline.kafka.topics import TopicNames
-from pipeline.kafka.wire import DecisionRequest, case_partition
+from pipeline.kafka.wire import CaseOpening, DecisionRequest, case_partition
 from pipeline.outputs_index import await_decisions
 from tests.kafka_support import free_cluster_port
 from tests.pipeline_support import create_topics, small_cases, worker_env
@@ -78,3 +78,28 @@ def test_worker_metrics_move_by_the_expected_amounts(
     assert _total(after, "dpm_isolation_violations_total") == 1
     assert any(name == "dpm_consumer_lag" for name, _ in after)
     assert _total(after, "dpm_consumer_lag") == 0
+
+
+def test_baseline_metrics_count_every_step_and_the_decision(
+    kafka_bootstrap: str, kafka_config: dict[str, str], topic_names: TopicNames, tmp_path: Path
+) -> None:
+    create_topics(kafka_config, topic_names)
+    port = free_cluster_port(1)
+    env = {**worker_env(kafka_bootstrap, topic_names, tmp_path), "DPM_METRICS_ADDR": "127.0.0.1"}
+    case = small_cases(per_domain=1)[0]
+    producer = EventProducer(kafka_config, topic_names)
+    positions = tuple(producer.append(case.trajectory.events, CaseOpening(case.task, (900,))))
+    producer.trigger(DecisionRequest("b1", case.ref, case.task, 900, (Architecture.SUMM,), positions, len(positions)))
+    producer.close()
+    with pipeline_processes([["baseline", "--budgets", "900", "--metrics-port", str(port)]], env, tmp_path / "logs"):
+        await_decisions(kafka_config, topic_names, 1, timeout_s=90)
+        time.sleep(6)  # one tick of the lag timer
+        after = _scrape(port)
+    steps = len(case.trajectory)
+    assert _total(after, "dpm_decisions_total", architecture="summ") == 1
+    assert _total(after, "dpm_model_calls_total", architecture="summ", purpose="summarize") == steps
+    assert _total(after, "dpm_model_calls_total", architecture="summ", purpose="decide") == 1
+    assert _total(after, "dpm_memory_build_seconds_count", architecture="summ") == 1
+    assert _total(after, "dpm_replay_results_total", outcome="MATCH") == 1
+    assert _total(after, "dpm_consumer_lag", topic=topic_names.events) == 0
+    assert any(name == "dpm_consumer_lag" for name, _ in after)
