@@ -70,3 +70,22 @@ def test_trigger_without_a_manifest_needs_a_budget_in_characters(kafka_bootstrap
     result = _dpm("trigger", "--tenant", "a", "--case", "b", "--budget", "tight", env=env)
     assert result.returncode == 1
     assert "budget in characters" in result.stderr
+
+
+def test_json_lines_events_are_validated_line_by_line(
+    kafka_bootstrap: str, kafka_config: dict[str, str], topic_names: TopicNames, tmp_path: Path
+) -> None:
+    create_topics(kafka_config, topic_names)
+    env = {"DPM_BOOTSTRAP": kafka_bootstrap, "DPM_TOPIC_PREFIX": topic_names.prefix}
+    good = [{"tenant": "acme", "case_id": "j1", "seq": s, "kind": "note", "text": f"event {s}"} for s in (1, 2, 3)]
+    lines = tmp_path / "events.jsonl"
+    lines.write_bytes(b"\n".join(orjson.dumps(e) for e in good) + b'\n{"tenant": "acme", "seq": 4}\n')
+    refused = _dpm("produce", "--events", str(lines), env=env)
+    assert refused.returncode == 1
+    assert "events.jsonl:4" in refused.stderr
+    log = KafkaEventLog(kafka_config, topic_names.events)
+    assert log.scan(CaseRef("acme", "j1")).records == ()
+    lines.write_bytes(b"\n".join(orjson.dumps(e) for e in good) + b"\n")
+    assert _dpm("produce", "--events", str(lines), env=env).returncode == 0
+    assert len(log.scan(CaseRef("acme", "j1")).records) == 3
+    log.close()
