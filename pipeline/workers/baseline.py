@@ -34,7 +34,7 @@ from pipeline.kafka.eos import Output
 from pipeline.kafka.topics import TopicNames
 from pipeline.kafka.wire import CaseOpening, DecisionRequest
 from pipeline.observability.metrics import PipelineMetrics
-from pipeline.workers.outputs import dead_letter, observe_published, run_outputs
+from pipeline.workers.outputs import dead_letter, observe_published, publish
 from pipeline.workers.projection import event_from_json, request_from_record
 from pipeline.workers.summ_state import call_from_json, memory_from_json, step_record
 
@@ -262,17 +262,11 @@ class Baseline:
         provenance = Provenance(
             request.decision_id(Architecture.SUMM), positions, "trigger", self.backend.name, self.options.worker_id
         )
-        outputs = run_outputs(self.names, result, trajectory, task=request.task, budget=budget, provenance=provenance)
-        await self._send(outputs)
-        if self.metrics is not None:
-            observe_published(
-                self.metrics,
-                result,
-                request.case.tenant,
-                outputs,
-                triggered_ms=record.timestamp_ms,
-                calls_counted_already=len(calls),
-            )  # the N steps were counted as they ran
+        published = publish(result, trajectory, task=request.task, budget=budget, provenance=provenance)
+        await self._send(published.outputs(self.names))
+        if self.metrics is not None:  # the N steps were counted as they ran
+            observe_published(self.metrics, result, published, tenant=request.case.tenant,
+                              triggered_ms=record.timestamp_ms, calls_counted_already=len(calls))  # fmt: skip
         _LOG.info("decided %s: %s", provenance.decision_id, result.decision.label,
                   extra={"decision_id": provenance.decision_id, "tenant": request.case.tenant,
                          "case_id": request.case.case_id, "trace_id": request.trigger_id,

@@ -20,7 +20,7 @@ from pipeline.kafka.topics import TopicNames
 from pipeline.kafka.wire import DecisionRequest
 from pipeline.observability.metrics import PipelineMetrics
 from pipeline.schemas import SchemaError, validate
-from pipeline.workers.outputs import dead_letter, observe_published, run_outputs
+from pipeline.workers.outputs import dead_letter, observe_published, publish
 
 _LOG = logging.getLogger("pipeline.workers.projection")
 
@@ -107,7 +107,7 @@ class ProjectionHandler:
         context = {"decision_id": decision_id, "tenant": request.case.tenant, "case_id": request.case.case_id,
                    "trace_id": request.trigger_id, "worker_id": self.worker_id}  # fmt: skip
         _LOG.info("decided %s: %s", decision_id, result.decision.label, extra=context)
-        outputs = run_outputs(self.names, result, trajectory, task=request.task, budget=budget, provenance=provenance)
+        published = publish(result, trajectory, task=request.task, budget=budget, provenance=provenance)
         if self.metrics is not None:
-            observe_published(self.metrics, result, request.case.tenant, outputs, triggered_ms=triggered_ms)
-        return outputs
+            observe_published(self.metrics, result, published, tenant=request.case.tenant, triggered_ms=triggered_ms)
+        return published.outputs(self.names)
