@@ -12,16 +12,6 @@ from pipeline.kafka import local_broker
 from pipeline.settings import KAFKA_VERSION, Settings
 
 
-def _port_free(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
 def free_cluster_port(nodes: int) -> int:
     """A first-broker port whose broker and controller ports (see ClusterLayout) are all free."""
     for _ in range(200):
@@ -31,8 +21,7 @@ def free_cluster_port(nodes: int) -> int:
         if base + 100 + nodes >= 65535:
             continue
         layout = local_broker.ClusterLayout(Path("/nonexistent"), nodes, base)
-        ports = [p for n in layout.node_ids for p in (layout.broker_port(n), layout.controller_port(n))]
-        if all(_port_free(p) for p in ports):
+        if all(local_broker.port_problem(p) is None for p in layout.ports):
             return base
     raise RuntimeError("no free port range found on loopback")
 

@@ -30,21 +30,22 @@ def read_topic(client_config: dict[str, str], topic: str, timeout_s: float = 30.
         for partition in sorted(found.partitions):
             low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
             if high > low:
-                yield from _read_partition(consumer, topic, partition, low, high=high, timeout_s=timeout_s)
+                yield from read_range(consumer, topic, partition, low, last=high - 1, timeout_s=timeout_s)
     except KafkaException as exc:
         raise KafkaAdapterError(f"reading {topic} failed: {exc}") from exc
     finally:
         consumer.close()
 
 
-def _read_partition(
-    consumer: Consumer, topic: str, partition: int, low: int, *, high: int, timeout_s: float
+def read_range(
+    consumer: Consumer, topic: str, partition: int, first: int, *, last: int, timeout_s: float
 ) -> Iterator[RawRecord]:
-    consumer.assign([TopicPartition(topic, partition, low)])
+    """Records of one partition from offset `first` through `last`, or to the partition's end if sooner."""
+    consumer.assign([TopicPartition(topic, partition, first)])
     while True:
         msg = consumer.poll(timeout_s)
         if msg is None:
-            raise KafkaAdapterError(f"timed out reading {topic}[{partition}]")
+            raise KafkaAdapterError(f"timed out reading {topic}[{partition}] from offset {first}")
         error = msg.error()
         if error is not None:
             if error.code() == KafkaError._PARTITION_EOF:
@@ -52,5 +53,5 @@ def _read_partition(
             raise KafkaAdapterError(f"reading {topic}[{partition}] failed: {error.str()}")
         offset = msg.offset() or 0
         yield RawRecord(LogPosition(partition, offset), msg.key(), msg.value(), msg.timestamp()[1])
-        if offset >= high - 1:
+        if offset >= last:
             return

@@ -54,6 +54,11 @@ class ClusterLayout:
         return self.root / f"node-{node_id}"
 
     @property
+    def ports(self) -> tuple[int, ...]:
+        """Every broker and controller port of the cluster."""
+        return tuple(p for n in self.node_ids for p in (self.broker_port(n), self.controller_port(n)))
+
+    @property
     def bootstrap(self) -> str:
         return ",".join(f"127.0.0.1:{self.broker_port(n)}" for n in self.node_ids)
 
@@ -176,15 +181,22 @@ def _format_storage(layout: ClusterLayout, libs: Path, configs: dict[int, Path])
             raise LocalBrokerError(f"formatting node {node_id} failed:\n{output.strip()[-2000:]}")
 
 
+def port_problem(port: int) -> str | None:
+    """Why `port` on 127.0.0.1 cannot be bound now (e.g. "Address already in use"), or None if it can."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError as exc:
+            return exc.strerror or str(exc)
+    return None
+
+
 def _check_ports_free(layout: ClusterLayout) -> None:
-    for node_id in layout.node_ids:
-        for port in (layout.broker_port(node_id), layout.controller_port(node_id)):
-            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                try:
-                    probe.bind(("127.0.0.1", port))
-                except OSError as exc:
-                    raise LocalBrokerError(f"port {port} on 127.0.0.1 is already in use ({exc.strerror})") from exc
+    for port in layout.ports:
+        problem = port_problem(port)
+        if problem is not None:
+            raise LocalBrokerError(f"port {port} on 127.0.0.1 is already in use ({problem})")
 
 
 def log_tail(layout: ClusterLayout, lines: int = 25) -> str:

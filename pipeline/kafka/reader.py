@@ -6,10 +6,11 @@ import logging
 import uuid
 from collections.abc import Sequence
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from pipeline.core.events import CaseRef, LogPosition
 from pipeline.core.log import RawRecord, ReadResult
+from pipeline.kafka.dump import read_range
 from pipeline.kafka.errors import KafkaAdapterError
 from pipeline.kafka.wire import case_partition
 
@@ -59,21 +60,8 @@ class KafkaEventLog:
 
     def _read_run(self, partition: int, first: int, last: int) -> dict[int, RawRecord]:
         """Records of one partition from `first` through `last` (or the partition's end)."""
-        self._consumer.assign([TopicPartition(self._topic, partition, first)])
-        found: dict[int, RawRecord] = {}
-        while True:
-            msg = self._consumer.poll(_POLL_S)
-            if msg is None:
-                raise KafkaAdapterError(f"timed out reading {self._topic}[{partition}] at offset {first}")
-            error = msg.error()
-            if error is not None:
-                if error.code() == KafkaError._PARTITION_EOF:
-                    return found
-                raise KafkaAdapterError(f"reading {self._topic}[{partition}] failed: {error.str()}")
-            offset = msg.offset() or 0
-            found[offset] = RawRecord(LogPosition(partition, offset), msg.key(), msg.value())
-            if offset >= last:
-                return found
+        records = read_range(self._consumer, self._topic, partition, first, last=last, timeout_s=_POLL_S)
+        return {r.position.offset: r for r in records}
 
     def read(self, positions: Sequence[LogPosition]) -> ReadResult:
         try:
