@@ -271,10 +271,24 @@ def _await_ready(layout: ClusterLayout, procs: list[subprocess.Popen[bytes]], ti
                 f"broker process exited with code {dead[0].returncode} during start\n{log_tail(layout)}"
             )
         try:
-            return wait_for_brokers({"bootstrap.servers": layout.bootstrap}, layout.nodes, timeout_s=3.0)
+            return _every_broker_sees_all(layout)
         except BrokerUnavailableError:
             continue
     raise LocalBrokerError(f"broker did not answer a metadata request within {timeout_s:.0f}s\n{log_tail(layout)}")
+
+
+def _every_broker_sees_all(layout: ClusterLayout) -> ClusterInfo:
+    """Asks each broker on its own for its view of the cluster; all must list every node.
+
+    Each KRaft broker answers metadata from its own image, which may lag the controller's: one
+    broker seeing all nodes does not mean the next client, bootstrapped to another, will. A fresh
+    client per node sends its first request to that node, as it knows no other.
+    """
+    views = [
+        wait_for_brokers({"bootstrap.servers": f"127.0.0.1:{layout.broker_port(node_id)}"}, layout.nodes, 3.0)
+        for node_id in layout.node_ids
+    ]
+    return views[0]
 
 
 def stop(home: Path, timeout_s: float = 60.0) -> RunningCluster | None:
