@@ -10,7 +10,7 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import ConfigResource, ResourceType
 
 from pipeline.kafka import local_broker
-from pipeline.kafka.admin import admin_client, wait_for_brokers
+from pipeline.kafka.admin import admin_client, fetch_metadata
 from pipeline.kafka.errors import LocalBrokerError, TopicConflictError
 from pipeline.kafka.topics import TopicNames, TopicSpec, ensure_topics, pipeline_topics
 from pipeline.settings import KAFKA_VERSION, Settings
@@ -148,8 +148,11 @@ def test_second_up_reports_the_running_broker_and_failed_start_shows_logs(privat
 def test_three_node_cluster_replicates_with_min_isr_two(private_home: Path) -> None:
     with running_local_broker(private_home, nodes=3) as cluster:
         config = {"bootstrap.servers": cluster.bootstrap}
-        # A loaded machine can fence a broker for a heartbeat or two; registration is what counts.
-        assert wait_for_brokers(config, 3, timeout_s=30).broker_ids == (1, 2, 3)
+        # Each broker answers from its own metadata image: every one of them must list all three.
+        layout = local_broker.ClusterLayout(private_home, cluster.nodes, cluster.port)
+        for node_id in layout.node_ids:
+            single = {"bootstrap.servers": f"127.0.0.1:{layout.broker_port(node_id)}"}
+            assert fetch_metadata(single).broker_ids == (1, 2, 3)
         names = TopicNames("rf3")
         admin = admin_client(config)
         ensure_topics(admin, pipeline_topics(names, partitions=3), replication_factor=3)
