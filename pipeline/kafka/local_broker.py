@@ -47,6 +47,9 @@ class ClusterLayout:
     def broker_port(self, node_id: int) -> int:
         return self.port + node_id - 1
 
+    def broker_address(self, node_id: int) -> str:
+        return f"127.0.0.1:{self.broker_port(node_id)}"
+
     def controller_port(self, node_id: int) -> int:
         return self.port + _CONTROLLER_PORT_OFFSET + node_id - 1
 
@@ -60,7 +63,7 @@ class ClusterLayout:
 
     @property
     def bootstrap(self) -> str:
-        return ",".join(f"127.0.0.1:{self.broker_port(n)}" for n in self.node_ids)
+        return ",".join(self.broker_address(n) for n in self.node_ids)
 
 
 @dataclass(frozen=True)
@@ -285,7 +288,7 @@ def _every_broker_sees_all(layout: ClusterLayout) -> ClusterInfo:
     client per node sends its first request to that node, as it knows no other.
     """
     views = [
-        wait_for_brokers({"bootstrap.servers": f"127.0.0.1:{layout.broker_port(node_id)}"}, layout.nodes, 3.0)
+        wait_for_brokers({"bootstrap.servers": layout.broker_address(node_id)}, layout.nodes, 3.0)
         for node_id in layout.node_ids
     ]
     return views[0]

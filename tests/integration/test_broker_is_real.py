@@ -151,8 +151,7 @@ def test_three_node_cluster_replicates_with_min_isr_two(private_home: Path) -> N
         # Each broker answers from its own metadata image: every one of them must list all three.
         layout = local_broker.ClusterLayout(private_home, cluster.nodes, cluster.port)
         for node_id in layout.node_ids:
-            single = {"bootstrap.servers": f"127.0.0.1:{layout.broker_port(node_id)}"}
-            assert fetch_metadata(single).broker_ids == (1, 2, 3)
+            assert fetch_metadata({"bootstrap.servers": layout.broker_address(node_id)}).broker_ids == (1, 2, 3)
         names = TopicNames("rf3")
         admin = admin_client(config)
         ensure_topics(admin, pipeline_topics(names, partitions=3), replication_factor=3)
