@@ -9,9 +9,7 @@ All figures of one run are measured side by side on the same broker.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
-import sys
 import tempfile
 import time
 import uuid
@@ -21,28 +19,31 @@ from pathlib import Path
 
 import orjson
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from pipeline.cluster_session import pipeline_processes as processes
+from pipeline.bench.generate import GenerationSpec, generate_cases
+from pipeline.config.settings import Settings
 from pipeline.core.events import CaseRef, Event
 from pipeline.core.task import Architecture
 from pipeline.kafka.admin import admin_client
-from pipeline.kafka.dump import read_topic
 from pipeline.kafka.producer import EventProducer
+from pipeline.kafka.range_reads import read_topic
 from pipeline.kafka.reader import KafkaEventLog
-from pipeline.kafka.topics import TopicNames, TopicSpec, ensure_topics
-from pipeline.kafka.wire import DecisionRequest
-from pipeline.outputs_index import await_decisions
-from tests.kafka_support import running_local_broker
-from tests.pipeline_support import create_topics, small_cases, worker_env
+from pipeline.kafka.topics import TopicNames, TopicSpec, create_pipeline_topics, ensure_topics
+from pipeline.services.cluster import child_env, pipeline_processes, private_cluster
+from pipeline.services.read_outputs import await_decisions
+from pipeline.wire.decision import DecisionRecord
+from pipeline.wire.trigger import DecisionRequest
+
+# Short cases (24 to 30 events), so a run measures the pipeline rather than the projection of long texts.
+SHORT_CASES = GenerationSpec(per_domain=3, events=(24, 30), chars=(6_000, 7_500), tenant="bench")
 
 
 @contextmanager
 def broker() -> Iterator[str]:
-    if os.environ.get("DPM_BOOTSTRAP"):
-        yield os.environ["DPM_BOOTSTRAP"]
+    settings = Settings.from_env()
+    if settings.kafka.bootstrap_configured:
+        yield settings.kafka.bootstrap_servers
         return
-    with tempfile.TemporaryDirectory() as home, running_local_broker(Path(home)) as cluster:
+    with tempfile.TemporaryDirectory() as home, private_cluster(settings, Path(home)) as cluster:
         yield cluster.bootstrap
 
 
@@ -55,11 +56,13 @@ def throughput(
     """
     config = {"bootstrap.servers": bootstrap}
     names = TopicNames(f"bench-{uuid.uuid4().hex[:8]}")
-    create_topics(config, names, partitions=6)
+    create_pipeline_topics(config, names, partitions=6)
     producer = EventProducer(config, names)
-    cases = small_cases(per_domain=3)
+    cases = generate_cases(SHORT_CASES)
     positions = {c.ref: tuple(producer.append(c.trajectory.events)) for c in cases}
-    with processes([["worker"]] * workers, worker_env(bootstrap, names, workdir), workdir / f"logs-{workers}"):
+    env = child_env(bootstrap, names.prefix, DPM_HOME=str(workdir), DPM_BACKEND="extractive",
+                    DPM_SESSION_TIMEOUT_MS="6000", DPM_TRANSACTION_TIMEOUT_MS="10000")  # fmt: skip
+    with pipeline_processes([["worker"]] * workers, env, workdir / f"logs-{workers}"):
         time.sleep(8)  # let the group form before the clock starts
         started = time.monotonic()
         for n in range(triggers):
@@ -83,9 +86,9 @@ def throughput(
         elapsed = time.monotonic() - started
     if len(outputs.decisions) < triggers:
         raise SystemExit(f"only {len(outputs.decisions)} of {triggers} decisions arrived")
-    sent = {orjson.loads(r.value or b"")["trigger_id"]: r.timestamp_ms for r in read_topic(config, names.triggers)}
+    sent = {DecisionRequest.decode(r.value).trigger_id: r.timestamp_ms for r in read_topic(config, names.triggers)}
     done = {
-        orjson.loads(r.value or b"")["decision_id"].split(":")[0]: r.timestamp_ms
+        DecisionRecord.from_wire(orjson.loads(r.value or b"")).decision_id.trigger_id: r.timestamp_ms
         for r in read_topic(config, names.decisions)
     }
     latencies = [float(done[t] - sent[t]) for t in done if sent.get(t) and done[t]]  # type: ignore[operator]

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import orjson
 
-from pipeline.core.case import Case, case_from_dict
+from pipeline.core.case import Case
+from pipeline.wire.case_files import case_from_dict
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 

@@ -8,9 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from pipeline.config.settings import Settings
 from pipeline.kafka.admin import fetch_metadata
 from pipeline.kafka.topics import TopicNames
-from tests.kafka_support import running_local_broker, unique_prefix
+from pipeline.services.cluster import private_cluster
+from tests.kafka_support import unique_prefix
 
 
 @pytest.fixture(scope="session")
@@ -21,7 +23,7 @@ def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         fetch_metadata({"bootstrap.servers": configured}, timeout_s=10)
         yield configured
         return
-    with running_local_broker(tmp_path_factory.mktemp("broker-home")) as cluster:
+    with private_cluster(Settings.from_env(), tmp_path_factory.mktemp("broker-home")) as cluster:
         yield cluster.bootstrap
 
 

@@ -1,16 +1,13 @@
-"""Helpers for tests that run the pipeline against the real broker: topics, processes, outputs."""
+"""Helpers for tests that run the pipeline against the real broker: cases, topics, child environments."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from pipeline.bench.generate import GenerationSpec, generate_cases
 from pipeline.core.case import Case
-from pipeline.kafka.admin import admin_client
-from pipeline.kafka.topics import TopicNames, ensure_topics, pipeline_topics
-
-SMALL_CASES = GenerationSpec(per_domain=2, events=(24, 30), chars=(6_000, 7_500), tenant="e2e")
+from pipeline.kafka.topics import TopicNames, create_pipeline_topics
+from pipeline.services.cluster import child_env
 
 
 def small_cases(per_domain: int = 2, tenant: str = "e2e") -> list[Case]:
@@ -19,18 +16,10 @@ def small_cases(per_domain: int = 2, tenant: str = "e2e") -> list[Case]:
 
 
 def create_topics(config: dict[str, str], names: TopicNames, partitions: int = 3) -> None:
-    ensure_topics(admin_client(config), pipeline_topics(names, partitions), replication_factor=1)
+    create_pipeline_topics(config, names, partitions, replication=1)
 
 
 def worker_env(bootstrap: str, names: TopicNames, home: Path) -> dict[str, str]:
     """Environment for `python -m pipeline ...` children: fast failure detection for tests."""
-    return {
-        **os.environ,
-        "DPM_BOOTSTRAP": bootstrap,
-        "DPM_TOPIC_PREFIX": names.prefix,
-        "DPM_HOME": str(home),
-        "DPM_SESSION_TIMEOUT_MS": "6000",
-        "DPM_TRANSACTION_TIMEOUT_MS": "10000",
-        "DPM_BACKEND": "extractive",
-        "DPM_METRICS_PORT": "-1",
-    }
+    return child_env(bootstrap, names.prefix, DPM_HOME=str(home), DPM_SESSION_TIMEOUT_MS="6000",
+                     DPM_TRANSACTION_TIMEOUT_MS="10000", DPM_BACKEND="extractive")  # fmt: skip

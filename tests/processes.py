@@ -5,9 +5,19 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Mapping
 
 
 def run_python(script: str, hash_seed: str) -> str:
     """stdout of `script` in a new interpreter with the given PYTHONHASHSEED."""
     env = {**os.environ, "PYTHONHASHSEED": hash_seed}
     return subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True).stdout
+
+
+def dpm_cli(
+    *args: str, env: Mapping[str, str] | None = None, timeout_s: float = 600
+) -> subprocess.CompletedProcess[str]:
+    """`dpm ARGS` (as `python -m pipeline`) with this environment plus `env`; wide columns, so tables are whole."""
+    child = {**os.environ, "COLUMNS": "200", **(env or {})}
+    return subprocess.run([sys.executable, "-m", "pipeline", *args], capture_output=True, text=True, env=child,
+                          timeout=timeout_s, check=False)  # fmt: skip

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import orjson
-
+from pipeline.core.event_log import EventLog
 from pipeline.core.events import CaseRef, Event, LogPosition
-from pipeline.core.log import EventLog
+from pipeline.wire.event import EventRecord
 
 A = CaseRef("tenant-a", "case-1")
 B = CaseRef("tenant-b", "case-1")
@@ -31,7 +30,7 @@ class EventLogContract:
     def test_reads_exactly_the_asked_positions_in_order(self) -> None:
         a_positions, _ = self._interleaved()
         read = self.log().read(list(reversed(a_positions[1:4])))
-        texts = [orjson.loads(r.value or b"")["text"] for r in read.records]
+        texts = [EventRecord.decode(r.value).event.text for r in read.records]
         assert texts == ["A event 4", "A event 3", "A event 2"]
         assert read.missing == ()
 
@@ -45,5 +44,5 @@ class EventLogContract:
     def test_scan_finds_only_the_case_own_records(self) -> None:
         self._interleaved()
         read = self.log().scan(A)
-        assert [orjson.loads(r.value or b"")["text"] for r in read.records] == [f"A event {i}" for i in range(1, 6)]
+        assert [EventRecord.decode(r.value).event.text for r in read.records] == [f"A event {i}" for i in range(1, 6)]
         assert all((r.key or b"").startswith(b"tenant-a/case-1/") for r in read.records)

@@ -1,1 +1,7 @@
-"""Evaluation harness: case generation, scoring, statistics, studies and reports."""
+"""Evaluation harness: case generation, scoring, statistics, studies and reports.
+
+Submodules are the public API; they are not imported here, so SciPy and Matplotlib load only where used.
+"""
+
+__all__ = ["analysis", "determinism", "evaluate", "filler", "generate", "harness", "report", "scenarios", "stats",
+           "tams"]  # fmt: skip

@@ -10,8 +10,8 @@ from pipeline.bench.evaluate import run_in_process
 from pipeline.core.case import Case
 from pipeline.core.hashing import text_digest
 from pipeline.core.model import ModelBackend
-from pipeline.core.replay import view_distances
 from pipeline.core.task import Architecture, Budget
+from pipeline.core.verification import view_distances
 
 
 def determinism_study(

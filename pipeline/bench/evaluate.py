@@ -2,20 +2,23 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from statistics import fmean
 from typing import Any
 
-from pipeline.core.assemble import assemble
 from pipeline.core.case import Case
-from pipeline.core.memlog import InMemoryEventLog
+from pipeline.core.memory_log import InMemoryEventLog
 from pipeline.core.model import ModelBackend
-from pipeline.core.record import Provenance, audit_records, decision_record, view_record
 from pipeline.core.run import RunResult, SummVariant, run_dpm, run_summ
 from pipeline.core.scoring import Judge, eda, frp
 from pipeline.core.task import Architecture, Budget, resolve_budget
-from pipeline.workers.projection import MAX_TRAJECTORY_CHARS, event_from_json
+from pipeline.wire.decision import DecisionRecord, PositionsSource, Provenance
+from pipeline.wire.event import append_events
+from pipeline.wire.run_records import RunRecords, run_records
+from pipeline.wire.trajectory import assemble
+from pipeline.wire.trigger import DecisionId
+from pipeline.wire.view import ViewRecord
 
 
 @dataclass(frozen=True)
@@ -52,61 +55,55 @@ def run_in_process(
 ) -> RunResult:
     """One run through the in-memory log: append the events, read them back by position, run."""
     log = InMemoryEventLog()
-    positions = [log.append(e) for e in case.trajectory.events]
-    trajectory, _ = assemble(case.ref, log.read(positions), event_from_json, len(positions), MAX_TRAJECTORY_CHARS)
+    positions = append_events(log, case.trajectory.events)
+    trajectory, _ = assemble(case.ref, log.read(positions), len(positions))
     if arch is Architecture.DPM:
         return run_dpm(trajectory, case.task, budget, backend)
     return run_summ(trajectory, case.task, budget, backend, variant)
 
 
-def records_of(
-    case: Case, result: RunResult, budget: Budget, backend: str
-) -> tuple[dict[str, Any], dict[str, Any], int]:
-    """Decision record, view record and audit-record count of an in-process run."""
-    decision_id = f"{case.ref.case_id}:{result.architecture.value}:{budget.chars}"
-    provenance = Provenance(decision_id, (), "in-memory", backend, "eval")
-    return (
-        decision_record(result, case.trajectory, case.task, budget, provenance),
-        view_record(result, case.ref, decision_id),
-        len(audit_records(result, case.ref, provenance)),
-    )
+def records_of(case: Case, result: RunResult, budget: Budget, backend: str) -> RunRecords:
+    """The records an in-process run would publish (the trigger id names the case and the budget)."""
+    decision_id = DecisionId(f"{case.ref.case_id}@{budget.chars}", result.architecture)
+    provenance = Provenance(decision_id, (), PositionsSource.IN_MEMORY, backend, "eval")
+    return run_records(result, case.trajectory, task=case.task, budget=budget, provenance=provenance)
 
 
 def score_row(
-    case: Case, point: BudgetPoint, decision: Mapping[str, Any], view: Mapping[str, Any], *, audits: int, judge: Judge
+    case: Case, point: BudgetPoint, decision: DecisionRecord, view: ViewRecord, *, audits: int, judge: Judge
 ) -> dict[str, Any]:
     """One results.jsonl row from the published records of a decision."""
-    outcome = decision["decision"]
-    output = "\n".join((view["view"], outcome["rationale"], outcome["notice"]))
+    outcome = decision.outcome
+    output = "\n".join((view.text, outcome.rationale, outcome.notice))
     judged = judge.grade(case, output)
-    checks = decision["view_checks"]
+    checks = decision.view_checks
     return {
         "case_id": case.ref.case_id,
         "domain": case.domain,
-        "arch": decision["architecture"],
-        "variant": decision.get("variant"),
+        "arch": decision.architecture.value,
+        "variant": None if decision.variant is None else decision.variant.value,
         "budget": point.name,
         "budget_chars": point.budget.chars,
         "trajectory_chars": case.trajectory.char_length,
         "frp": frp(case, output),
         "rcs": judged.rcs,
-        "eda": eda(case, outcome["label"]),
+        "eda": eda(case, outcome.label),
         "crr": judged.crr,
-        "llm_calls": decision["llm_calls"],
+        "llm_calls": decision.llm_calls,
         "audit_records": audits,
-        "wall_s": decision["latency_s"],
-        "view_sha256": decision["view_sha256"],
-        "view_chars": decision["view_chars"],
-        "decision": outcome["label"],
+        "wall_s": decision.latency_s,
+        "view_sha256": decision.view_sha256,
+        "view_chars": decision.view_chars,
+        "decision": outcome.label,
         "label": case.label,
-        "citation_validity": checks["citation_validity"],
-        "grounding_rate": checks["grounding_rate"],
-        "input_tokens": decision["usage"]["input_tokens"],
-        "output_tokens": decision["usage"]["output_tokens"],
-        "cost_usd": decision["cost_usd"],
+        "citation_validity": checks.citation_validity,
+        "grounding_rate": checks.grounding_rate,
+        "input_tokens": decision.usage.input_tokens,
+        "output_tokens": decision.usage.output_tokens,
+        "cost_usd": decision.cost_usd,
         "judge": judge.name,
-        "backend": decision["backend"],
-        "model": decision["model"],
+        "backend": decision.backend,
+        "model": decision.model,
     }
 
 
@@ -124,6 +121,7 @@ def evaluate_case(
     for point in points:
         for arch in archs:
             result = run_in_process(case, arch, point.budget, backend, variant)
-            decision, view, audits = records_of(case, result, point.budget, backend.name)
-            rows.append(score_row(case, point, decision, view, audits=audits, judge=judge))
+            published = records_of(case, result, point.budget, backend.name)
+            rows.append(score_row(case, point, published.decision, published.view, audits=len(published.audits),
+                                  judge=judge))  # fmt: skip
     return rows

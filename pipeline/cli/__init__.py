@@ -10,7 +10,8 @@ from rich.console import Console
 from pipeline.cli import bench, broker, topics
 from pipeline.cli.baseline import baseline
 from pipeline.cli.demo import demo
-from pipeline.cli.pipeline_cmds import compare, erase, produce, replay, trigger
+from pipeline.cli.ingest import erase, produce, trigger
+from pipeline.cli.inspect import compare, replay
 from pipeline.cli.worker import worker
 from pipeline.core.errors import DpmError
 
@@ -32,6 +33,8 @@ for command in (produce, trigger, compare, replay, erase):
     app.command()(command)
 
 _err = Console(stderr=True, soft_wrap=True)
+
+__all__ = ["app", "main"]
 
 
 def main() -> None:

@@ -11,13 +11,14 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from pipeline.bench.generate import DEFAULT_SEED, DOMAINS, GenerationSpec, generate_cases
-from pipeline.bench.harness import EvalConfig, run_eval
+from pipeline.bench.harness import EvalConfig
 from pipeline.bench.tams import Needs, select
-from pipeline.casefiles import load_cases, write_case
+from pipeline.config.settings import Settings
 from pipeline.core.errors import DpmError
 from pipeline.core.run import SummVariant
 from pipeline.core.task import parse_architectures
-from pipeline.llm.factory import BackendSettings
+from pipeline.services.evaluation import run_eval
+from pipeline.wire.case_files import load_cases, write_case
 
 cases_app = typer.Typer(help="Long-horizon decision cases.", no_args_is_help=True)
 _out = Console()
@@ -80,10 +81,13 @@ def eval_command(
     archs = parse_architectures(arch)
     if judge not in ("keyword", "llm"):
         raise DpmError(f"--judge takes keyword or llm, got {judge!r}")
-    judge_backend = BackendSettings.from_env("anthropic") if judge == "llm" else None
-    if judge_backend is not None and judge_model:
-        judge_backend = BackendSettings(**{**judge_backend.__dict__, "model": judge_model})
-    config = EvalConfig(archs=archs, budgets=_csv(budgets), backend=BackendSettings.from_env(backend), judge=judge,
+    settings = Settings.from_env()
+    judge_backend = None
+    if judge == "llm":
+        update: dict[str, str] = {"backend": "anthropic"} | ({"model": judge_model} if judge_model else {})
+        judge_backend = settings.model.model_copy(update=update)
+    agent = settings.model.model_copy(update={"backend": backend})
+    config = EvalConfig(archs=archs, budgets=_csv(budgets), backend=agent, judge=judge,
                         judge_backend=judge_backend, jobs=jobs, seed=seed, via_kafka=via_kafka, variant=variant,
                         determinism_replays=determinism, rhos=tuple(float(r) for r in _csv(scaling)))  # fmt: skip
     loaded = load_cases(cases)
@@ -91,7 +95,7 @@ def eval_command(
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=_out) as bar:  # fmt: skip
         task = bar.add_task("evaluating", total=None)
-        stats = run_eval(loaded, out, config, say=bar.console.print,
+        stats = run_eval(loaded, out, config, settings, say=bar.console.print,
                          progress=lambda done, total: bar.update(task, completed=done, total=total))  # fmt: skip
     _out.print(f"{len(loaded)} cases in {time.perf_counter() - started:.1f}s -> {out / 'report.md'}")
     for budget, body in stats["budgets"].items():

@@ -5,11 +5,11 @@ from __future__ import annotations
 import typer
 from rich.console import Console
 
+from pipeline.config.settings import Settings
 from pipeline.kafka import local_broker
 from pipeline.kafka.admin import fetch_metadata
 from pipeline.kafka.broker_runtime import ensure_broker_jars
 from pipeline.kafka.errors import BrokerUnavailableError
-from pipeline.settings import Settings
 
 app = typer.Typer(help="Run a local Apache Kafka cluster on loopback.", no_args_is_help=True)
 _out = Console()
@@ -19,8 +19,8 @@ _out = Console()
 def fetch() -> None:
     """Resolve the broker jars through Maven into the cache folder (done by `up` when needed)."""
     settings = Settings.from_env()
-    libs = ensure_broker_jars(settings.cache_dir, settings.kafka_version)
-    _out.print(f"Kafka {settings.kafka_version} jars in {libs}")
+    libs = ensure_broker_jars(settings.paths.cache_dir, settings.kafka.version)
+    _out.print(f"Kafka {settings.kafka.version} jars in {libs}")
 
 
 @app.command()
@@ -31,9 +31,15 @@ def up(
 ) -> None:
     """Start the local cluster and wait until a metadata request succeeds."""
     settings = Settings.from_env()
-    with _out.status(f"starting a {nodes}-node Kafka {settings.kafka_version} cluster"):
+    with _out.status(f"starting a {nodes}-node Kafka {settings.kafka.version} cluster"):
         cluster, already = local_broker.start(
-            settings.home, settings.cache_dir, settings.kafka_version, nodes=nodes, port=port, timeout_s=timeout
+            settings.paths.home,
+            settings.paths.cache_dir,
+            settings.kafka.version,
+            nodes=nodes,
+            port=port,
+            timeout_s=timeout,
+            java_home=settings.paths.java_home,
         )
     if already:
         _out.print(f"a local broker is already running at {cluster.bootstrap} (pids {list(cluster.pids)})")
@@ -44,7 +50,7 @@ def up(
 @app.command()
 def down() -> None:
     """Stop the local cluster; its data stays for the next `up`."""
-    stopped = local_broker.stop(Settings.from_env().home)
+    stopped = local_broker.stop(Settings.from_env().paths.home)
     _out.print("local broker stopped" if stopped else "no local broker was running")
 
 
@@ -52,7 +58,7 @@ def down() -> None:
 def status() -> None:
     """Report whether the local cluster runs and answers metadata requests."""
     settings = Settings.from_env()
-    cluster = local_broker.read_running(settings.home)
+    cluster = local_broker.read_running(settings.paths.home)
     if cluster is None:
         _out.print("no local broker is running")
         raise typer.Exit(3)

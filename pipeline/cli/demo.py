@@ -10,8 +10,9 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from pipeline.cli.render import print_comparison, print_replays
-from pipeline.demo import run_demo
-from pipeline.settings import Settings
+from pipeline.config.settings import Settings
+from pipeline.core.verification import ReplayStatus
+from pipeline.services.demo import run_demo
 
 _out = Console()
 
@@ -40,7 +41,7 @@ def demo(
         )
     print_comparison(_out, result.comparison, result.duplicates)
     print_replays(_out, result.replays)
-    matched = sum(1 for line in result.replays if line.report.status.value == "MATCH")
+    matched = sum(1 for line in result.replays if line.report.status is ReplayStatus.MATCH)
     _out.print(
         f"topics: {result.prefix}.*  dead letters: {result.dead_letters}  replay: {matched}/{len(result.replays)} "
         f"MATCH  files and logs: {folder}"

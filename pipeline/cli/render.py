@@ -7,8 +7,8 @@ from collections.abc import Sequence
 from rich.console import Console
 from rich.table import Table
 
-from pipeline.compare import Comparison
-from pipeline.replaying import ReplayLine
+from pipeline.services.compare import Comparison
+from pipeline.services.replay import ReplayLine
 
 
 def print_comparison(console: Console, result: Comparison, duplicates: int) -> None:
@@ -19,7 +19,7 @@ def print_comparison(console: Console, result: Comparison, duplicates: int) -> N
     for s in result.per_arch:
         accuracy = f"{s.accuracy:.3f} (n={s.labelled})" if s.accuracy is not None else "n/a"
         table.add_row(
-            s.architecture,
+            s.architecture.value,
             str(s.decisions),
             accuracy,
             f"{s.mean_calls:.1f}",
@@ -41,8 +41,8 @@ def print_replays(console: Console, lines: Sequence[ReplayLine]) -> None:
     for line in lines:
         r = line.report
         table.add_row(
-            line.decision_id,
-            line.architecture,
+            str(line.decision_id),
+            line.architecture.value,
             r.status.value,
             "" if r.view_distance is None else f"{r.view_distance:.4f}",
             "" if r.prefix_distance is None else f"{r.prefix_distance:.4f}",

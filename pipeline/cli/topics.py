@@ -5,9 +5,8 @@ from __future__ import annotations
 import typer
 from rich.console import Console
 
-from pipeline.kafka.admin import admin_client, fetch_metadata
-from pipeline.kafka.topics import TopicNames, ensure_topics, pipeline_topics
-from pipeline.settings import Settings
+from pipeline.config.settings import Settings
+from pipeline.kafka.topics import TopicNames, create_pipeline_topics
 
 app = typer.Typer(help="The pipeline's Kafka topics.", no_args_is_help=True)
 _out = Console()
@@ -22,10 +21,8 @@ def create(
 ) -> None:
     """Create the topics of the pipeline idempotently; refuse existing topics with conflicting settings."""
     settings = Settings.from_env()
-    config = settings.client_config()
-    info = fetch_metadata(config)
-    factor = replication or min(3, len(info.broker_ids))
-    report = ensure_topics(admin_client(config), pipeline_topics(TopicNames(settings.topic_prefix), partitions), factor)
+    names = TopicNames(settings.kafka.topic_prefix)
+    report = create_pipeline_topics(settings.kafka.client_config(), names, partitions, replication)
     for name in report.created:
         _out.print(f"created {name}")
     for name in report.existing:

@@ -4,25 +4,23 @@ from __future__ import annotations
 
 import typer
 
-from pipeline.llm.factory import BackendSettings
+from pipeline.config.settings import Settings
 from pipeline.observability.logs import configure_json_logging
-from pipeline.settings import Settings
 from pipeline.workers.lifecycle import default_worker_id, stop_on_signals
-from pipeline.workers.serve import WorkerOptions, serve_projection
+from pipeline.workers.projection.service import WorkerOptions, serve_projection
 
 
 def worker(
     group: str = typer.Option("dpm-projection", "--group", help="Consumer group; scale by starting more members."),
     worker_id: str | None = typer.Option(None, "--worker-id", help="Member id (default: host-pid-random)."),
     batch_size: int = typer.Option(8, "--batch-size", min=1, help="Triggers per transaction."),
-    backend: str | None = typer.Option(None, "--backend", help="extractive (default) or anthropic."),
+    backend: str | None = typer.Option(None, "--backend", help="A registered backend (default DPM_BACKEND)."),
     metrics_port: int | None = typer.Option(
         None, "--metrics-port", help="Port of /metrics (default DPM_METRICS_PORT or 9400; -1: off)."
     ),
 ) -> None:
     """Serve decision triggers: read the case by offset, project once, decide, publish in one transaction."""
     configure_json_logging()
+    settings = Settings.from_env().with_choices(backend=backend, metrics_port=metrics_port)
     options = WorkerOptions(worker_id=worker_id or default_worker_id("worker"), group_id=group, batch_size=batch_size)
-    if metrics_port is not None:
-        options = WorkerOptions(**{**options.__dict__, "metrics_port": metrics_port})
-    serve_projection(Settings.from_env(), BackendSettings.from_env(backend), options, stop_on_signals())
+    serve_projection(settings, options, stop_on_signals())

@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from pipeline.core.errors import DpmError
 
 # Tenants and cases are path segments of the Kafka key `tenant/case/seq`.
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,199}$")
 SEQ_WIDTH = 8
-EVENT_SCHEMA = "dpm.event.v1"
 
 
 class InvalidEventError(DpmError):
@@ -70,22 +67,6 @@ class Event:
     def key(self) -> str:
         """Kafka key `tenant/case/seq`, seq zero-padded so keys sort in log order."""
         return f"{self.case.key}/{self.seq:0{SEQ_WIDTH}d}"
-
-    def wire(self) -> dict[str, Any]:
-        """The dpm.event.v1 value of the event."""
-        return {
-            "schema": EVENT_SCHEMA,
-            "tenant": self.case.tenant,
-            "case_id": self.case.case_id,
-            "seq": self.seq,
-            "kind": self.kind,
-            "text": self.text,
-        }
-
-    @classmethod
-    def from_wire(cls, value: Mapping[str, Any]) -> Event:
-        """Builds an Event from a schema-valid dpm.event.v1 value."""
-        return cls(CaseRef(value["tenant"], value["case_id"]), int(value["seq"]), value["kind"], value["text"])
 
 
 @dataclass(frozen=True)

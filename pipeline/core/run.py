@@ -37,7 +37,7 @@ class RunResult:
     """Everything a run produced; the decision record and audit records are built from it."""
 
     architecture: Architecture
-    variant: str | None
+    variant: SummVariant | None
     view: MemoryView
     view_text: str
     parse_problems: tuple[str, ...]
@@ -110,7 +110,7 @@ class _Run:
         self.calls.append(ModelCall(request, response))
         return response
 
-    def finish(self, architecture: Architecture, variant: str | None, memory: SummMemory) -> RunResult:
+    def finish(self, architecture: Architecture, variant: SummVariant | None, memory: SummMemory) -> RunResult:
         view_text = memory.view.render()
         response = self.call(decision_request(view_text, self.task))
         return RunResult(
@@ -150,7 +150,7 @@ def run_summ(
     memory = SummMemory(EMPTY_VIEW)
     for index, event in enumerate(trajectory.events, start=1):
         memory = summ_step(memory, index, event, task=task, budget=budget, variant=variant, call=run.call)
-    return run.finish(Architecture.SUMM, variant.value, memory)
+    return run.finish(Architecture.SUMM, variant, memory)
 
 
 def finish_summ(
@@ -167,4 +167,4 @@ def finish_summ(
     # The steps ran earlier, as events arrived; their model time counts toward this decision's latency.
     earlier = sum(c.response.latency_s for c in calls)
     run = _Run(trajectory, task, budget, backend, list(calls), started=time.perf_counter() - earlier)
-    return run.finish(Architecture.SUMM, variant.value, memory)
+    return run.finish(Architecture.SUMM, variant, memory)

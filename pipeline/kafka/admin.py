@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
-from pipeline.kafka.errors import BrokerUnavailableError
+from pipeline.kafka.errors import BrokerUnavailableError, KafkaAdapterError
 
 # librdkafka logs connection refusals to stderr by default; route them through logging instead.
 _LIBRDKAFKA_LOG = logging.getLogger("pipeline.kafka.librdkafka")
@@ -63,3 +63,15 @@ def wait_for_brokers(client_config: dict[str, str], expected_brokers: int, timeo
             last_error = f"{len(info.broker_ids)} of {expected_brokers} brokers registered"
         time.sleep(0.5)
     raise BrokerUnavailableError(f"cluster not ready after {timeout_s:.0f}s: {last_error}")
+
+
+def topic_partitions(client_config: dict[str, str], topic: str) -> int:
+    """How many partitions `topic` has; KafkaAdapterError when it does not exist."""
+    try:
+        metadata = admin_client(client_config).list_topics(topic, timeout=10)
+    except KafkaException as exc:
+        raise KafkaAdapterError(f"cannot read the metadata of {topic}: {exc.args[0]}") from exc
+    found = metadata.topics.get(topic)
+    if found is None or found.error is not None or not found.partitions:
+        raise KafkaAdapterError(f"topic {topic} does not exist: run `dpm topics create`")
+    return len(found.partitions)

@@ -2,22 +2,20 @@
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 from pathlib import Path
 
 from pipeline.kafka.errors import LocalBrokerError
-from pipeline.resources import kafka_deploy_dir
+from pipeline.wire.resources import kafka_deploy_dir
 
 _STAMP = ".complete"
 
 
-def java_executable() -> str:
-    """The `java` to run the broker with: $JAVA_HOME/bin/java, else the one on PATH."""
-    java_home = os.environ.get("JAVA_HOME")
-    if java_home and (Path(java_home) / "bin" / "java").exists():
-        return str(Path(java_home) / "bin" / "java")
+def java_executable(java_home: Path | None) -> str:
+    """The `java` to run the broker with: JAVA_HOME's (from the settings), else the one on PATH."""
+    if java_home is not None and (java_home / "bin" / "java").exists():
+        return str(java_home / "bin" / "java")
     found = shutil.which("java")
     if not found:
         raise LocalBrokerError("java not found: install a JDK 17+ or set JAVA_HOME")

@@ -22,7 +22,7 @@ import orjson
 from pipeline.kafka.admin import ClusterInfo, wait_for_brokers
 from pipeline.kafka.broker_runtime import ensure_broker_jars, java_executable
 from pipeline.kafka.errors import BrokerUnavailableError, LocalBrokerError
-from pipeline.resources import kafka_deploy_dir
+from pipeline.wire.resources import kafka_deploy_dir
 
 _CONTROLLER_PORT_OFFSET = 100
 _JVM_OPTS = ("-Xms256m", "-Xmx768m", "-XX:+UseG1GC", "-Djava.awt.headless=true")
@@ -152,9 +152,9 @@ def _cluster_id(layout: ClusterLayout) -> str:
     return candidate
 
 
-def _java(libs: Path, node: Path, main_class: str, *args: str) -> list[str]:
+def _java(java: str, libs: Path, node: Path, main_class: str, *args: str) -> list[str]:
     return [
-        java_executable(),
+        java,
         *_JVM_OPTS,
         f"-Dlog4j.configuration=file:{node / 'log4j.properties'}",
         f"-Dkafka.logs.dir={node / 'logs'}",
@@ -165,12 +165,14 @@ def _java(libs: Path, node: Path, main_class: str, *args: str) -> list[str]:
     ]
 
 
-def _format_storage(layout: ClusterLayout, libs: Path, configs: dict[int, Path]) -> None:
+def _format_storage(layout: ClusterLayout, java: str, libs: Path, configs: dict[int, Path]) -> None:
     """Formats each node's log dir once; formatted dirs (with meta.properties) keep their data."""
     cluster_id = _cluster_id(layout)
     pending = {
         n: subprocess.Popen(
-            _java(libs, layout.node_dir(n), "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(cfg)),
+            _java(
+                java, libs, layout.node_dir(n), "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(cfg)
+            ),
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
@@ -214,14 +216,14 @@ def log_tail(layout: ClusterLayout, lines: int = 25) -> str:
     return "\n".join(chunks) or "(no broker log was written)"
 
 
-def _launch(layout: ClusterLayout, libs: Path, configs: dict[int, Path]) -> list[subprocess.Popen[bytes]]:
+def _launch(layout: ClusterLayout, java: str, libs: Path, configs: dict[int, Path]) -> list[subprocess.Popen[bytes]]:
     procs = []
     for node_id, config in configs.items():
         node = layout.node_dir(node_id)
         with (node / "logs" / "console.log").open("ab") as console:
             procs.append(
                 subprocess.Popen(
-                    _java(libs, node, "kafka.Kafka", str(config)),
+                    _java(java, libs, node, "kafka.Kafka", str(config)),
                     stdout=console,
                     stderr=subprocess.STDOUT,
                     stdin=subprocess.DEVNULL,
@@ -232,7 +234,14 @@ def _launch(layout: ClusterLayout, libs: Path, configs: dict[int, Path]) -> list
 
 
 def start(
-    home: Path, cache_dir: Path, kafka_version: str, *, nodes: int, port: int, timeout_s: float = 120.0
+    home: Path,
+    cache_dir: Path,
+    kafka_version: str,
+    *,
+    nodes: int,
+    port: int,
+    timeout_s: float = 120.0,
+    java_home: Path | None = None,
 ) -> tuple[RunningCluster, bool]:
     """Starts the local cluster and waits until a metadata request lists every node.
 
@@ -251,10 +260,11 @@ def start(
         return running, True
     layout = ClusterLayout(home, nodes, port)
     libs = ensure_broker_jars(cache_dir, kafka_version)
+    java = java_executable(java_home)
     _check_ports_free(layout)
     configs = {n: _write_node_config(layout, n) for n in layout.node_ids}
-    _format_storage(layout, libs, configs)
-    procs = _launch(layout, libs, configs)
+    _format_storage(layout, java, libs, configs)
+    procs = _launch(layout, java, libs, configs)
     cluster = RunningCluster(nodes, port, layout.bootstrap, tuple(p.pid for p in procs), str(layout.root))
     state_file(home).write_bytes(orjson.dumps(asdict(cluster)))
     try:
@@ -310,3 +320,17 @@ def stop(home: Path, timeout_s: float = 60.0) -> RunningCluster | None:
             _signal(pid, signal.SIGKILL)
     state_file(home).unlink(missing_ok=True)
     return cluster if alive else None
+
+
+def free_cluster_port(nodes: int) -> int:
+    """A first-broker port whose broker and controller ports (see ClusterLayout) are all free on loopback."""
+    for _ in range(200):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            probe.bind(("127.0.0.1", 0))
+            base = int(probe.getsockname()[1])
+        if base + 100 + nodes >= 65535:
+            continue
+        layout = ClusterLayout(Path("/nonexistent"), nodes, base)
+        if all(port_problem(p) is None for p in layout.ports):
+            return base
+    raise LocalBrokerError("no free port range found on loopback")

@@ -10,11 +10,15 @@ import orjson
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from pipeline.core.events import CaseRef, Event, LogPosition
-from pipeline.kafka.admin import admin_client
+from pipeline.kafka.admin import topic_partitions
 from pipeline.kafka.errors import KafkaAdapterError
+from pipeline.kafka.partitioning import case_partition
 from pipeline.kafka.topics import TopicNames
-from pipeline.kafka.wire import TENANT_HEADER, CaseOpening, DecisionRequest, case_partition
-from pipeline.schemas import validate
+from pipeline.wire.event import CaseOpening, opened
+from pipeline.wire.headers import TENANT_HEADER
+from pipeline.wire.schema_ids import SchemaId
+from pipeline.wire.trigger import DecisionRequest
+from pipeline.wire.validation import validate
 
 _LOG = logging.getLogger("pipeline.kafka.librdkafka")
 
@@ -37,14 +41,10 @@ class EventProducer:
 
     def _partition_count(self, topic: str) -> int:
         if topic not in self._partitions:
-            metadata = admin_client(self._admin_config).list_topics(topic, timeout=10)
-            found = metadata.topics.get(topic)
-            if found is None or found.error is not None or not found.partitions:
-                raise KafkaAdapterError(f"topic {topic} does not exist: run `dpm topics create`")
-            self._partitions[topic] = len(found.partitions)
+            self._partitions[topic] = topic_partitions(self._admin_config, topic)
         return self._partitions[topic]
 
-    def _send(self, topic: str, records: Sequence[tuple[str, int, dict[str, Any], str]]) -> list[LogPosition]:
+    def _send(self, topic: str, records: Sequence[tuple[str, int, bytes, str]]) -> list[LogPosition]:
         """Produces (key, partition, value, tenant) records and waits for every delivery, in order."""
         positions: list[LogPosition | None] = [None] * len(records)
         failures: list[str] = []
@@ -63,7 +63,7 @@ class EventProducer:
                 self._producer.produce(
                     topic,
                     key=key.encode("utf-8"),
-                    value=orjson.dumps(value),
+                    value=value,
                     partition=partition,
                     headers=[(TENANT_HEADER, tenant.encode("utf-8"))],
                     on_delivery=delivered(slot),
@@ -83,13 +83,13 @@ class EventProducer:
         """
         topic = self._names.events
         count = self._partition_count(topic)
-        records = [
-            (e.key, case_partition(e.case, count), opening.annotate(e) if opening else e.wire(), e.case.tenant)
-            for e in events
-        ]
-        for _, _, value, _ in records:
-            validate("event.v1", value)  # nothing is sent unless every event is valid
-        return self._send(topic, records)
+        records = opened(events, opening)
+        values = [r.to_wire() for r in records]
+        for value in values:
+            validate(SchemaId.EVENT, value)  # nothing is sent unless every event is valid
+        keyed = [(r.event.key, case_partition(r.event.case, count), orjson.dumps(v), r.event.case.tenant)
+                 for r, v in zip(records, values, strict=True)]  # fmt: skip
+        return self._send(topic, keyed)
 
     def trigger(self, request: DecisionRequest) -> LogPosition:
         """Publishes a decision request keyed `tenant/case` on the case's partition of the triggers topic."""
@@ -97,7 +97,7 @@ class EventProducer:
         record = (
             request.case.key,
             case_partition(request.case, self._partition_count(topic)),
-            request.value(),
+            request.encode(),
             request.case.tenant,
         )
         return self._send(topic, [record])[0]

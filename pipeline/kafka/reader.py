@@ -8,11 +8,11 @@ from collections.abc import Sequence
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
+from pipeline.core.event_log import RawRecord, ReadResult
 from pipeline.core.events import CaseRef, LogPosition
-from pipeline.core.log import RawRecord, ReadResult
-from pipeline.kafka.dump import read_range
 from pipeline.kafka.errors import KafkaAdapterError
-from pipeline.kafka.wire import case_partition
+from pipeline.kafka.partitioning import case_partition
+from pipeline.kafka.range_reads import read_range
 
 _LOG = logging.getLogger("pipeline.kafka.librdkafka")
 # Offsets closer than this are read through rather than seeked to: on loopback one seek (~4 ms) costs

@@ -1,4 +1,4 @@
-"""The pipeline's topic layout (DESIGN.md) and its idempotent creation."""
+"""The pipeline's topic layout (the README's Kafka topology table) and its idempotent creation."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
 
+from pipeline.kafka.admin import admin_client, fetch_metadata
 from pipeline.kafka.errors import KafkaAdapterError, TopicConflictError
 
 _KEEP_FOREVER = "-1"
@@ -56,7 +57,7 @@ class TopicSpec:
 
 
 def pipeline_topics(names: TopicNames, partitions: int = 6) -> tuple[TopicSpec, ...]:
-    """The six topics of DESIGN.md with the configs the pipeline's guarantees depend on."""
+    """The six topics with the configs the pipeline's guarantees depend on."""
     # A unique key per event (tenant/case/seq) means compaction never drops a live event; no time
     # retention, because replay months later must find the very offsets a decision recorded.
     events = {"cleanup.policy": "compact", "retention.ms": _KEEP_FOREVER, "retention.bytes": "-1"}
@@ -183,3 +184,11 @@ def _created_or_raced(future: Future[None], timeout_s: float) -> None:
     except KafkaException as exc:
         if exc.args[0].name() != "TOPIC_ALREADY_EXISTS":
             raise
+
+
+def create_pipeline_topics(
+    client_config: dict[str, str], names: TopicNames, partitions: int = 6, replication: int | None = None
+) -> TopicReport:
+    """Creates (or checks) the six topics; replication defaults to min(3, brokers in the cluster)."""
+    factor = replication or min(3, len(fetch_metadata(client_config).broker_ids))
+    return ensure_topics(admin_client(client_config), pipeline_topics(names, partitions), factor)

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 
 import anthropic
 import pydantic
 
+from pipeline.config.settings import ModelSettings
 from pipeline.core.model import ModelBackendError, ModelRequest, ModelResponse, Usage, message_text
-from pipeline.llm.pricing import DEFAULT_PRICES, Price
+from pipeline.core.run import ModelCall
+from pipeline.llm.pricing import DEFAULT_PRICES, Price, load_price_table
 
 DEFAULT_MODEL = "claude-haiku-4-5-20251001"
 
@@ -80,3 +83,18 @@ class AnthropicBackend:
             latency_s=time.perf_counter() - started,
             stop_reason=str(message.stop_reason),
         )
+
+
+def from_settings(settings: ModelSettings, recorded: Sequence[ModelCall]) -> AnthropicBackend:
+    """The backend DPM_MODEL and ANTHROPIC_* name; a clear error when the API key is missing."""
+    del recorded
+    if settings.anthropic_api_key is None:
+        raise ModelBackendError("the anthropic backend needs ANTHROPIC_API_KEY")
+    return AnthropicBackend(
+        settings.anthropic_api_key.get_secret_value(),
+        settings.model or DEFAULT_MODEL,
+        base_url=settings.anthropic_base_url,
+        timeout_s=settings.timeout_s,
+        max_retries=settings.max_retries,
+        prices=load_price_table(settings.price_table),
+    )

@@ -8,8 +8,10 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
-from pipeline.core.assemble import Rejection
+from pipeline.core.model import Purpose
 from pipeline.core.run import ModelCall, RunResult
+from pipeline.core.task import Architecture
+from pipeline.wire.rejection import Rejection
 
 _LOG = logging.getLogger("pipeline.metrics")
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
@@ -52,14 +54,15 @@ class PipelineMetrics:
     def tenant_label(self, tenant: str) -> str:
         return tenant if tenant in self._tenants else OTHER_TENANT
 
-    def observe_calls(self, architecture: str, calls: Iterable[ModelCall]) -> None:
+    def observe_calls(self, architecture: Architecture, calls: Iterable[ModelCall]) -> None:
         """Counts model calls, their tokens and their cost."""
+        arch = architecture.value
         for call in calls:
             model = call.response.model
-            self.model_calls.labels(architecture, model, call.request.purpose.value).inc()
-            self.input_tokens.labels(architecture, model).inc(call.response.usage.input_tokens)
-            self.output_tokens.labels(architecture, model).inc(call.response.usage.output_tokens)
-            self.cost.labels(architecture, model).inc(call.response.cost_usd)
+            self.model_calls.labels(arch, model, call.request.purpose.value).inc()
+            self.input_tokens.labels(arch, model).inc(call.response.usage.input_tokens)
+            self.output_tokens.labels(arch, model).inc(call.response.usage.output_tokens)
+            self.cost.labels(arch, model).inc(call.response.cost_usd)
 
     def observe_run(
         self, result: RunResult, tenant: str, end_to_end_s: float | None, *, calls_counted_already: int = 0
@@ -67,12 +70,12 @@ class PipelineMetrics:
         """Counts a published decision and those of its model calls not counted when they were made."""
         arch = result.architecture.value
         self.decisions.labels(arch, result.decision.label or "failed", self.tenant_label(tenant)).inc()
-        memory = [c for c in result.calls if c.request.purpose.value != "decide"]
+        memory = [c for c in result.calls if c.request.purpose is not Purpose.DECIDE]
         self.memory_seconds.labels(arch).observe(sum(c.response.latency_s for c in memory))
         self.decision_seconds.labels(arch).observe(result.calls[-1].response.latency_s)
         if end_to_end_s is not None:
             self.end_to_end_seconds.labels(arch).observe(max(0.0, end_to_end_s))
-        self.observe_calls(arch, result.calls[calls_counted_already:])
+        self.observe_calls(result.architecture, result.calls[calls_counted_already:])
 
     def observe_rejection(self, reason: Rejection) -> None:
         self.dead_letters.labels(reason.value).inc()

@@ -2,18 +2,24 @@
 
 from __future__ import annotations
 
+import uuid
 from pathlib import Path
 
-from pipeline.cluster_session import pipeline_processes as processes
 from pipeline.core.hashing import text_digest
-from pipeline.core.run import run_summ
+from pipeline.core.model import Purpose
+from pipeline.core.run import SummVariant, run_summ
 from pipeline.core.task import Architecture, Budget
+from pipeline.kafka.admin import admin_client
 from pipeline.kafka.producer import EventProducer
 from pipeline.kafka.topics import TopicNames
-from pipeline.kafka.wire import CaseOpening, DecisionRequest
 from pipeline.llm.extractive.backend import ExtractiveBackend
-from pipeline.outputs_index import await_decisions
+from pipeline.services.cluster import pipeline_processes as processes
+from pipeline.services.read_outputs import await_decisions
+from pipeline.wire.audit import calls_in_order
+from pipeline.wire.event import CaseOpening
+from pipeline.wire.trigger import DecisionId, DecisionRequest
 from tests.pipeline_support import create_topics, small_cases, worker_env
+from tests.processes import dpm_cli
 
 BUDGET = 900
 
@@ -34,24 +40,58 @@ def test_baseline_decides_with_n_plus_one_audits_and_recovers_its_summaries_afte
     trigger("first")
     with processes([["baseline", "--budgets", "700"]], env, tmp_path / "run1"):
         first = await_decisions(kafka_config, topic_names, 1, timeout_s=120)
-    record = first.decisions["first:summ"]
-    assert record["llm_calls"] == len(case.trajectory) + 1
-    purposes = [a["purpose"] for a in sorted(first.audits["first:summ"], key=lambda a: a["call_index"])]
-    assert purposes == ["summarize"] * len(case.trajectory) + ["decide"]
+    record = first.decisions[DecisionId("first", Architecture.SUMM)]
+    assert record.llm_calls == len(case.trajectory) + 1
+    purposes = [c.request.purpose for c in calls_in_order(first.audits[record.decision_id])]
+    assert purposes == [Purpose.SUMMARIZE] * len(case.trajectory) + [Purpose.DECIDE]
     offline = run_summ(case.trajectory, case.task, Budget(BUDGET), ExtractiveBackend())
-    assert record["view_sha256"] == text_digest(offline.view_text), "the online baseline equals the offline run"
+    assert record.view_sha256 == text_digest(offline.view_text), "the online baseline equals the offline run"
 
     # The events' offsets are committed: a new member must take the summaries from the changelog.
     trigger("second")
     producer.close()
     with processes([["baseline", "--budgets", "700"]], env, tmp_path / "run2"):
         second = await_decisions(kafka_config, topic_names, 2, timeout_s=120)
-    assert second.decisions["second:summ"]["view_sha256"] == record["view_sha256"]
-    assert second.decisions["second:summ"]["decision"]["label"] == record["decision"]["label"]
+    again = second.decisions[DecisionId("second", Architecture.SUMM)]
+    assert again.view_sha256 == record.view_sha256
+    assert again.outcome.label == record.outcome.label
 
-    def step_latencies(decision_id: str) -> list[float]:
-        audits = sorted(second.audits[decision_id], key=lambda a: a["call_index"])
-        return [a["latency_s"] for a in audits if a["purpose"] == "summarize"]
+    def step_latencies(trigger_id: str) -> list[float]:
+        calls = calls_in_order(second.audits[DecisionId(trigger_id, Architecture.SUMM)])
+        return [c.response.latency_s for c in calls if c.request.purpose is Purpose.SUMMARIZE]
 
     # Measured latencies of the N steps are carried, not re-measured: the steps were recovered, not redone.
-    assert step_latencies("second:summ") == step_latencies("first:summ")
+    assert step_latencies("second") == step_latencies("first")
+
+
+def _member_client_ids(config: dict[str, str], group: str) -> set[str]:
+    admin = admin_client(config)  # held: the futures resolve only while their client lives
+    described = admin.describe_consumer_groups([group])[group].result(timeout=30)
+    return {member.client_id for member in described.members}
+
+
+def test_baseline_honours_the_client_config_and_its_buffered_decisions_verify_from_the_record(
+    kafka_bootstrap: str, kafka_config: dict[str, str], topic_names: TopicNames, tmp_path: Path
+) -> None:
+    """DPM_KAFKA_CONFIG reaches the baseline's own clients; buffered views replay MATCH without a model."""
+    create_topics(kafka_config, topic_names)
+    probe = f"dpm-client-probe-{uuid.uuid4().hex[:8]}"
+    properties = tmp_path / "client.properties"
+    properties.write_text(f"# what an operator's SASL/TLS file would hold, plus an id to find\nclient.id={probe}\n")
+    case = small_cases(per_domain=1)[0]
+    loose = case.trajectory.char_length * 2  # everything fits: no summary call, the view is the events themselves
+    producer = EventProducer(kafka_config, topic_names)
+    positions = tuple(producer.append(case.trajectory.events, CaseOpening(case.task, (loose,))))
+    producer.trigger(DecisionRequest("buffered", case.ref, case.task, loose, (Architecture.SUMM,), positions,
+                                     len(positions), case.label))  # fmt: skip
+    producer.close()
+    env = {**worker_env(kafka_bootstrap, topic_names, tmp_path), "DPM_KAFKA_CONFIG": str(properties)}
+    with processes([["baseline", "--budgets", str(loose), "--variant", "buffered"]], env, tmp_path / "logs"):
+        outputs = await_decisions(kafka_config, topic_names, 1, timeout_s=120)
+        assert _member_client_ids(kafka_config, f"{topic_names.prefix}-baseline") == {probe}
+    record = outputs.decisions[DecisionId("buffered", Architecture.SUMM)]
+    assert record.variant is SummVariant.BUFFERED
+    assert record.llm_calls == 1  # the decision only
+    replayed = dpm_cli("replay", "--all", "--verify-recorded", env=env)
+    assert replayed.returncode == 0, replayed.stdout + replayed.stderr
+    assert "MATCH" in replayed.stdout

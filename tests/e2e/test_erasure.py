@@ -2,21 +2,19 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
-from pipeline.cluster_session import pipeline_processes
 from pipeline.core.task import Architecture
 from pipeline.kafka.admin import admin_client
 from pipeline.kafka.producer import EventProducer
 from pipeline.kafka.reader import KafkaEventLog
 from pipeline.kafka.topics import TopicNames, TopicSpec, ensure_topics
-from pipeline.kafka.wire import DecisionRequest
-from pipeline.outputs_index import await_decisions
+from pipeline.services.cluster import pipeline_processes
+from pipeline.services.read_outputs import await_decisions
+from pipeline.wire.trigger import DecisionRequest
 from tests.pipeline_support import create_topics, small_cases, worker_env
+from tests.processes import dpm_cli
 
 # Compaction within seconds instead of hours: tiny segments, any dirt is cleanable, short tombstone life.
 FAST_COMPACTION = {
@@ -27,11 +25,6 @@ FAST_COMPACTION = {
     "delete.retention.ms": "100",
     "min.compaction.lag.ms": "0",
 }
-
-
-def _dpm(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "pipeline", *args], capture_output=True, text=True,
-                          env={**os.environ, **env, "COLUMNS": "200"}, timeout=300, check=False)  # fmt: skip
 
 
 def test_an_erased_case_replays_as_erased(
@@ -48,7 +41,7 @@ def test_an_erased_case_replays_as_erased(
     with pipeline_processes([["worker"]], worker_env(kafka_bootstrap, topic_names, tmp_path), tmp_path / "logs"):
         await_decisions(kafka_config, topic_names, 2, timeout_s=60)
     env = {"DPM_BOOTSTRAP": kafka_bootstrap, "DPM_TOPIC_PREFIX": topic_names.prefix}
-    erased = _dpm("erase", "--tenant", gone.ref.tenant, "--case", gone.ref.case_id, env=env)
+    erased = dpm_cli("erase", "--tenant", gone.ref.tenant, "--case", gone.ref.case_id, env=env)
     assert erased.returncode == 0, erased.stderr
     assert f"wrote {len(gone.trajectory)} tombstone(s)" in erased.stdout
     log = KafkaEventLog(kafka_config, topic_names.events)
@@ -59,7 +52,7 @@ def test_an_erased_case_replays_as_erased(
         time.sleep(1)
     log.close()
     producer.close()
-    replay = _dpm("replay", "--all", env=env)
+    replay = dpm_cli("replay", "--all", env=env)
     assert replay.returncode == 2
     lines = {line.split()[1]: line for line in replay.stdout.splitlines() if ":dpm" in line}
     assert "ERASED" in lines[f"{gone.ref.case_id}:dpm"]

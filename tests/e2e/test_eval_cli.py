@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -11,14 +10,14 @@ import orjson
 import pytest
 
 from tests.kafka_support import unique_prefix
+from tests.processes import dpm_cli
 
 DESIGN_FIELDS = {"case_id", "domain", "arch", "budget", "budget_chars", "frp", "rcs", "eda", "crr", "llm_calls",
                  "wall_s", "view_sha256", "decision"}  # fmt: skip
 
 
 def _dpm(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    result = subprocess.run([sys.executable, "-m", "pipeline", *args], capture_output=True, text=True,
-                            env={**os.environ, **(env or {})}, timeout=600, check=False)  # fmt: skip
+    result = dpm_cli(*args, env=env)
     assert result.returncode == 0, result.stdout + result.stderr
     return result
 

@@ -8,18 +8,18 @@ from pathlib import Path
 
 import orjson
 
-from pipeline.cluster_session import pipeline_processes as processes
+from pipeline.config.settings import Settings
 from pipeline.core.events import CaseRef
-from pipeline.core.replay import ReplayStatus
 from pipeline.core.task import Architecture
-from pipeline.kafka.dump import read_topic
+from pipeline.core.verification import ReplayStatus
 from pipeline.kafka.producer import EventProducer
+from pipeline.kafka.range_reads import read_topic
 from pipeline.kafka.reader import KafkaEventLog
 from pipeline.kafka.topics import TopicNames
-from pipeline.kafka.wire import DecisionRequest
-from pipeline.llm.extractive.backend import ExtractiveBackend
-from pipeline.outputs_index import await_decisions
-from pipeline.replaying import replay_many
+from pipeline.services.cluster import pipeline_processes as processes
+from pipeline.services.read_outputs import await_decisions
+from pipeline.services.replay import registry_backends, replay_many
+from pipeline.wire.trigger import DecisionId, DecisionRequest
 from tests.pipeline_support import create_topics, small_cases, worker_env
 
 TRIGGERS = 200
@@ -62,10 +62,11 @@ def test_three_workers_give_exactly_one_decision_per_trigger_and_every_replay_ma
         _assert_exactly_once(kafka_config, topic_names, ids, timeout_s=180)
     outputs = await_decisions(kafka_config, topic_names, len(ids), 10)
     log = KafkaEventLog(kafka_config, topic_names.events)
-    lines = replay_many(outputs.decisions.values(), outputs.views, outputs.audits, log, ExtractiveBackend())
+    lines = replay_many(outputs.decisions.values(), outputs.views, outputs.audits, log,
+                        registry_backends(Settings.from_env({}).model, "extractive"))  # fmt: skip
     log.close()
     assert {line.report.status for line in lines} == {ReplayStatus.MATCH}
-    assert len({r["worker_id"] for r in outputs.decisions.values()}) >= 2, "the group shared the work"
+    assert len({r.worker_id for r in outputs.decisions.values()}) >= 2, "the group shared the work"
 
 
 def test_a_worker_killed_mid_run_loses_nothing_and_duplicates_nothing(
@@ -102,6 +103,6 @@ def test_a_trigger_naming_another_tenants_offsets_gets_no_decision_and_a_dead_le
         while not letters and time.monotonic() < deadline:
             letters = [orjson.loads(r.value or b"") for r in read_topic(kafka_config, topic_names.dlq)]
             time.sleep(0.5)
-    assert set(outputs.decisions) == {"honest:dpm"}
+    assert set(outputs.decisions) == {DecisionId("honest", Architecture.DPM)}
     assert [letter["reason"] for letter in letters] == ["cross-tenant"]
     assert "tenant-b" in str(letters[0]["detail"])

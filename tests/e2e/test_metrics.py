@@ -8,14 +8,16 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from pipeline.cluster_session import pipeline_processes
 from pipeline.core.events import CaseRef
 from pipeline.core.task import Architecture
+from pipeline.kafka.local_broker import free_cluster_port
+from pipeline.kafka.partitioning import case_partition
 from pipeline.kafka.producer import EventProducer
 from pipeline.kafka.topics import TopicNames
-from pipeline.kafka.wire import CaseOpening, DecisionRequest, case_partition
-from pipeline.outputs_index import await_decisions
-from tests.kafka_support import free_cluster_port
+from pipeline.services.cluster import pipeline_processes
+from pipeline.services.read_outputs import await_decisions
+from pipeline.wire.event import CaseOpening
+from pipeline.wire.trigger import DecisionRequest
 from tests.pipeline_support import create_topics, small_cases, worker_env
 
 DECISIONS = 5

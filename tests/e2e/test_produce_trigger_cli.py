@@ -2,25 +2,19 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import orjson
 
-from pipeline.casefiles import write_case
-from pipeline.cluster_session import pipeline_processes
 from pipeline.core.events import CaseRef
 from pipeline.kafka.reader import KafkaEventLog
 from pipeline.kafka.topics import TopicNames
-from pipeline.outputs_index import await_decisions
+from pipeline.services.cluster import pipeline_processes
+from pipeline.services.read_outputs import await_decisions
+from pipeline.wire.case_files import write_case
+from pipeline.wire.decision import PositionsSource
 from tests.pipeline_support import create_topics, small_cases, worker_env
-
-
-def _dpm(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "pipeline", *args], capture_output=True, text=True,
-                          env={**os.environ, **env}, timeout=300, check=False)  # fmt: skip
+from tests.processes import dpm_cli
 
 
 def test_a_bad_file_sends_nothing_and_a_good_run_is_decided(
@@ -37,7 +31,7 @@ def test_a_bad_file_sends_nothing_and_a_good_run_is_decided(
     broken["events"][3]["seq"] = -4
     (folder / "zz-broken.json").write_bytes(orjson.dumps(broken))
 
-    refused = _dpm("produce", "--cases", str(folder), env=env)
+    refused = dpm_cli("produce", "--cases", str(folder), env=env)
     assert refused.returncode == 1
     assert "zz-broken.json" in refused.stderr
     assert "Traceback" not in refused.stderr
@@ -46,7 +40,7 @@ def test_a_bad_file_sends_nothing_and_a_good_run_is_decided(
 
     (folder / "zz-broken.json").unlink()
     manifest = tmp_path / "manifest.json"
-    produced = _dpm("produce", "--cases", str(folder), "--manifest", str(manifest), env=env)
+    produced = dpm_cli("produce", "--cases", str(folder), "--manifest", str(manifest), env=env)
     assert produced.returncode == 0, produced.stderr
     entries = orjson.loads(manifest.read_bytes())
     lengths = {c.ref.case_id: len(c.trajectory) for c in cases[:2]}
@@ -55,19 +49,19 @@ def test_a_bad_file_sends_nothing_and_a_good_run_is_decided(
         assert len(log.scan(CaseRef(entry["tenant"], entry["case_id"])).records) == lengths[entry["case_id"]]
     log.close()
 
-    triggered = _dpm("trigger", "--manifest", str(manifest), "--budget", "moderate", "--arch", "dpm", env=env)
+    triggered = dpm_cli("trigger", "--manifest", str(manifest), "--budget", "moderate", "--arch", "dpm", env=env)
     assert triggered.returncode == 0, triggered.stderr
     assert triggered.stdout.count("triggered") == 2
     with pipeline_processes([["worker"]], worker_env(kafka_bootstrap, topic_names, tmp_path), tmp_path / "logs"):
         outputs = await_decisions(kafka_config, topic_names, 2, timeout_s=60)
-    assert {d["positions_source"] for d in outputs.decisions.values()} == {"trigger"}
+    assert {d.positions_source for d in outputs.decisions.values()} == {PositionsSource.TRIGGER}
     labels = {c.ref.case_id: c.label for c in cases[:2]}
-    assert {d["case_id"]: d["decision"]["label"] for d in outputs.decisions.values()} == labels
+    assert {d.case.case_id: d.outcome.label for d in outputs.decisions.values()} == labels
 
 
 def test_trigger_without_a_manifest_needs_a_budget_in_characters(kafka_bootstrap: str) -> None:
     env = {"DPM_BOOTSTRAP": kafka_bootstrap, "DPM_TOPIC_PREFIX": "unused"}
-    result = _dpm("trigger", "--tenant", "a", "--case", "b", "--budget", "tight", env=env)
+    result = dpm_cli("trigger", "--tenant", "a", "--case", "b", "--budget", "tight", env=env)
     assert result.returncode == 1
     assert "budget in characters" in result.stderr
 
@@ -80,12 +74,12 @@ def test_json_lines_events_are_validated_line_by_line(
     good = [{"tenant": "acme", "case_id": "j1", "seq": s, "kind": "note", "text": f"event {s}"} for s in (1, 2, 3)]
     lines = tmp_path / "events.jsonl"
     lines.write_bytes(b"\n".join(orjson.dumps(e) for e in good) + b'\n{"tenant": "acme", "seq": 4}\n')
-    refused = _dpm("produce", "--events", str(lines), env=env)
+    refused = dpm_cli("produce", "--events", str(lines), env=env)
     assert refused.returncode == 1
     assert "events.jsonl:4" in refused.stderr
     log = KafkaEventLog(kafka_config, topic_names.events)
     assert log.scan(CaseRef("acme", "j1")).records == ()
     lines.write_bytes(b"\n".join(orjson.dumps(e) for e in good) + b"\n")
-    assert _dpm("produce", "--events", str(lines), env=env).returncode == 0
+    assert dpm_cli("produce", "--events", str(lines), env=env).returncode == 0
     assert len(log.scan(CaseRef("acme", "j1")).records) == 3
     log.close()

@@ -9,12 +9,14 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import ConfigResource, ResourceType
 
+from pipeline.config.settings import KAFKA_VERSION, Settings
 from pipeline.kafka import local_broker
 from pipeline.kafka.admin import admin_client, fetch_metadata
 from pipeline.kafka.errors import LocalBrokerError, TopicConflictError
+from pipeline.kafka.local_broker import free_cluster_port
 from pipeline.kafka.topics import TopicNames, TopicSpec, ensure_topics, pipeline_topics
-from pipeline.settings import KAFKA_VERSION, Settings
-from tests.kafka_support import free_cluster_port, running_local_broker, unique_prefix
+from pipeline.services.cluster import private_cluster
+from tests.kafka_support import unique_prefix
 
 
 def _read_at(config: dict[str, str], topic: str, partition: int, offset: int, committed: bool = False) -> list[bytes]:
@@ -112,14 +114,14 @@ def test_aborted_transaction_is_invisible_to_read_committed(kafka_config: dict[s
 def test_broker_restart_loses_nothing(private_home: Path) -> None:
     topic = "durable"
     records = [(f"acme/c/{i:06d}".encode(), f"v{i}".encode()) for i in range(50)]
-    with running_local_broker(private_home) as cluster:
+    with private_cluster(Settings.from_env(), private_home) as cluster:
         config = {"bootstrap.servers": cluster.bootstrap}
         ensure_topics(admin_client(config), (TopicSpec(topic, 1, {"cleanup.policy": "compact"}),), 1)
         _produce(config, topic, records)
     assert local_broker.read_running(private_home) is None
     settings = Settings.from_env()
     port = free_cluster_port(1)
-    cluster, already = local_broker.start(private_home, settings.cache_dir, KAFKA_VERSION, nodes=1, port=port)
+    cluster, already = local_broker.start(private_home, settings.paths.cache_dir, KAFKA_VERSION, nodes=1, port=port)
     try:
         assert not already
         assert _read_at({"bootstrap.servers": cluster.bootstrap}, topic, 0, 0) == [v for _, v in records]
@@ -130,23 +132,25 @@ def test_broker_restart_loses_nothing(private_home: Path) -> None:
 @pytest.mark.slow
 def test_second_up_reports_the_running_broker_and_failed_start_shows_logs(private_home: Path) -> None:
     settings = Settings.from_env()
-    with running_local_broker(private_home) as cluster:
-        again, already = local_broker.start(private_home, settings.cache_dir, KAFKA_VERSION, nodes=1, port=cluster.port)
+    with private_cluster(Settings.from_env(), private_home) as cluster:
+        again, already = local_broker.start(
+            private_home, settings.paths.cache_dir, KAFKA_VERSION, nodes=1, port=cluster.port
+        )
         assert already
         assert again.pids == cluster.pids
         with pytest.raises(LocalBrokerError, match="already running"):
-            local_broker.start(private_home, settings.cache_dir, KAFKA_VERSION, nodes=3, port=cluster.port)
+            local_broker.start(private_home, settings.paths.cache_dir, KAFKA_VERSION, nodes=3, port=cluster.port)
     meta = private_home / "broker" / "kraft-1" / "node-1" / "data" / "meta.properties"
     meta.write_text(meta.read_text().replace("node.id=1", "node.id=7"))
     with pytest.raises(LocalBrokerError, match=r"server\.log") as failure:
-        local_broker.start(private_home, settings.cache_dir, KAFKA_VERSION, nodes=1, port=free_cluster_port(1))
+        local_broker.start(private_home, settings.paths.cache_dir, KAFKA_VERSION, nodes=1, port=free_cluster_port(1))
     assert "exited with code" in str(failure.value)
     assert local_broker.read_running(private_home) is None
 
 
 @pytest.mark.slow
 def test_three_node_cluster_replicates_with_min_isr_two(private_home: Path) -> None:
-    with running_local_broker(private_home, nodes=3) as cluster:
+    with private_cluster(Settings.from_env(), private_home, nodes=3) as cluster:
         config = {"bootstrap.servers": cluster.bootstrap}
         # Each broker answers from its own metadata image: every one of them must list all three.
         layout = local_broker.ClusterLayout(private_home, cluster.nodes, cluster.port)

@@ -7,11 +7,12 @@ from confluent_kafka import Consumer, TopicPartition
 
 from pipeline.core.events import CaseRef, Event, LogPosition
 from pipeline.kafka.errors import KafkaAdapterError
+from pipeline.kafka.partitioning import case_partition
 from pipeline.kafka.producer import EventProducer
 from pipeline.kafka.reader import KafkaEventLog
 from pipeline.kafka.topics import TopicNames
-from pipeline.kafka.wire import TENANT_HEADER, case_partition
-from pipeline.schemas import SchemaError
+from pipeline.wire.headers import TENANT_HEADER
+from pipeline.wire.validation import SchemaError
 from tests.pipeline_support import create_topics
 from tests.reader_contract import EventLogContract
 

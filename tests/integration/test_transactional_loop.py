@@ -6,16 +6,17 @@ import uuid
 
 import orjson
 
-from pipeline.core.memlog import InMemoryEventLog
+from pipeline.core.memory_log import InMemoryEventLog
 from pipeline.core.model import ModelBackendError, ModelRequest, ModelResponse
 from pipeline.core.task import Architecture
-from pipeline.kafka.dump import read_topic
-from pipeline.kafka.eos import LoopConfig, TransactionalLoop
 from pipeline.kafka.producer import EventProducer
+from pipeline.kafka.range_reads import read_topic
 from pipeline.kafka.topics import TopicNames
-from pipeline.kafka.wire import DecisionRequest
+from pipeline.kafka.transactions import LoopConfig, TransactionalLoop
 from pipeline.llm.extractive.backend import ExtractiveBackend
-from pipeline.workers.projection import ProjectionHandler
+from pipeline.wire.event import append_events
+from pipeline.wire.trigger import DecisionRequest
+from pipeline.workers.projection.handler import ProjectionHandler
 from tests.cases import load_fixture
 from tests.pipeline_support import create_topics
 
@@ -34,7 +35,7 @@ def test_a_model_that_keeps_failing_is_retried_then_dead_lettered(
     create_topics(kafka_config, topic_names)
     case = load_fixture()
     log = InMemoryEventLog()
-    positions = tuple(log.append(e) for e in case.trajectory.events)
+    positions = tuple(append_events(log, case.trajectory.events))
     producer = EventProducer(kafka_config, topic_names)
     producer.trigger(DecisionRequest("t-529", case.ref, case.task, 700, (Architecture.DPM,), positions))
     producer.close()

@@ -7,11 +7,12 @@ from pathlib import Path
 
 import pytest
 
+from pipeline.config.settings import Settings
 from pipeline.core.model import ModelBackendError
 from pipeline.core.prompt import projection_request
 from pipeline.llm.anthropic_backend import AnthropicBackend
-from pipeline.llm.factory import BackendSettings, make_backend
 from pipeline.llm.pricing import Price, load_price_table
+from pipeline.llm.registry import backend_names, make_backend
 from tests.fake_messages_api import Fault, MessagesApiState, error_body, messages_api
 from tests.unit.backend_contract import BUDGET, CASE
 
@@ -102,9 +103,16 @@ def test_unknown_models_need_a_price_and_bad_tables_are_clear_errors(tmp_path: P
         load_price_table(broken)
 
 
-def test_factory_needs_a_key_for_anthropic_and_rejects_unknown_backends() -> None:
-    assert make_backend(BackendSettings()).name == "extractive"
+def test_registry_needs_a_key_for_anthropic_and_rejects_unknown_backends() -> None:
+    assert make_backend(Settings.from_env({}).model).name == "extractive"
     with pytest.raises(ModelBackendError, match="ANTHROPIC_API_KEY"):
-        make_backend(BackendSettings(backend="anthropic"))
-    with pytest.raises(ModelBackendError, match="unknown backend"):
-        make_backend(BackendSettings(backend="gpt"))
+        make_backend(Settings.from_env({"DPM_BACKEND": "anthropic"}).model)
+    with pytest.raises(ModelBackendError, match="unknown backend 'gpt'; choose one of extractive, anthropic, recorded"):
+        make_backend(Settings.from_env({"DPM_BACKEND": "gpt"}).model)
+
+
+def test_every_registered_backend_is_built_by_name_from_settings(tmp_path: Path) -> None:
+    env = {"ANTHROPIC_API_KEY": "k", "ANTHROPIC_BASE_URL": "http://127.0.0.1:9"}
+    for name in backend_names():
+        backend = make_backend(Settings.from_env({**env, "DPM_BACKEND": name}).model)
+        assert backend.name == name

@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 
 from pipeline.core.model import ModelBackend
-from pipeline.core.record import Provenance, audit_records
-from pipeline.core.run import run_dpm, run_summ
+from pipeline.core.recorded import RecordedAnswers
+from pipeline.core.run import ModelCall, run_dpm, run_summ
 from pipeline.llm.anthropic_backend import AnthropicBackend
 from pipeline.llm.extractive.backend import ExtractiveBackend
-from pipeline.llm.recorded import RecordedBackend
 from tests.fake_messages_api import messages_api
 from tests.unit.backend_contract import BUDGET, CASE, BackendContract
 
@@ -47,14 +45,12 @@ class TestAnthropicBackend(BackendContract):
         assert "test-key" in (headers.get("x-api-key"), headers.get("authorization", "").removeprefix("Bearer "))
 
 
-class TestRecordedBackend(BackendContract):
+class TestRecordedAnswers(BackendContract):
     @pytest.fixture(autouse=True)
-    def _audits(self) -> None:
-        provenance = Provenance("d", (), "trigger", "extractive", "test")
-        self.audits: list[dict[str, Any]] = []
+    def _calls(self) -> None:
+        self.calls: list[ModelCall] = []
         for runner in (run_dpm, run_summ):
-            result = runner(CASE.trajectory, CASE.task, BUDGET, ExtractiveBackend())
-            self.audits += audit_records(result, CASE.ref, provenance)
+            self.calls += runner(CASE.trajectory, CASE.task, BUDGET, ExtractiveBackend()).calls
 
     def backend(self) -> ModelBackend:
-        return RecordedBackend(self.audits)
+        return RecordedAnswers(self.calls)

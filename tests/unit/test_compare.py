@@ -2,27 +2,46 @@
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import replace
 
 import pytest
 
-from pipeline.compare import compare
+from pipeline.core.model import Usage
+from pipeline.core.run import run_dpm
+from pipeline.core.task import Architecture, Budget
+from pipeline.llm.extractive.backend import ExtractiveBackend
+from pipeline.services.compare import compare
+from pipeline.wire.decision import DecisionRecord, PositionsSource, Provenance
+from pipeline.wire.run_records import run_records
+from pipeline.wire.trigger import DecisionId, DecisionRequest
+from tests.cases import load_fixture
+
+CASE = load_fixture()
+_RUN = run_dpm(CASE.trajectory, CASE.task, Budget(700), ExtractiveBackend())
+_BASE = run_records(_RUN, CASE.trajectory, task=CASE.task, budget=Budget(700),
+                      provenance=Provenance(DecisionId("t0", Architecture.DPM), (), PositionsSource.TRIGGER,
+                                            "extractive", "unit")).decision  # fmt: skip
 
 
-def _decision(trigger: str, arch: str, label: str | None, calls: int) -> dict[str, Any]:
-    return {
-        "decision_id": f"{trigger}:{arch}",
-        "decision": {"label": label},
-        "llm_calls": calls,
-        "usage": {"input_tokens": 100 * calls, "output_tokens": 10 * calls},
-        "latency_s": 0.1 * calls,
-        "cost_usd": 0.001 * calls,
-    }
+def _decision(trigger: str, arch: str, label: str | None, calls: int) -> DecisionRecord:
+    return replace(
+        _BASE,
+        decision_id=DecisionId(trigger, Architecture(arch)),
+        outcome=replace(_BASE.outcome, label=label),
+        llm_calls=calls,
+        usage=Usage(100 * calls, 10 * calls),
+        latency_s=0.1 * calls,
+        cost_usd=0.001 * calls,
+    )
+
+
+def _trigger(trigger: str, label: str | None) -> DecisionRequest:
+    return DecisionRequest(trigger, CASE.ref, CASE.task, 700, tuple(Architecture), label=label)
 
 
 def test_agreement_accuracy_and_costs() -> None:
     decisions = {
-        d["decision_id"]: d
+        d.decision_id: d
         for d in (
             _decision("t1", "dpm", "DENY", 2), _decision("t1", "summ", "DENY", 91),
             _decision("t2", "dpm", "APPROVE", 2), _decision("t2", "summ", "DENY", 91),
@@ -30,11 +49,11 @@ def test_agreement_accuracy_and_costs() -> None:
             _decision("t4", "dpm", "APPROVE", 2),  # decided by one architecture only: not compared
         )
     }  # fmt: skip
-    triggers = {"t1": {"label": "DENY"}, "t2": {"label": "APPROVE"}, "t3": {}}
+    triggers = {t: _trigger(t, label) for t, label in (("t1", "DENY"), ("t2", "APPROVE"), ("t3", None))}
     result = compare(decisions, triggers)
     assert result.pairs == 3
     assert result.agreement == pytest.approx(1 / 3)
     dpm, summ = result.per_arch
-    assert (dpm.architecture, dpm.accuracy, dpm.labelled, dpm.mean_calls) == ("dpm", 1.0, 2, 2)
+    assert (dpm.architecture, dpm.accuracy, dpm.labelled, dpm.mean_calls) == (Architecture.DPM, 1.0, 2, 2)
     assert (summ.accuracy, summ.failures, summ.mean_calls) == (0.5, 1, 91)
     assert summ.total_cost_usd == pytest.approx(0.273)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -10,9 +12,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from pipeline.config.settings import Settings, SettingsError, read_properties
 from pipeline.kafka.local_broker import ClusterLayout, _write_node_config
 from pipeline.kafka.topics import TopicNames, pipeline_topics
-from pipeline.settings import Settings, SettingsError, read_properties
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -24,13 +26,33 @@ def test_settings_read_environment_and_clientread_properties(tmp_path: Path, mon
     monkeypatch.setenv("DPM_TOPIC_PREFIX", "prod")
     monkeypatch.setenv("DPM_KAFKA_CONFIG", str(props))
     settings = Settings.from_env()
-    assert settings.client_config() == {
+    assert settings.kafka.client_config() == {
         "bootstrap.servers": "kafka-1:9093,kafka-2:9093",
         "security.protocol": "SASL_SSL",
         "sasl.mechanism": "PLAIN",
     }
-    assert settings.bootstrap_configured
-    assert TopicNames(settings.topic_prefix).events == "prod.events"
+    assert settings.kafka.bootstrap_configured
+    assert TopicNames(settings.kafka.topic_prefix).events == "prod.events"
+
+
+def test_secrets_are_masked_and_bad_values_are_one_line_errors(tmp_path: Path) -> None:
+    props = tmp_path / "client.properties"
+    props.write_text("sasl.username=svc\nsasl.password=hunter2\n")
+    settings = Settings.from_env({"ANTHROPIC_API_KEY": "sk-ant-secret", "DPM_KAFKA_CONFIG": str(props)})
+    shown = repr(settings) + str(settings)
+    assert "sk-ant-secret" not in shown
+    assert "hunter2" not in shown
+    assert "sasl.password" in shown  # the key is shown, its value is not
+    assert settings.kafka.client_config()["sasl.password"] == "hunter2"
+    with pytest.raises(SettingsError, match=r"^DPM_METRICS_PORT: .*integer.*'nine'"):
+        Settings.from_env({"DPM_METRICS_PORT": "nine"})
+
+
+def test_command_line_choices_override_the_environment() -> None:
+    settings = Settings.from_env({"DPM_BACKEND": "anthropic", "DPM_METRICS_PORT": "9500", "DPM_METRICS_TENANTS": "a,b"})
+    chosen = settings.with_choices(backend="extractive", metrics_port=-1)
+    assert (chosen.model.backend, chosen.metrics.port, chosen.metrics.tenants) == ("extractive", -1, ("a", "b"))
+    assert settings.with_choices() == settings
 
 
 def test_malformed_client_properties_name_the_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -79,7 +101,7 @@ def test_events_topic_spec_is_compacted_forever() -> None:
         "from anthropic import Anthropic\n",
         "import httpx\n",
         "from prometheus_client import Counter\n",
-        "from pipeline.kafka.topics import TopicNames\n",
+        "from pydantic import BaseModel\n",
     ],
 )
 def test_lint_rejects_adapter_imports_in_core(source: str) -> None:
@@ -93,6 +115,22 @@ def test_lint_rejects_adapter_imports_in_core(source: str) -> None:
     )
     assert result.returncode == 1
     assert "TID251" in result.stdout
+
+
+def _lint_imports(root: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(Path(sys.executable).parent / "lint-imports"), "--no-cache"], capture_output=True,
+                          text=True, cwd=root, env={**os.environ, "PYTHONPATH": str(root)}, check=False)  # fmt: skip
+
+
+def test_the_layer_contracts_hold_and_catch_an_import_pointing_outward(tmp_path: Path) -> None:
+    assert _lint_imports(REPO).returncode == 0, _lint_imports(REPO).stdout
+    shutil.copytree(REPO / "pipeline", tmp_path / "pipeline", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(REPO / "pyproject.toml", tmp_path)
+    with (tmp_path / "pipeline" / "wire" / "limits.py").open("a") as module:
+        module.write("from pipeline.kafka.topics import TopicNames  # noqa\n")
+    broken = _lint_imports(tmp_path)
+    assert broken.returncode != 0
+    assert "pipeline.wire.limits -> pipeline.kafka.topics" in broken.stdout
 
 
 def test_lint_allows_the_same_imports_outside_core() -> None:

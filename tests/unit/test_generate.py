@@ -8,10 +8,11 @@ import pytest
 
 from pipeline.bench.generate import DOMAINS, GenerationError, GenerationSpec, generate_case, generate_cases
 from pipeline.core.anchors import contains_verbatim
-from pipeline.core.case import case_to_dict
 from pipeline.core.domains import rules_for
 from pipeline.core.fields import extract_fields
-from pipeline.schemas import validate
+from pipeline.wire.case_files import case_to_dict
+from pipeline.wire.schema_ids import SchemaId
+from pipeline.wire.validation import validate
 from tests.processes import run_python
 
 CASES = generate_cases(GenerationSpec(per_domain=4))
@@ -22,7 +23,7 @@ def test_default_cases_have_82_to_96_events_and_26k_to_28k_characters() -> None:
     for case in CASES:
         assert 82 <= len(case.trajectory) <= 96
         assert 26_000 <= case.trajectory.char_length <= 28_200
-        validate("case.v1", case_to_dict(case))
+        validate(SchemaId.CASE, case_to_dict(case))
 
 
 def test_labels_are_balanced_and_implied_by_the_final_values() -> None:
@@ -71,7 +72,7 @@ def test_unknown_domains_are_a_clear_error() -> None:
 
 def test_the_same_seed_gives_the_same_bytes_in_another_process() -> None:
     script = (
-        "import orjson; from pipeline.bench.generate import *; from pipeline.core.case import case_to_dict;"
+        "import orjson; from pipeline.bench.generate import *; from pipeline.wire.case_files import case_to_dict;"
         "import hashlib; print(hashlib.sha256(orjson.dumps([case_to_dict(c) for c in "
         "generate_cases(GenerationSpec(per_domain=2, seed=7))])).hexdigest())"
     )

@@ -2,22 +2,28 @@
 
 from __future__ import annotations
 
-import base64
+from collections.abc import Sequence
 from dataclasses import replace
 
 import orjson
 import pytest
 
+from pipeline.core.event_log import RawRecord
 from pipeline.core.events import CaseRef, Event, LogPosition
-from pipeline.core.log import RawRecord
-from pipeline.core.memlog import InMemoryEventLog
+from pipeline.core.memory_log import InMemoryEventLog
 from pipeline.core.model import ModelBackendError, ModelRequest, ModelResponse
 from pipeline.core.task import Architecture
 from pipeline.kafka.topics import TopicNames
-from pipeline.kafka.wire import DecisionRequest
+from pipeline.kafka.transactions import Output
 from pipeline.llm.extractive.backend import ExtractiveBackend
-from pipeline.schemas import validate
-from pipeline.workers.projection import ProjectionHandler
+from pipeline.wire.dead_letter import DeadLetterRecord
+from pipeline.wire.decision import DecisionRecord, PositionsSource
+from pipeline.wire.event import append_events
+from pipeline.wire.rejection import Rejection
+from pipeline.wire.schema_ids import SchemaId
+from pipeline.wire.trigger import DecisionRequest
+from pipeline.wire.validation import validate
+from pipeline.workers.projection.handler import ProjectionHandler
 from tests.cases import load_fixture
 from tests.reader_contract import EventLogContract
 
@@ -33,7 +39,7 @@ class TestInMemoryEventLog(EventLogContract):
         return self._log
 
     def append(self, events: list[Event]) -> list[LogPosition]:
-        return [self._log.append(e) for e in events]
+        return append_events(self._log, events)
 
 
 @pytest.fixture
@@ -46,7 +52,7 @@ def _handler(log: InMemoryEventLog) -> ProjectionHandler:
 
 
 def _trigger(request: DecisionRequest) -> RawRecord:
-    return RawRecord(LogPosition(0, 7), request.case.key.encode(), orjson.dumps(request.value()))
+    return RawRecord(LogPosition(0, 7), request.case.key.encode(), request.encode())
 
 
 def _request(positions: tuple[LogPosition, ...] | None, case: CaseRef = CASE.ref) -> DecisionRequest:
@@ -54,44 +60,48 @@ def _request(positions: tuple[LogPosition, ...] | None, case: CaseRef = CASE.ref
     return DecisionRequest("trig-1", case, CASE.task, 700, (Architecture.DPM,), positions, count, CASE.label)
 
 
-def _dead_letter(outputs: list[object]) -> dict[str, object]:
+def _dead_letter(outputs: Sequence[Output]) -> DeadLetterRecord:
     assert len(outputs) == 1
     out = outputs[0]
-    assert out.topic == NAMES.dlq  # type: ignore[attr-defined]
-    body = orjson.loads(out.value)  # type: ignore[attr-defined]
-    validate("dlq.v1", body)
-    return dict(body)
+    assert out.topic == NAMES.dlq
+    body = orjson.loads(out.value)
+    validate(SchemaId.DEAD_LETTER, body)
+    return DeadLetterRecord.from_wire(body)
+
+
+def _decision(out: Output) -> DecisionRecord:
+    body = orjson.loads(out.value)
+    validate(SchemaId.DECISION, body)
+    return DecisionRecord.from_wire(body)
 
 
 def test_a_trigger_yields_view_decision_and_one_audit_per_call(log: InMemoryEventLog) -> None:
-    positions = tuple(log.append(e) for e in CASE.trajectory.events)
+    positions = tuple(append_events(log, CASE.trajectory.events))
     outputs = _handler(log).handle(_trigger(_request(positions)))
     topics = [o.topic for o in outputs]
     assert topics == [NAMES.views, NAMES.decisions, NAMES.audit, NAMES.audit]
     assert {o.key for o in outputs} == {b"trig-1:dpm"}
-    decision = orjson.loads(outputs[1].value)
-    validate("decision.v1", decision)
-    assert decision["positions"] == [[p.partition, p.offset] for p in positions]
-    assert decision["positions_source"] == "trigger"
-    assert decision["decision"]["label"] == CASE.label
-    assert decision["llm_calls"] == 2
+    decision = _decision(outputs[1])
+    assert decision.positions == positions
+    assert decision.positions_source is PositionsSource.TRIGGER
+    assert decision.outcome.label == CASE.label
+    assert decision.llm_calls == 2
 
 
 def test_without_positions_the_case_is_found_by_scanning(log: InMemoryEventLog) -> None:
-    for event in CASE.trajectory.events:
-        log.append(event)
+    append_events(log, CASE.trajectory.events)
     outputs = _handler(log).handle(_trigger(_request(None)))
-    assert orjson.loads(outputs[1].value)["positions_source"] == "scan"
+    assert _decision(outputs[1]).positions_source is PositionsSource.SCAN
 
 
 def test_the_handler_keeps_nothing_between_triggers(log: InMemoryEventLog) -> None:
-    positions = tuple(log.append(e) for e in CASE.trajectory.events)
+    positions = tuple(append_events(log, CASE.trajectory.events))
     first = _handler(log).handle(_trigger(_request(positions)))
     handler = _handler(log)
     handler.handle(_trigger(_request(None)))  # serve another trigger in between
     again = handler.handle(_trigger(_request(positions)))
     assert first[0].value == again[0].value  # the view: byte-identical
-    assert orjson.loads(first[1].value)["view_sha256"] == orjson.loads(again[1].value)["view_sha256"]
+    assert _decision(first[1]).view_sha256 == _decision(again[1]).view_sha256
 
 
 @pytest.mark.parametrize(
@@ -106,38 +116,38 @@ def test_the_handler_keeps_nothing_between_triggers(log: InMemoryEventLog) -> No
 def test_bad_triggers_become_dead_letters_with_the_original_bytes(
     log: InMemoryEventLog, value: bytes, reason: str
 ) -> None:
-    letter = _dead_letter(list(_handler(log).handle(RawRecord(LogPosition(1, 3), b"k", value))))
-    assert letter["reason"] == reason
-    assert base64.b64decode(str(letter["original_value_b64"])) == value
-    assert (letter["source_partition"], letter["source_offset"]) == (1, 3)
+    letter = _dead_letter(_handler(log).handle(RawRecord(LogPosition(1, 3), b"k", value)))
+    assert letter.reason is Rejection(reason)
+    assert letter.original_value == value
+    assert letter.source == LogPosition(1, 3)
 
 
 def test_a_trigger_naming_another_tenants_offsets_is_refused(log: InMemoryEventLog) -> None:
-    victim = tuple(log.append(e) for e in CASE.trajectory.events)
+    victim = tuple(append_events(log, CASE.trajectory.events))
     attacker = CaseRef("other-bank", CASE.ref.case_id)
     letter = _dead_letter(list(_handler(log).handle(_trigger(_request(victim, attacker)))))
-    assert letter["reason"] == "cross-tenant"
+    assert letter.reason is Rejection.CROSS_TENANT
 
 
 def test_gaps_unknown_cases_and_erased_events_are_refused(log: InMemoryEventLog) -> None:
-    positions = tuple(log.append(e) for e in CASE.trajectory.events)
+    positions = tuple(append_events(log, CASE.trajectory.events))
     gap = positions[:3] + positions[4:]
-    assert _dead_letter(list(_handler(log).handle(_trigger(_request(gap)))))["reason"] == "sequence-gap"
+    assert _dead_letter(_handler(log).handle(_trigger(_request(gap)))).reason is Rejection.SEQUENCE_GAP
     ghost = CaseRef("acme-bank", "no-such-case")
-    assert _dead_letter(list(_handler(log).handle(_trigger(_request(None, ghost)))))["reason"] == "unknown-case"
+    assert _dead_letter(_handler(log).handle(_trigger(_request(None, ghost)))).reason is Rejection.UNKNOWN_CASE
     log.erase(positions[2])
-    assert _dead_letter(list(_handler(log).handle(_trigger(_request(positions)))))["reason"] == "erased"
+    assert _dead_letter(_handler(log).handle(_trigger(_request(positions)))).reason is Rejection.ERASED
 
 
 def test_a_corrupt_event_in_the_log_is_refused_not_crashed_on(log: InMemoryEventLog) -> None:
-    positions = [log.append(e) for e in CASE.trajectory.events[:-1]]
-    positions.append(log.append_raw(CASE.ref, b"acme-bank/loan-fixture-001/00000010", b'{"schema": 1}'))
+    positions = append_events(log, CASE.trajectory.events[:-1])
+    positions.append(log.append(CASE.ref, b"acme-bank/loan-fixture-001/00000010", b'{"schema": 1}'))
     letter = _dead_letter(list(_handler(log).handle(_trigger(_request(tuple(positions))))))
-    assert letter["reason"] == "schema"
+    assert letter.reason is Rejection.SCHEMA
 
 
 def test_triggers_for_summ_only_are_left_to_the_baseline(log: InMemoryEventLog) -> None:
-    positions = tuple(log.append(e) for e in CASE.trajectory.events)
+    positions = tuple(append_events(log, CASE.trajectory.events))
     request = replace(_request(positions), architectures=(Architecture.SUMM,))
     assert list(_handler(log).handle(_trigger(request))) == []
 
@@ -151,15 +161,15 @@ class _Broken(ExtractiveBackend):
 
 
 def test_a_bug_becomes_an_internal_error_dead_letter_not_a_crash(log: InMemoryEventLog) -> None:
-    positions = tuple(log.append(e) for e in CASE.trajectory.events)
+    positions = tuple(append_events(log, CASE.trajectory.events))
     handler = ProjectionHandler(NAMES, log, _Broken(RuntimeError("boom")), "unit-worker")
     letter = _dead_letter(list(handler.handle(_trigger(_request(positions)))))
-    assert letter["reason"] == "internal-error"
-    assert "RuntimeError: boom" in str(letter["detail"])
+    assert letter.reason is Rejection.INTERNAL
+    assert "RuntimeError: boom" in letter.detail
 
 
 def test_a_failing_model_is_raised_for_the_loop_to_retry(log: InMemoryEventLog) -> None:
-    positions = tuple(log.append(e) for e in CASE.trajectory.events)
+    positions = tuple(append_events(log, CASE.trajectory.events))
     handler = ProjectionHandler(NAMES, log, _Broken(ModelBackendError("HTTP 529")), "unit-worker")
     with pytest.raises(ModelBackendError):
         handler.handle(_trigger(_request(positions)))

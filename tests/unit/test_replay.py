@@ -2,32 +2,37 @@
 
 from __future__ import annotations
 
-import base64
 from dataclasses import replace
 from typing import Any
 
+import orjson
 import pytest
 
-from pipeline.core.events import Event, Trajectory
+from pipeline.config.settings import Settings
+from pipeline.core.events import Event, LogPosition, Trajectory
+from pipeline.core.memory_log import InMemoryEventLog
 from pipeline.core.model import ModelRequest, ModelResponse, Purpose
-from pipeline.core.record import Provenance, audit_records, decision_record
-from pipeline.core.replay import ReplayStatus, verify_recorded, verify_replay
-from pipeline.core.run import RunResult, run_dpm, run_summ
-from pipeline.core.task import Budget
+from pipeline.core.recorded import RecordedAnswers
+from pipeline.core.run import RunResult, SummMemory, SummVariant, run_dpm, run_summ
+from pipeline.core.task import Architecture, Budget
+from pipeline.core.verification import ReplayStatus, verify_recorded, verify_replay
 from pipeline.llm.extractive.backend import ExtractiveBackend
-from pipeline.llm.recorded import RecordedBackend
+from pipeline.services.replay import registry_backends, replay_one
+from pipeline.wire.audit import calls_in_order
+from pipeline.wire.decision import PositionsSource, Provenance
+from pipeline.wire.event import append_events
+from pipeline.wire.run_records import RunRecords, run_records
+from pipeline.wire.trigger import DecisionId
+from pipeline.workers.baseline.state import CaseState, SummStep
 from tests.cases import load_fixture
 
 CASE = load_fixture()
 BUDGET = Budget(700)
 
 
-def _recorded(result: RunResult) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    provenance = Provenance("d-1", (), "trigger", "extractive", "test")
-    return (
-        decision_record(result, CASE.trajectory, CASE.task, BUDGET, provenance),
-        audit_records(result, CASE.ref, provenance),
-    )
+def _published(result: RunResult, budget: Budget = BUDGET) -> RunRecords:
+    provenance = Provenance(DecisionId("d-1", result.architecture), (), PositionsSource.TRIGGER, "extractive", "test")
+    return run_records(result, CASE.trajectory, task=CASE.task, budget=budget, provenance=provenance)
 
 
 class _Perturbed(ExtractiveBackend):
@@ -43,16 +48,16 @@ class _Perturbed(ExtractiveBackend):
 
 @pytest.mark.parametrize("runner", [run_dpm, run_summ])
 def test_replay_with_the_offline_backend_matches(runner: Any) -> None:
-    record, _ = _recorded(runner(CASE.trajectory, CASE.task, BUDGET, ExtractiveBackend()))
-    report = verify_replay(record, CASE.trajectory, None, ExtractiveBackend())
+    record = _published(runner(CASE.trajectory, CASE.task, BUDGET, ExtractiveBackend())).decision
+    report = verify_replay(record.replay_target(), CASE.trajectory, None, ExtractiveBackend())
     assert report.status is ReplayStatus.MATCH
-    assert report.replay_view_sha256 == record["view_sha256"]
+    assert report.replay_view_sha256 == record.view_sha256
 
 
 def test_a_different_model_output_is_drift_with_distances() -> None:
     result = run_dpm(CASE.trajectory, CASE.task, BUDGET, ExtractiveBackend())
-    record, _ = _recorded(result)
-    report = verify_replay(record, CASE.trajectory, result.view_text, _Perturbed())
+    target = _published(result).decision.replay_target()
+    report = verify_replay(target, CASE.trajectory, result.view_text, _Perturbed())
     assert report.status is ReplayStatus.DRIFT
     assert report.view_distance is not None
     assert 0 < report.view_distance < 0.2
@@ -61,59 +66,90 @@ def test_a_different_model_output_is_drift_with_distances() -> None:
 
 
 def test_changed_events_are_log_changed_and_missing_events_erased() -> None:
-    record, _ = _recorded(run_dpm(CASE.trajectory, CASE.task, BUDGET, ExtractiveBackend()))
+    target = _published(run_dpm(CASE.trajectory, CASE.task, BUDGET, ExtractiveBackend())).decision.replay_target()
     first = CASE.trajectory.events[0]
     edited = Trajectory(
         CASE.ref, (Event(CASE.ref, first.seq, first.kind, first.text + " "), *CASE.trajectory.events[1:])
     )
-    assert verify_replay(record, edited, None, ExtractiveBackend()).status is ReplayStatus.LOG_CHANGED
-    assert verify_replay(record, None, None, ExtractiveBackend()).status is ReplayStatus.ERASED
+    assert verify_replay(target, edited, None, ExtractiveBackend()).status is ReplayStatus.LOG_CHANGED
+    assert verify_replay(target, None, None, ExtractiveBackend()).status is ReplayStatus.ERASED
 
 
 @pytest.mark.parametrize("runner", [run_dpm, run_summ])
 def test_verify_recorded_reproduces_the_view_without_a_model(runner: Any) -> None:
-    record, audits = _recorded(runner(CASE.trajectory, CASE.task, BUDGET, ExtractiveBackend()))
-    assert verify_recorded(record, audits).status is ReplayStatus.MATCH
-    tampered = [dict(a) for a in audits]
-    memory = [a for a in tampered if a["purpose"] != "decide"][-1]
-    memory["raw_response_b64"] = base64.b64encode(b'{"content": []}').decode()
-    assert verify_recorded(record, tampered).status is ReplayStatus.DRIFT
+    published = _published(runner(CASE.trajectory, CASE.task, BUDGET, ExtractiveBackend()))
+    target, calls = published.decision.replay_target(), calls_in_order(published.audits)
+    assert verify_recorded(target, calls).status is ReplayStatus.MATCH
+    memory = max(i for i, c in enumerate(calls) if c.request.purpose is not Purpose.DECIDE)
+    tampered = list(calls)
+    tampered[memory] = replace(calls[memory], response=replace(calls[memory].response, raw=b'{"content": []}'))
+    assert verify_recorded(target, tampered).status is ReplayStatus.DRIFT
 
 
-def test_recorded_backend_replays_every_call_byte_for_byte() -> None:
+@pytest.mark.parametrize("chars", [700, 2_000])  # summaries on overflow; everything fits, no summary call at all
+def test_buffered_summ_only_decisions_verify_from_their_recorded_answers(chars: int) -> None:
+    """A buffered view is not in any one answer (events are appended verbatim): it is re-derived over the events."""
+    budget = Budget(chars)
+    published = _published(run_summ(CASE.trajectory, CASE.task, budget, ExtractiveBackend(), SummVariant.BUFFERED),
+                           budget)  # fmt: skip
+    target, calls = published.decision.replay_target(), calls_in_order(published.audits)
+    assert target.view_needs_events
+    assert verify_recorded(target, calls, CASE.trajectory).status is ReplayStatus.MATCH
+    assert published.self_check().status is ReplayStatus.MATCH
+    assert verify_recorded(target, calls, None).status is ReplayStatus.ERASED
+
+
+def test_recorded_answers_replay_every_call_byte_for_byte() -> None:
     result = run_summ(CASE.trajectory, CASE.task, BUDGET, ExtractiveBackend())
-    record, audits = _recorded(result)
-    report = verify_replay(record, CASE.trajectory, result.view_text, RecordedBackend(audits))
+    published = _published(result)
+    answers = RecordedAnswers(calls_in_order(published.audits))
+    report = verify_replay(published.decision.replay_target(), CASE.trajectory, result.view_text, answers)
     assert report.status is ReplayStatus.MATCH
-    other_budget = dict(record, budget_chars=900)
-    drift = verify_replay(other_budget, CASE.trajectory, result.view_text, RecordedBackend(audits))
+    other_budget = replace(published.decision.replay_target(), budget=Budget(900))
+    drift = verify_replay(other_budget, CASE.trajectory, result.view_text, answers)
     assert drift.status is ReplayStatus.DRIFT
     assert "no recorded answer" in drift.detail
 
 
 def test_decision_record_names_everything_needed_to_replay() -> None:
-    record, audits = _recorded(run_dpm(CASE.trajectory, CASE.task, BUDGET, ExtractiveBackend()))
-    for key in (
-        "tenant",
-        "case_id",
-        "positions",
-        "events_sha256",
-        "task",
-        "budget_chars",
-        "architecture",
-        "backend",
-        "model",
-        "params",
-        "prompt_sha256",
-        "raw_response_sha256",
-        "view_sha256",
-        "decision",
-        "usage",
-        "cost_usd",
-        "latency_s",
-        "worker_id",
-    ):
-        assert key in record
-    assert record["llm_calls"] == len(audits) == 2
-    assert record["prompt_sha256"] == audits[0]["request_sha256"]
-    assert record["raw_response_sha256"] == audits[0]["raw_response_sha256"]
+    published = _published(run_dpm(CASE.trajectory, CASE.task, BUDGET, ExtractiveBackend()))
+    record, audits = published.decision, published.audits
+    assert record.decision_id == DecisionId("d-1", Architecture.DPM)
+    assert record.case == CASE.ref
+    assert record.task == CASE.task
+    assert record.budget_chars == BUDGET.chars
+    assert record.backend == "extractive"
+    assert record.model
+    assert record.llm_calls == len(audits) == 2
+    assert record.prompt_sha256 == audits[0].call.request.digest
+    assert record.raw_response_sha256 == audits[0].call.response.raw_digest
+    assert record.outcome.label == CASE.label
+
+
+def test_the_replay_service_reads_the_events_a_buffered_view_needs_and_reports_erasure() -> None:
+    log = InMemoryEventLog()
+    positions = tuple(append_events(log, CASE.trajectory.events))
+    budget = Budget(2_000)
+    result = run_summ(CASE.trajectory, CASE.task, budget, ExtractiveBackend(), SummVariant.BUFFERED)
+    provenance = Provenance(DecisionId("b-1", Architecture.SUMM), positions, PositionsSource.TRIGGER, "extractive",
+                            "test")  # fmt: skip
+    published = run_records(result, CASE.trajectory, task=CASE.task, budget=budget, provenance=provenance)
+    backends = registry_backends(Settings.from_env({}).model, None)
+
+    def replay() -> ReplayStatus:
+        return replay_one(published.decision, published.view, published.audits, log, backends,
+                          recorded_only=True).status  # fmt: skip
+
+    assert replay() is ReplayStatus.MATCH
+    log.erase(positions[3])
+    assert replay() is ReplayStatus.ERASED
+
+
+def test_baseline_state_round_trips_through_its_changelog_form() -> None:
+    result = run_summ(CASE.trajectory, CASE.task, BUDGET, ExtractiveBackend())
+    state = CaseState(CASE.task, (700, 1400), last_seq=4)
+    assert CaseState.from_json(orjson.loads(orjson.dumps(state.to_json()))) == state
+    assert state.after(5).last_seq == 5
+    step = SummStep(CASE.trajectory.events[0], LogPosition(1, 9), SummMemory(result.view, ("p",), 3),
+                    (result.calls[0],))  # fmt: skip
+    assert SummStep.from_json(orjson.loads(orjson.dumps(step.to_json()))) == step

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pytest
 
 from pipeline.core.events import Event, Trajectory
 from pipeline.core.model import Purpose
 from pipeline.core.run import SummVariant, run_dpm, run_summ
 from pipeline.core.task import Architecture, Budget
+from pipeline.core.view import MemoryView
 from pipeline.llm.extractive.backend import ExtractiveBackend
 from tests.cases import load_fixture
 from tests.processes import run_python
@@ -53,10 +56,15 @@ def test_summ_only_makes_one_call_per_event_plus_the_decision() -> None:
 def test_buffered_summ_only_calls_only_on_overflow() -> None:
     loose = run_summ(CASE.trajectory, CASE.task, Budget(5000), BACKEND, SummVariant.BUFFERED)
     assert [c.request.purpose for c in loose.calls] == [Purpose.DECIDE]
-    assert loose.variant == "buffered"
+    assert loose.variant is SummVariant.BUFFERED
     tight = run_summ(CASE.trajectory, CASE.task, Budget(600), BACKEND, SummVariant.BUFFERED)
     summarize_calls = sum(1 for c in tight.calls if c.request.purpose is Purpose.SUMMARIZE)
     assert 0 < summarize_calls < len(CASE.trajectory)
+
+
+def _cited(view: MemoryView, events: Sequence[Event]) -> dict[str, frozenset[str]]:
+    """Each fact with the texts of the events it cites (indices change with the order, texts do not)."""
+    return {f.text: frozenset(events[i - 1].text for i in f.citations) for f in view.facts}
 
 
 def test_summary_updates_are_path_dependent() -> None:
@@ -67,6 +75,11 @@ def test_summary_updates_are_path_dependent() -> None:
     a = run_summ(CASE.trajectory, CASE.task, Budget(400), BACKEND).view_text
     b = run_summ(reordered, CASE.task, Budget(400), BACKEND).view_text
     assert a != b
+    for chars in (400, 1200):
+        original = run_dpm(CASE.trajectory, CASE.task, Budget(chars), BACKEND)
+        shuffled = run_dpm(reordered, CASE.task, Budget(chars), BACKEND)
+        assert _cited(original.view, events) == _cited(shuffled.view, swapped)  # same facts from the same events
+        assert original.decision.label == shuffled.decision.label
 
 
 _SCRIPT = """

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Sequence
 
+from pipeline.config.settings import ModelSettings
 from pipeline.core.hashing import canonical_json
 from pipeline.core.model import ModelBackendError, ModelRequest, ModelResponse, Purpose, Usage
 from pipeline.core.prompt import (
@@ -13,6 +15,7 @@ from pipeline.core.prompt import (
     read_projection_prompt,
     read_summarization_prompt,
 )
+from pipeline.core.run import ModelCall
 from pipeline.llm.extractive.writers import decide, project, summarize
 
 # Bump when the algorithm's output changes, so replays against an older record report DRIFT honestly.
@@ -71,3 +74,9 @@ class ExtractiveBackend:
             latency_s=time.perf_counter() - started,
             stop_reason="end_turn",
         )
+
+
+def from_settings(settings: ModelSettings, recorded: Sequence[ModelCall]) -> ExtractiveBackend:
+    """The offline backend needs no settings."""
+    del settings, recorded
+    return ExtractiveBackend()

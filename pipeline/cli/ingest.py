@@ -1,0 +1,95 @@
+"""`dpm produce`, `dpm trigger`, `dpm erase`: what goes into the log."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import orjson
+import typer
+from rich.console import Console
+
+from pipeline.config.settings import Settings
+from pipeline.core.errors import DpmError
+from pipeline.core.events import CaseRef
+from pipeline.core.task import TaskSpec, parse_architectures
+from pipeline.services.erase import erase_case
+from pipeline.services.ingest import (
+    case_request,
+    manifest_requests,
+    produce_cases,
+    produce_events,
+    read_manifest,
+    send_triggers,
+)
+from pipeline.wire.case_files import load_cases, load_event_lines
+
+_out = Console()
+
+
+def produce(
+    cases: Path | None = typer.Option(None, "--cases", help="A case file or a folder of case files."),
+    events: Path | None = typer.Option(None, "--events", help="A JSON-lines file of events."),
+    tenant: str | None = typer.Option(None, "--tenant", help="Override the cases' tenant."),
+    manifest: Path | None = typer.Option(None, "--manifest", help="Write each case's positions here (JSON)."),
+    summ_budgets: str = typer.Option(
+        "", "--summ-budgets", help="Budgets the Summ-only baseline keeps for these cases."
+    ),
+) -> None:
+    """Append events to the log. Every input is validated first: a bad file sends nothing."""
+    settings = Settings.from_env()
+    budgets = tuple(int(b) for b in summ_budgets.split(",") if b.strip())
+    if cases is not None and events is None:
+        entries = produce_cases(settings, load_cases(cases, tenant), budgets)
+        sent = sum(len(e.positions) for e in entries)
+        written = [e.to_json() for e in entries]
+    elif events is not None and cases is None:
+        positions = produce_events(settings, load_event_lines(events))
+        sent = len(positions)
+        written = [{"events": sent, "positions": [[p.partition, p.offset] for p in positions]}]
+    else:
+        raise DpmError("give exactly one of --cases or --events")
+    _out.print(f"appended {sent} event(s) to {settings.kafka.topic_prefix}.events")
+    if manifest is not None:
+        manifest.write_bytes(orjson.dumps(written, option=orjson.OPT_INDENT_2))
+        _out.print(f"positions written to {manifest}")
+
+
+def trigger(
+    manifest: Path | None = typer.Option(None, "--manifest", help="From `dpm produce --manifest`."),
+    tenant: str | None = typer.Option(None, "--tenant"),
+    case_id: str | None = typer.Option(None, "--case"),
+    domain: str = typer.Option("loan", "--domain"),
+    task: str = typer.Option("Decide the case.", "--task"),
+    labels: str = typer.Option("APPROVE,DENY", "--labels", help="Label space, comma-separated."),
+    budget: str = typer.Option("5352", "--budget", help="Characters, or tight|moderate|loose of the case length."),
+    arch: str = typer.Option("dpm,summ", "--arch", help="dpm, summ or dpm,summ."),
+) -> None:
+    """Request decisions: for every case of a manifest (positions known), or for one case (resolved by scan)."""
+    architectures = parse_architectures(arch)
+    if manifest is not None:
+        try:
+            data = manifest.read_bytes()
+        except OSError as exc:
+            raise DpmError(f"{manifest}: {exc.strerror}") from exc
+        requests = manifest_requests(read_manifest(data), budget, architectures)
+    elif tenant and case_id:
+        spec = TaskSpec(domain, task, tuple(label.strip() for label in labels.split(",")))
+        requests = [case_request(CaseRef(tenant, case_id), spec, budget, architectures)]
+    else:
+        raise DpmError("give --manifest, or --tenant and --case")
+    send_triggers(Settings.from_env(), requests)
+    for request in requests:
+        _out.print(
+            f"triggered {request.trigger_id} for {request.case.key} ({','.join(a.value for a in architectures)},"
+            f" {request.budget_chars} chars)"
+        )
+
+
+def erase(
+    tenant: str = typer.Option(..., "--tenant"),
+    case_id: str = typer.Option(..., "--case"),
+) -> None:
+    """Erase a case's events (tombstones; compaction removes them): its decisions then replay as ERASED."""
+    case = CaseRef(tenant, case_id)
+    count = erase_case(Settings.from_env(), case)
+    _out.print(f"wrote {count} tombstone(s) for {case.key}; compaction removes the events")

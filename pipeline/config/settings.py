@@ -1,0 +1,202 @@
+"""Every setting the processes read, loaded once from the environment into typed, documented groups.
+
+This module is the only reader of environment variables. Each field names the variable it maps
+to (its alias) and documents it; secrets are `SecretStr`, masked in every repr and log.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
+
+from pipeline.core.errors import DpmError
+
+DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
+KAFKA_VERSION = "3.9.2"
+
+
+class SettingsError(DpmError):
+    """A setting is missing or malformed."""
+
+
+def read_properties(path: Path) -> dict[str, str]:
+    """Reads a Java-style `key=value` client properties file (comments with #, blank lines ignored)."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise SettingsError(f"cannot read Kafka client config {path}: {exc.strerror}") from exc
+    props: dict[str, str] = {}
+    for number, raw in enumerate(lines, start=1):
+        line = raw.strip()
+        if not line or line.startswith(("#", "!")):
+            continue
+        key, sep, value = line.partition("=")
+        if not sep:
+            raise SettingsError(f"{path}:{number}: expected key=value, got {raw!r}")
+        props[key.strip()] = value.strip()
+    return props
+
+
+class _Group(BaseModel):
+    """A group of settings read from one flat environment mapping (fields name their variables)."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+
+class KafkaSettings(_Group):
+    """Where the cluster is, how topics are named and the extra client properties (SASL, TLS)."""
+
+    bootstrap_servers: str = Field(
+        DEFAULT_BOOTSTRAP,
+        validation_alias="DPM_BOOTSTRAP",
+        description="Kafka bootstrap servers (unset: the local broker)",
+    )
+    topic_prefix: str = Field("dpm", validation_alias="DPM_TOPIC_PREFIX", description="prefix of the six topic names")
+    client_config_file: Path | None = Field(
+        None,
+        validation_alias="DPM_KAFKA_CONFIG",
+        description="properties file of extra Kafka client settings (SASL, TLS)",
+    )
+    # Derived, not read from a variable of their own:
+    properties: dict[str, SecretStr] = Field(default_factory=dict)  # the file's properties; values masked
+    bootstrap_configured: bool = False  # True when the user named a cluster instead of the local default
+    version: str = KAFKA_VERSION  # the Apache Kafka release the local broker runs
+
+    @model_validator(mode="before")
+    @classmethod
+    def _derive(cls, env: Any) -> Any:  # noqa: ANN401 - pydantic passes the raw input
+        env = dict(env)
+        path = env.get("DPM_KAFKA_CONFIG")
+        env["properties"] = read_properties(Path(path)) if path else {}
+        env["bootstrap_configured"] = bool(env.get("DPM_BOOTSTRAP"))
+        return env
+
+    def client_config(self) -> dict[str, str]:
+        """Base librdkafka configuration shared by every producer, consumer and admin client."""
+        return {"bootstrap.servers": self.bootstrap_servers, **self.property_values()}
+
+    def property_values(self) -> dict[str, str]:
+        """The client properties in clear, for the client libraries only (never log this)."""
+        return {key: value.get_secret_value() for key, value in self.properties.items()}
+
+
+class PathSettings(_Group):
+    """Local state and caches."""
+
+    home: Path = Field(
+        default_factory=lambda: Path.home() / ".local" / "share" / "dpm",
+        validation_alias="DPM_HOME",
+        description="local state: broker data, baseline data dirs",
+    )
+    cache_dir: Path = Field(
+        default_factory=lambda: Path.home() / ".cache" / "dpm",
+        validation_alias="DPM_CACHE_DIR",
+        description="where the broker jars are cached",
+    )
+    java_home: Path | None = Field(
+        None, validation_alias="JAVA_HOME", description="JDK that runs the local broker (unset: java on PATH)"
+    )
+
+
+class ModelSettings(_Group):
+    """Which model backend decides, and how to reach it."""
+
+    backend: str = Field("extractive", validation_alias="DPM_BACKEND", description="model backend (see `dpm --help`)")
+    model: str | None = Field(None, validation_alias="DPM_MODEL", description="model id (unset: the backend's default)")
+    anthropic_api_key: SecretStr | None = Field(
+        None, validation_alias="ANTHROPIC_API_KEY", description="API key of the anthropic backend"
+    )
+    anthropic_base_url: str | None = Field(
+        None, validation_alias="ANTHROPIC_BASE_URL", description="Messages API base URL (a gateway or proxy)"
+    )
+    price_table: Path | None = Field(
+        None, validation_alias="DPM_PRICE_TABLE", description="JSON price table overriding list prices"
+    )
+    timeout_s: float = Field(120.0, gt=0, validation_alias="DPM_MODEL_TIMEOUT_S", description="model call timeout")
+    max_retries: int = Field(
+        4, ge=0, validation_alias="DPM_MODEL_MAX_RETRIES", description="model call retries (429, 529, 5xx, connection)"
+    )
+
+
+class WorkerSettings(_Group):
+    """Consumer-group and transaction tuning of the projection workers."""
+
+    session_timeout_ms: int = Field(
+        10_000, gt=0, validation_alias="DPM_SESSION_TIMEOUT_MS", description="consumer group session timeout"
+    )
+    transaction_timeout_ms: int = Field(
+        60_000, gt=0, validation_alias="DPM_TRANSACTION_TIMEOUT_MS", description="Kafka transaction timeout"
+    )
+
+
+class MetricsSettings(_Group):
+    """The /metrics endpoint of the long-running processes."""
+
+    port: int = Field(9400, ge=-1, validation_alias="DPM_METRICS_PORT", description="port of /metrics (-1: off)")
+    addr: str = Field("0.0.0.0", validation_alias="DPM_METRICS_ADDR", description="address /metrics binds to")  # noqa: S104
+    tenants: tuple[str, ...] = Field(
+        (),
+        validation_alias="DPM_METRICS_TENANTS",
+        description="tenants that get their own metric label (others: other)",
+    )
+
+    @field_validator("tenants", mode="before")
+    @classmethod
+    def _split(cls, value: Any) -> Any:  # noqa: ANN401 - pydantic passes the raw input
+        return tuple(t.strip() for t in value.split(",") if t.strip()) if isinstance(value, str) else value
+
+
+class Settings(BaseModel):
+    """All settings of a process, read once by `from_env`."""
+
+    model_config = ConfigDict(frozen=True)
+
+    kafka: KafkaSettings = Field(default_factory=lambda: KafkaSettings.model_validate({}))
+    paths: PathSettings = Field(default_factory=lambda: PathSettings.model_validate({}))
+    model: ModelSettings = Field(default_factory=lambda: ModelSettings.model_validate({}))
+    worker: WorkerSettings = Field(default_factory=lambda: WorkerSettings.model_validate({}))
+    metrics: MetricsSettings = Field(default_factory=lambda: MetricsSettings.model_validate({}))
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+        """Reads every group from `env` (default: the process environment); empty variables count as unset."""
+        source = {k: v for k, v in (os.environ if env is None else env).items() if v != ""}
+        try:
+            return cls.model_validate({name: group.model_validate(source) for name, group in _GROUPS.items()})
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"]) or "settings"
+            raise SettingsError(f"{where}: {first['msg']} (got {first.get('input')!r})") from exc
+
+    def with_choices(self, *, backend: str | None = None, metrics_port: int | None = None) -> Settings:
+        """These settings with a command line's choices applied (None keeps the setting)."""
+        model = self.model if backend is None else self.model.model_copy(update={"backend": backend})
+        metrics = self.metrics if metrics_port is None else self.metrics.model_copy(update={"port": metrics_port})
+        return self.model_copy(update={"model": model, "metrics": metrics})
+
+
+_GROUPS: dict[str, type[_Group]] = {
+    "kafka": KafkaSettings,
+    "paths": PathSettings,
+    "model": ModelSettings,
+    "worker": WorkerSettings,
+    "metrics": MetricsSettings,
+}
+
+
+def _environment() -> dict[str, str]:
+    documented: dict[str, str] = {}
+    for group in _GROUPS.values():
+        for field in group.model_fields.values():
+            if isinstance(field.validation_alias, str):
+                documented[field.validation_alias] = field.description or ""
+    return documented
+
+
+# Every environment variable the processes read, with what it sets. Deployment files may only use
+# these (a test checks the manifests and the compose file against this table).
+ENVIRONMENT: dict[str, str] = _environment()

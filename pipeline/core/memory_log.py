@@ -1,0 +1,50 @@
+"""InMemoryEventLog: a real, partitioned, append-only log in memory (tests and the offline evaluation)."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+
+from pipeline.core.event_log import RawRecord, ReadResult
+from pipeline.core.events import CaseRef, LogPosition
+
+
+def _partition(case: CaseRef, partitions: int) -> int:
+    # Deterministic across processes (unlike hash()); Kafka uses murmur2, this log only needs stability.
+    return int.from_bytes(hashlib.sha256(case.key.encode()).digest()[:4], "big") % partitions
+
+
+class InMemoryEventLog:
+    """Append-only partitions of raw records; offsets are list indices, never reused."""
+
+    def __init__(self, partitions: int = 6) -> None:
+        self._partitions: list[list[RawRecord]] = [[] for _ in range(partitions)]
+
+    def append(self, case: CaseRef, key: bytes, value: bytes) -> LogPosition:
+        """Appends a record's bytes to the case's partition (encoding is the caller's: see pipeline.wire)."""
+        partition = _partition(case, len(self._partitions))
+        position = LogPosition(partition, len(self._partitions[partition]))
+        self._partitions[partition].append(RawRecord(position, key, value))
+        return position
+
+    def erase(self, position: LogPosition) -> None:
+        """Drops a record as compaction of a tombstone would; its offset stays unused."""
+        records = self._partitions[position.partition]
+        records[position.offset] = RawRecord(position, None, None)
+
+    def read(self, positions: Sequence[LogPosition]) -> ReadResult:
+        found: list[RawRecord] = []
+        missing: list[LogPosition] = []
+        for position in positions:
+            records = self._partitions[position.partition] if 0 <= position.partition < len(self._partitions) else []
+            record = records[position.offset] if 0 <= position.offset < len(records) else None
+            if record is None or record.value is None:
+                missing.append(position)
+            else:
+                found.append(record)
+        return ReadResult(tuple(found), tuple(missing))
+
+    def scan(self, case: CaseRef) -> ReadResult:
+        prefix = f"{case.key}/".encode()
+        records = self._partitions[_partition(case, len(self._partitions))]
+        return ReadResult(tuple(r for r in records if r.value is not None and r.key and r.key.startswith(prefix)))

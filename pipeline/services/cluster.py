@@ -1,0 +1,86 @@
+"""The cluster a command runs against, and the worker processes it starts for the duration."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from pipeline.config.settings import Settings
+from pipeline.kafka import local_broker
+
+
+@contextmanager
+def cluster(settings: Settings, say: Callable[[str], None]) -> Iterator[str]:
+    """Bootstrap servers of DPM_BOOTSTRAP's cluster, else of the local broker.
+
+    The local broker is started here, and stopped afterwards, only if it was not already running.
+    """
+    if settings.kafka.bootstrap_configured:
+        yield settings.kafka.bootstrap_servers
+        return
+    running = local_broker.read_running(settings.paths.home)
+    if running is not None:
+        bootstrap, started = running.bootstrap, False
+    else:
+        paths = settings.paths
+        started_cluster, _ = local_broker.start(
+            paths.home, paths.cache_dir, settings.kafka.version, nodes=1, port=9092, java_home=paths.java_home
+        )
+        bootstrap, started = started_cluster.bootstrap, True
+    say(f"local Kafka {'started' if started else 'already running'} at {bootstrap}")
+    try:
+        yield bootstrap
+    finally:
+        if started:
+            local_broker.stop(settings.paths.home)
+            say("stopped the local broker")
+
+
+@contextmanager
+def pipeline_processes(
+    commands: list[list[str]], env: dict[str, str], logs: Path
+) -> Iterator[list[subprocess.Popen[bytes]]]:
+    """Runs `python -m pipeline <command>` children; SIGTERM (then SIGKILL) on exit."""
+    logs.mkdir(parents=True, exist_ok=True)
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        for i, command in enumerate(commands):
+            with (logs / f"{command[0]}-{i}.log").open("wb") as log:
+                procs.append(subprocess.Popen([sys.executable, "-m", "pipeline", *command], env=env, stdout=log,
+                                              stderr=subprocess.STDOUT))  # fmt: skip
+        yield procs
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.terminate()
+        for proc in procs:
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(10)
+
+
+def child_env(bootstrap: str, prefix: str, **settings: str) -> dict[str, str]:
+    """The environment of `python -m pipeline` children: this process's, pointed at a cluster and topics.
+
+    Metrics are off (children of one machine would fight over the port) unless `settings` say otherwise.
+    """
+    return {**os.environ, "DPM_BOOTSTRAP": bootstrap, "DPM_TOPIC_PREFIX": prefix, "DPM_METRICS_PORT": "-1", **settings}
+
+
+@contextmanager
+def private_cluster(settings: Settings, home: Path, nodes: int = 1) -> Iterator[local_broker.RunningCluster]:
+    """A local cluster of its own under `home`, on free loopback ports, stopped afterwards."""
+    paths = settings.paths
+    port = local_broker.free_cluster_port(nodes)
+    running, _ = local_broker.start(home, paths.cache_dir, settings.kafka.version, nodes=nodes, port=port,
+                                    java_home=paths.java_home)  # fmt: skip
+    try:
+        yield running
+    finally:
+        local_broker.stop(home)

@@ -1,0 +1,94 @@
+"""The main job end to end, then everything it started is stopped.
+
+Broker, topics, two projection workers and the Summ-only baseline, generated cases, triggers,
+the comparison and a replay sample.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from statistics import fmean
+
+from pipeline.bench.generate import GenerationSpec, generate_cases
+from pipeline.config.settings import Settings
+from pipeline.core.case import Case
+from pipeline.core.errors import DpmError
+from pipeline.core.task import Architecture, resolve_budget
+from pipeline.kafka.producer import EventProducer
+from pipeline.kafka.range_reads import read_topic
+from pipeline.kafka.reader import KafkaEventLog
+from pipeline.kafka.topics import TopicNames, create_pipeline_topics
+from pipeline.services.cluster import child_env, cluster, pipeline_processes
+from pipeline.services.compare import Comparison, compare
+from pipeline.services.read_outputs import await_decisions, load_outputs
+from pipeline.services.replay import ReplayLine, registry_backends, replay_many
+from pipeline.wire.case_files import write_case
+from pipeline.wire.event import CaseOpening
+from pipeline.wire.trigger import DecisionRequest
+
+Say = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class DemoResult:
+    prefix: str
+    triggers: int
+    comparison: Comparison
+    replays: tuple[ReplayLine, ...]
+    duplicates: int
+    dead_letters: int
+
+
+def run_demo(
+    settings: Settings,
+    workdir: Path,
+    *,
+    per_domain: int,
+    timeout_s: float,
+    say: Say,
+    progress: Callable[[int, int], None],
+) -> DemoResult:
+    """Runs the whole pipeline once on generated cases; raises DpmError when decisions do not arrive."""
+    prefix = f"demo-{dt.datetime.now(tz=dt.UTC).strftime('%Y%m%d%H%M%S')}"
+    names = TopicNames(prefix)
+    cases: list[Case] = generate_cases(GenerationSpec(per_domain=per_domain))
+    for case in cases:
+        write_case(case, workdir / "cases")
+    _, budget = resolve_budget("moderate", fmean(c.trajectory.char_length for c in cases))
+    say(f"generated {len(cases)} cases in {workdir / 'cases'}; moderate budget {budget.chars} characters")
+    with cluster(settings, say) as bootstrap:
+        config = {**settings.kafka.client_config(), "bootstrap.servers": bootstrap}
+        create_pipeline_topics(config, names, partitions=3)
+        say(f"topics {prefix}.* created")
+        env = child_env(bootstrap, prefix, DPM_BACKEND="extractive")
+        summ = ["baseline", "--budgets", str(budget.chars)]
+        with pipeline_processes([["worker"], ["worker"], summ], env, workdir):
+            say("started 2 projection workers and the Summ-only baseline")
+            producer = EventProducer(config, names)
+            for case in cases:
+                positions = producer.append(case.trajectory.events, CaseOpening(case.task, (budget.chars,)))
+                producer.trigger(DecisionRequest(f"{prefix}-{case.ref.case_id}", case.ref, case.task, budget.chars,
+                                                 (Architecture.DPM, Architecture.SUMM), tuple(positions),
+                                                 len(positions), case.label))  # fmt: skip
+            producer.close()
+            say(f"produced {sum(len(c.trajectory) for c in cases)} events and {len(cases)} triggers (dpm + summ)")
+            expected = 2 * len(cases)
+            outputs = await_decisions(config, names, expected, timeout_s, lambda n: progress(n, expected))
+        if len(outputs.decisions) < expected:
+            raise DpmError(f"only {len(outputs.decisions)} of {expected} decisions arrived; logs in {workdir}")
+        full = load_outputs(config, names)
+        log = KafkaEventLog(config, names.events)
+        try:
+            ordered = sorted(full.decisions.values(), key=lambda r: r.decision_id)
+            sample = [r for arch in Architecture for r in [x for x in ordered if x.architecture is arch][:3]]
+            backends = registry_backends(settings.model, "extractive")
+            replays = replay_many(sample, full.views, full.audits, log, backends)
+        finally:
+            log.close()
+        dead_letters = sum(1 for _ in read_topic(config, names.dlq))
+    return DemoResult(
+        prefix, len(cases), compare(full.decisions, full.triggers), tuple(replays), full.duplicates, dead_letters
+    )

@@ -1,0 +1,113 @@
+"""Appending cases and events to the log, and requesting decisions for them (what `dpm produce|trigger` do)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from statistics import fmean
+from typing import Any
+
+import orjson
+
+from pipeline.config.settings import Settings
+from pipeline.core.case import Case
+from pipeline.core.errors import DpmError
+from pipeline.core.events import CaseRef, Event, LogPosition
+from pipeline.core.task import Architecture, TaskSpec, resolve_budget
+from pipeline.kafka.producer import EventProducer
+from pipeline.kafka.topics import TopicNames
+from pipeline.wire.event import CaseOpening
+from pipeline.wire.trigger import DecisionRequest
+
+
+class ManifestError(DpmError):
+    """A manifest is unreadable or is not what `dpm produce --manifest` writes."""
+
+
+@dataclass(frozen=True)
+class ManifestEntry:
+    """One produced case: where its events are, its task, its length and its label (for accuracy)."""
+
+    case: CaseRef
+    task: TaskSpec
+    label: str | None
+    chars: int
+    positions: tuple[LogPosition, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"tenant": self.case.tenant, "case_id": self.case.case_id, "label": self.label, "chars": self.chars,
+                "task": self.task.wire(), "positions": [[p.partition, p.offset] for p in self.positions]}  # fmt: skip
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> ManifestEntry:
+        return cls(CaseRef(raw["tenant"], raw["case_id"]), TaskSpec.from_wire(raw["task"]), raw.get("label"),
+                   int(raw["chars"]), tuple(LogPosition(p, o) for p, o in raw["positions"]))  # fmt: skip
+
+
+def read_manifest(data: bytes) -> list[ManifestEntry]:
+    """The case entries of a manifest (entries for loose event files carry no case and are skipped)."""
+    try:
+        return [ManifestEntry.from_json(e) for e in orjson.loads(data) if "case_id" in e]
+    except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, DpmError) as exc:
+        raise ManifestError(f"not a manifest of `dpm produce --manifest`: {exc}") from exc
+
+
+def _producer(settings: Settings) -> EventProducer:
+    return EventProducer(settings.kafka.client_config(), TopicNames(settings.kafka.topic_prefix))
+
+
+def produce_cases(settings: Settings, cases: Sequence[Case], summ_budgets: tuple[int, ...]) -> list[ManifestEntry]:
+    """Appends every case's events (its task and the baseline's budgets ride on seq 1)."""
+    producer = _producer(settings)
+    try:
+        return [
+            ManifestEntry(case.ref, case.task, case.label, case.trajectory.char_length,
+                          tuple(producer.append(case.trajectory.events, CaseOpening(case.task, summ_budgets))))
+            for case in cases
+        ]  # fmt: skip
+    finally:
+        producer.close()
+
+
+def produce_events(settings: Settings, events: Sequence[Event]) -> list[LogPosition]:
+    """Appends loose events (no case opening); returns their positions."""
+    producer = _producer(settings)
+    try:
+        return producer.append(events)
+    finally:
+        producer.close()
+
+
+def manifest_requests(
+    entries: Sequence[ManifestEntry], budget: str, architectures: tuple[Architecture, ...]
+) -> list[DecisionRequest]:
+    """One request per case, with its positions; a named budget is a share of the cases' mean length."""
+    mean_chars = fmean(e.chars for e in entries) if entries else 0.0
+    _, chars = resolve_budget(budget, mean_chars)
+    return [
+        DecisionRequest(
+            uuid.uuid4().hex, e.case, e.task, chars.chars, architectures, e.positions, len(e.positions), e.label
+        )
+        for e in entries
+    ]
+
+
+def case_request(
+    case: CaseRef, task: TaskSpec, budget: str, architectures: tuple[Architecture, ...]
+) -> DecisionRequest:
+    """A request without positions: the worker scans the case's partition."""
+    if not budget.isdigit():
+        raise DpmError("without a manifest the case length is unknown: give --budget in characters")
+    _, chars = resolve_budget(budget, 0.0)
+    return DecisionRequest(uuid.uuid4().hex, case, task, chars.chars, architectures)
+
+
+def send_triggers(settings: Settings, requests: Sequence[DecisionRequest]) -> None:
+    """Publishes each request on the triggers topic, in order."""
+    producer = _producer(settings)
+    try:
+        for request in requests:
+            producer.trigger(request)
+    finally:
+        producer.close()

@@ -1,0 +1,94 @@
+"""The audit record (dpm.audit.v1): one per model call, with the exact request and the raw response bytes."""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from pipeline.core.events import CaseRef
+from pipeline.core.model import ModelRequest, ModelResponse, Usage, message_text
+from pipeline.core.run import ModelCall, RunResult
+from pipeline.wire.schema_ids import SchemaId
+from pipeline.wire.trigger import DecisionId
+
+
+@dataclass(frozen=True)
+class AuditRecord:
+    decision_id: DecisionId
+    call_index: int
+    calls_total: int
+    case: CaseRef
+    backend: str
+    call: ModelCall
+
+    @classmethod
+    def from_run(cls, result: RunResult, case: CaseRef, decision_id: DecisionId, backend: str) -> list[AuditRecord]:
+        """One record per model call, in call order."""
+        total = len(result.calls)
+        return [cls(decision_id, index, total, case, backend, call) for index, call in enumerate(result.calls)]
+
+    def to_wire(self) -> dict[str, Any]:
+        return {
+            "schema": SchemaId.AUDIT.value,
+            "decision_id": str(self.decision_id),
+            "call_index": self.call_index,
+            "calls_total": self.calls_total,
+            "tenant": self.case.tenant,
+            "case_id": self.case.case_id,
+            "architecture": self.decision_id.architecture.value,
+            "purpose": self.call.request.purpose.value,
+            "backend": self.backend,
+            **call_to_wire(self.call),
+        }
+
+    def encode(self) -> bytes:
+        return orjson.dumps(self.to_wire())
+
+    @classmethod
+    def from_wire(cls, value: Mapping[str, Any]) -> AuditRecord:
+        """Inverse of to_wire, for a schema-valid value."""
+        case = CaseRef(value["tenant"], value["case_id"])
+        return cls(DecisionId.parse(value["decision_id"]), int(value["call_index"]), int(value["calls_total"]), case,
+                   value["backend"], call_from_wire(value))  # fmt: skip
+
+
+def call_to_wire(call: ModelCall) -> dict[str, Any]:
+    """A model call's fields as audit records (and the baseline's stored steps) carry them."""
+    request, response = call.request, call.response
+    return {
+        "model": response.model,
+        "request": request.wire(),
+        "request_sha256": request.digest,
+        "raw_response_b64": base64.b64encode(response.raw).decode("ascii"),
+        "raw_response_sha256": response.raw_digest,
+        "response_text": response.text,
+        "stop_reason": response.stop_reason,
+        "usage": {"input_tokens": response.usage.input_tokens, "output_tokens": response.usage.output_tokens},
+        "cost_usd": response.cost_usd,
+        "latency_s": response.latency_s,
+    }
+
+
+def call_from_wire(value: Mapping[str, Any]) -> ModelCall:
+    """Inverse of call_to_wire; the response text is re-read from the raw bytes, as replay does."""
+    raw = base64.b64decode(value["raw_response_b64"])
+    usage = value.get("usage", {})
+    response = ModelResponse(
+        text=message_text(raw),
+        raw=raw,
+        model=value["model"],
+        usage=Usage(int(usage.get("input_tokens", 0)), int(usage.get("output_tokens", 0))),
+        cost_usd=float(value["cost_usd"]),
+        latency_s=float(value["latency_s"]),
+        stop_reason=str(value.get("stop_reason", "end_turn")),
+    )
+    return ModelCall(ModelRequest.from_wire(value["request"]), response)
+
+
+def calls_in_order(audits: Iterable[AuditRecord]) -> list[ModelCall]:
+    """A decision's recorded model calls, in call order."""
+    return [a.call for a in sorted(audits, key=lambda a: a.call_index)]

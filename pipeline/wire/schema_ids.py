@@ -1,0 +1,22 @@
+"""The schema id of every wire form; each names its JSON Schema file in schemas/."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class SchemaId(StrEnum):
+    """One constant per published schema; the value is the `schema` field every record carries."""
+
+    CASE = "dpm.case.v1"
+    EVENT = "dpm.event.v1"
+    TRIGGER = "dpm.trigger.v1"
+    VIEW = "dpm.view.v1"
+    DECISION = "dpm.decision.v1"
+    AUDIT = "dpm.audit.v1"
+    DEAD_LETTER = "dpm.dlq.v1"
+
+    @property
+    def file_stem(self) -> str:
+        """The schema file's name without `.json`: `dpm.event.v1` lives in `schemas/event.v1.json`."""
+        return self.value.removeprefix("dpm.")

@@ -1,0 +1,107 @@
+"""The trigger record (dpm.trigger.v1): a decision request, and the decision id it gives each architecture."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from pipeline.core.errors import DpmError
+from pipeline.core.events import CaseRef, LogPosition
+from pipeline.core.task import Architecture, TaskSpec
+from pipeline.wire.limits import MAX_TRIGGER_BYTES
+from pipeline.wire.rejection import RejectedError, Rejection, decode_object
+from pipeline.wire.schema_ids import SchemaId
+from pipeline.wire.validation import SchemaError, validate
+
+
+class InvalidDecisionIdError(DpmError):
+    """A text is not a decision id (`<trigger id>:<architecture>`)."""
+
+
+@dataclass(frozen=True, order=True)
+class DecisionId:
+    """Deterministic per trigger and architecture, so a duplicate output would be visible as such."""
+
+    trigger_id: str
+    architecture: Architecture
+
+    def __str__(self) -> str:
+        return f"{self.trigger_id}:{self.architecture.value}"
+
+    @classmethod
+    def parse(cls, text: str) -> DecisionId:
+        """The id `str()` wrote; the architecture is after the last colon (trigger ids may hold colons)."""
+        trigger_id, sep, architecture = text.rpartition(":")
+        if not sep or not trigger_id:
+            raise InvalidDecisionIdError(f"decision id {text!r} is not <trigger id>:<architecture>")
+        try:
+            return cls(trigger_id, Architecture(architecture))
+        except ValueError as exc:
+            raise InvalidDecisionIdError(f"decision id {text!r} names no architecture (dpm, summ)") from exc
+
+
+@dataclass(frozen=True)
+class DecisionRequest:
+    """A trigger: decide this case for this task and budget, with these architectures."""
+
+    trigger_id: str
+    case: CaseRef
+    task: TaskSpec
+    budget_chars: int
+    architectures: tuple[Architecture, ...]
+    positions: tuple[LogPosition, ...] | None = None
+    events_count: int | None = None
+    label: str | None = None
+
+    def decision_id(self, architecture: Architecture) -> DecisionId:
+        return DecisionId(self.trigger_id, architecture)
+
+    def to_wire(self) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "schema": SchemaId.TRIGGER.value,
+            "trigger_id": self.trigger_id,
+            "tenant": self.case.tenant,
+            "case_id": self.case.case_id,
+            "task": self.task.wire(),
+            "budget_chars": self.budget_chars,
+            "architectures": [a.value for a in self.architectures],
+        }
+        if self.positions is not None:
+            body["positions"] = [[p.partition, p.offset] for p in self.positions]
+        if self.events_count is not None:
+            body["events_count"] = self.events_count
+        if self.label is not None:
+            body["label"] = self.label
+        return body
+
+    def encode(self) -> bytes:
+        return orjson.dumps(self.to_wire())
+
+    @classmethod
+    def from_wire(cls, value: Mapping[str, Any]) -> DecisionRequest:
+        """The request of a decoded value; raises RejectedError(SCHEMA) unless it is a valid dpm.trigger.v1."""
+        try:
+            validate(SchemaId.TRIGGER, value)
+            positions = value.get("positions")
+            return cls(
+                trigger_id=value["trigger_id"],
+                case=CaseRef(value["tenant"], value["case_id"]),
+                task=TaskSpec.from_wire(value["task"]),
+                budget_chars=int(value["budget_chars"]),
+                architectures=tuple(Architecture(a) for a in value["architectures"]),
+                positions=None if positions is None else tuple(LogPosition(p, o) for p, o in positions),
+                events_count=value.get("events_count"),
+                label=value.get("label"),
+            )
+        except (SchemaError, DpmError, ValueError) as exc:
+            raise RejectedError(Rejection.SCHEMA, str(exc)) from exc
+
+    @classmethod
+    def decode(cls, data: bytes | None, max_bytes: int = MAX_TRIGGER_BYTES) -> DecisionRequest:
+        """The request of raw bytes; raises RejectedError (OVERSIZE, NOT_JSON or SCHEMA)."""
+        if data is not None and len(data) > max_bytes:
+            raise RejectedError(Rejection.OVERSIZE, f"trigger of {len(data)} bytes exceeds {max_bytes}")
+        return cls.from_wire(decode_object(data, "trigger"))

@@ -1,0 +1,96 @@
+"""The baseline's state per case and per step, as stored in its changelog-backed tables.
+
+Typed values with a JSON form, so the faust agents stay thin and this logic is unit-tested
+without a broker.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from pipeline.core.events import Event, LogPosition
+from pipeline.core.run import ModelCall, SummMemory
+from pipeline.core.task import TaskSpec
+from pipeline.core.view import Fact, MemoryView
+from pipeline.wire.audit import call_from_wire, call_to_wire
+from pipeline.wire.event import EventRecord
+
+
+@dataclass(frozen=True)
+class CaseState:
+    """What the baseline keeps per case: the task it summarizes for, its budgets, the last step taken."""
+
+    task: TaskSpec
+    budgets: tuple[int, ...]
+    last_seq: int = 0
+
+    def after(self, seq: int) -> CaseState:
+        return replace(self, last_seq=seq)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"task": self.task.wire(), "budgets": list(self.budgets), "last_seq": self.last_seq}
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> CaseState:
+        return cls(TaskSpec.from_wire(raw["task"]), tuple(int(b) for b in raw["budgets"]), int(raw["last_seq"]))
+
+
+def memory_to_json(memory: SummMemory) -> dict[str, Any]:
+    """A step's memory as JSON: the view's sections (not its text, which need not round-trip) and problems."""
+    view = memory.view
+    return {
+        "facts": [[f.text, list(f.citations)] for f in view.facts],
+        "reasoning": list(view.reasoning),
+        "compliance": list(view.compliance),
+        "problems": list(memory.problems),
+        "cut": memory.cut,
+    }
+
+
+def memory_from_json(raw: Mapping[str, Any]) -> SummMemory:
+    """Inverse of memory_to_json."""
+    view = MemoryView(
+        tuple(Fact(text, tuple(cites)) for text, cites in raw["facts"]),
+        tuple(raw["reasoning"]),
+        tuple(raw["compliance"]),
+    )
+    return SummMemory(view, tuple(raw["problems"]), int(raw["cut"]))
+
+
+@dataclass(frozen=True)
+class SummStep:
+    """One Summ-only step: the event, where it was read, the memory after it and the call it made (if any)."""
+
+    event: Event
+    position: LogPosition
+    memory: SummMemory
+    calls: tuple[ModelCall, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "event": EventRecord(self.event).to_wire(),
+            "position": [self.position.partition, self.position.offset],
+            "memory": memory_to_json(self.memory),
+            "calls": [call_to_wire(c) for c in self.calls],
+        }
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> SummStep:
+        return cls(
+            EventRecord.from_wire(raw["event"]).event,
+            LogPosition(*raw["position"]),
+            memory_from_json(raw["memory"]),
+            tuple(call_from_wire(c) for c in raw["calls"]),
+        )
+
+
+def step_key(case_key: str, budget: int, seq: int) -> str:
+    """The steps table's key of one step: `tenant/case/budget/seq`."""
+    return f"{case_key}/{budget}/{seq:08d}"
+
+
+def calls_of(steps: Sequence[SummStep]) -> list[ModelCall]:
+    """Every model call of the steps, in order."""
+    return [c for s in steps for c in s.calls]

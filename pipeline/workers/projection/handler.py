@@ -1,0 +1,88 @@
+"""The stateless projection worker: trigger in; view, decision and audit records out, in one transaction."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from pipeline.core.event_log import EventLog, RawRecord
+from pipeline.core.events import LogPosition, Trajectory
+from pipeline.core.model import ModelBackend, ModelBackendError
+from pipeline.core.run import run_dpm
+from pipeline.core.task import Architecture, Budget
+from pipeline.kafka.errors import KafkaAdapterError
+from pipeline.kafka.topics import TopicNames
+from pipeline.kafka.transactions import Output
+from pipeline.observability.metrics import PipelineMetrics
+from pipeline.wire.decision import PositionsSource, Provenance
+from pipeline.wire.limits import MAX_TRAJECTORY_CHARS
+from pipeline.wire.rejection import RejectedError, Rejection
+from pipeline.wire.run_records import run_records
+from pipeline.wire.trajectory import assemble
+from pipeline.wire.trigger import DecisionRequest
+from pipeline.workers.publishing import dead_letter, observe_published, run_outputs
+
+_LOG = logging.getLogger("pipeline.workers.projection")
+
+
+@dataclass
+class ProjectionHandler:
+    """Handles one trigger; holds no state between triggers (the log and backend are connections)."""
+
+    names: TopicNames
+    log: EventLog
+    backend: ModelBackend
+    worker_id: str
+    max_trajectory_chars: int = MAX_TRAJECTORY_CHARS
+    metrics: PipelineMetrics | None = None
+
+    def handle(self, record: RawRecord) -> Sequence[Output]:
+        try:
+            request = DecisionRequest.decode(record.value)
+            if Architecture.DPM not in request.architectures:
+                return []
+            return self._decide(request, record.timestamp_ms)
+        except RejectedError as exc:
+            _LOG.warning("trigger at %s rejected: %s", record.position, exc, extra={"worker_id": self.worker_id})
+            return [self._refuse(record, exc.reason, exc.detail)]
+        except (ModelBackendError, KafkaAdapterError):
+            raise  # worth retrying: the loop aborts the batch, backs off and tries again
+        except Exception as exc:  # noqa: BLE001 - a bug must not turn one trigger into a crash loop
+            _LOG.exception("trigger at %s broke the handler", record.position, extra={"worker_id": self.worker_id})
+            return [self._refuse(record, Rejection.INTERNAL, f"{type(exc).__name__}: {exc}")]
+
+    def _refuse(self, record: RawRecord, reason: Rejection, detail: str) -> Output:
+        if self.metrics is not None:
+            self.metrics.observe_rejection(reason)
+        return self._dead_letter(record, reason, detail)
+
+    def dead_letter(self, record: RawRecord, detail: str) -> Output:
+        return self._dead_letter(record, Rejection.MODEL_ERROR, detail)
+
+    def _dead_letter(self, record: RawRecord, reason: Rejection, detail: str) -> Output:
+        return dead_letter(
+            self.names, record, source_topic=self.names.triggers, reason=reason, detail=detail, worker_id=self.worker_id
+        )
+
+    def _read(self, request: DecisionRequest) -> tuple[Trajectory, tuple[LogPosition, ...], PositionsSource]:
+        if request.positions is not None:
+            read, source = self.log.read(request.positions), PositionsSource.TRIGGER
+        else:
+            read, source = self.log.scan(request.case), PositionsSource.SCAN
+        trajectory, positions = assemble(request.case, read, request.events_count, self.max_trajectory_chars)
+        return trajectory, positions, source
+
+    def _decide(self, request: DecisionRequest, triggered_ms: int | None) -> list[Output]:
+        trajectory, positions, source = self._read(request)
+        budget = Budget(request.budget_chars)
+        result = run_dpm(trajectory, request.task, budget, self.backend)
+        decision_id = request.decision_id(Architecture.DPM)
+        provenance = Provenance(decision_id, positions, source, self.backend.name, self.worker_id)
+        context = {"decision_id": str(decision_id), "tenant": request.case.tenant, "case_id": request.case.case_id,
+                   "trace_id": request.trigger_id, "worker_id": self.worker_id}  # fmt: skip
+        _LOG.info("decided %s: %s", decision_id, result.decision.label, extra=context)
+        published = run_records(result, trajectory, task=request.task, budget=budget, provenance=provenance)
+        if self.metrics is not None:
+            observe_published(self.metrics, result, published, triggered_ms=triggered_ms)
+        return run_outputs(published, self.names)

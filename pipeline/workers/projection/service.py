@@ -1,0 +1,61 @@
+"""Wires the projection worker: settings -> event log reader, backend, metrics, handler, transactional loop."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+
+from pipeline.config.settings import Settings
+from pipeline.kafka.reader import KafkaEventLog
+from pipeline.kafka.topics import TopicNames
+from pipeline.kafka.transactions import LoopConfig, TransactionalLoop
+from pipeline.llm.registry import make_backend
+from pipeline.observability.metrics import PipelineMetrics
+from pipeline.workers.projection.handler import ProjectionHandler
+
+_LOG = logging.getLogger("pipeline.workers")
+
+
+@dataclass(frozen=True)
+class WorkerOptions:
+    """A projection worker's identity, group and batch size (the rest comes from the settings)."""
+
+    worker_id: str
+    group_id: str = "dpm-projection"
+    batch_size: int = 8
+
+
+def build_projection_worker(
+    settings: Settings, options: WorkerOptions, metrics: PipelineMetrics | None = None
+) -> tuple[TransactionalLoop, KafkaEventLog]:
+    """The worker's loop, connected but not started, and its event-log reader (to close afterwards)."""
+    names = TopicNames(settings.kafka.topic_prefix)
+    client = settings.kafka.client_config()
+    log = KafkaEventLog(client, names.events)
+    handler = ProjectionHandler(names, log, make_backend(settings.model), options.worker_id, metrics=metrics)
+    config = LoopConfig(
+        group_id=options.group_id,
+        input_topic=names.triggers,
+        transactional_id=f"{options.group_id}-{options.worker_id}",
+        batch_size=options.batch_size,
+        session_timeout_ms=settings.worker.session_timeout_ms,
+        transaction_timeout_ms=settings.worker.transaction_timeout_ms,
+    )
+    return TransactionalLoop(client, config, handler), log
+
+
+def serve_projection(settings: Settings, options: WorkerOptions, stop: threading.Event) -> None:
+    """Runs the projection worker (and its /metrics endpoint) until `stop` is set."""
+    metrics = PipelineMetrics(settings.metrics.tenants)
+    server = metrics.serve(settings.metrics.port, settings.metrics.addr) if settings.metrics.port >= 0 else None
+    loop, log = build_projection_worker(settings, options, metrics)
+    topic = TopicNames(settings.kafka.topic_prefix).triggers
+    _LOG.info("projection worker %s joined %s on %s", options.worker_id, options.group_id,
+              settings.kafka.bootstrap_servers, extra={"worker_id": options.worker_id})  # fmt: skip
+    try:
+        loop.run(stop.is_set, on_idle=lambda: metrics.observe_lag(options.group_id, topic, loop.lag()))
+    finally:
+        log.close()
+        if server is not None:
+            server.shutdown()

@@ -1,0 +1,51 @@
+"""The baseline's faust connection is built from the same client properties as every librdkafka client."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import faust
+import pytest
+
+from pipeline.config.settings import Settings, SettingsError
+from pipeline.workers.baseline.connection import faust_connection
+
+
+def _kafka(tmp_path: Path, properties: str, bootstrap: str = "k1:9093,k2:9093") -> Settings:
+    path = tmp_path / "client.properties"
+    path.write_text(properties)
+    return Settings.from_env({"DPM_BOOTSTRAP": bootstrap, "DPM_KAFKA_CONFIG": str(path)})
+
+
+def test_plaintext_needs_no_credentials_and_keeps_the_client_id(tmp_path: Path) -> None:
+    options = faust_connection(_kafka(tmp_path, "client.id=dpm-prod\n").kafka)
+    assert options["broker"] == ["kafka://k1:9093", "kafka://k2:9093"]
+    assert options["broker_client_id"] == "dpm-prod"
+    assert "broker_credentials" not in options
+
+
+def test_sasl_settings_become_faust_sasl_credentials(tmp_path: Path) -> None:
+    properties = "security.protocol=SASL_PLAINTEXT\nsasl.mechanism=SCRAM-SHA-512\nsasl.username=svc\nsasl.password=pw\n"
+    credentials = faust_connection(_kafka(tmp_path, properties).kafka)["broker_credentials"]
+    assert isinstance(credentials, faust.SASLCredentials)
+    assert (credentials.username, credentials.password, credentials.mechanism.value) == ("svc", "pw", "SCRAM-SHA-512")
+    assert credentials.protocol.value == "SASL_PLAINTEXT"
+
+
+def test_a_bootstrap_in_the_file_wins_as_it_does_for_librdkafka(tmp_path: Path) -> None:
+    options = faust_connection(_kafka(tmp_path, "bootstrap.servers=other:9092\n").kafka)
+    assert options["broker"] == ["kafka://other:9092"]
+
+
+@pytest.mark.parametrize(
+    "properties",
+    ["security.protocol=SASL_SSL\nsasl.mechanism=GSSAPI\n", "security.protocol=KERBEROS\n"],
+)
+def test_security_the_baseline_cannot_apply_is_an_error_not_a_silent_downgrade(tmp_path: Path, properties: str) -> None:
+    with pytest.raises(SettingsError, match="not supported by the baseline"):
+        faust_connection(_kafka(tmp_path, properties).kafka)
+
+
+def test_librdkafka_tuning_is_named_in_a_warning(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    faust_connection(_kafka(tmp_path, "linger.ms=5\nclient.id=x\n").kafka)
+    assert "linger.ms" in caplog.text
