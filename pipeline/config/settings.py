@@ -113,6 +113,15 @@ class ModelSettings(_Group):
     anthropic_base_url: str | None = Field(
         None, validation_alias="ANTHROPIC_BASE_URL", description="Messages API base URL (a gateway or proxy)"
     )
+    openai_base_url: str | None = Field(
+        None, validation_alias="DPM_OPENAI_BASE_URL", description="OpenAI-compatible API base URL, e.g. .../v1"
+    )
+    openai_api_key: SecretStr | None = Field(
+        None, validation_alias="DPM_OPENAI_API_KEY", description="API key of the openai backend (local servers: none)"
+    )
+    openai_seed: int = Field(
+        0, validation_alias="DPM_OPENAI_SEED", description="sampling seed sent to servers that accept one"
+    )
     price_table: Path | None = Field(
         None, validation_alias="DPM_PRICE_TABLE", description="JSON price table overriding list prices"
     )

@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from pipeline.core.structured import looks_structured, read_object, salvage_string
+
 _FIELD = re.compile(r"^\s*(?:\*\*)?(DECISION|RATIONALE|NOTICE)(?:\*\*)?\s*:\s*(?:\*\*)?\s*(.*)$", re.IGNORECASE)
 _NEGATIVE_WORDS = ("DENY", "DENIED", "DECLINE", "REJECT", "ADJUST", "ADVERSE")
 NO_NOTICE = "none"
@@ -56,18 +58,35 @@ def _fields(text: str) -> dict[str, list[str]]:
     return fields
 
 
-def parse_decision(text: str, label_space: tuple[str, ...]) -> Decision:
-    """Parses a decision answer; never raises. Out-of-space or missing labels are recorded problems."""
+def _text_answer(text: str) -> tuple[str | None, str, str, list[str]]:
     fields = _fields(text)
-    problems: list[str] = []
-    raw_label = fields.get("DECISION", [""])[0]
-    label = match_label(raw_label, label_space)
-    if "DECISION" not in fields:
+    raw_label = fields["DECISION"][0] if "DECISION" in fields else None
+    return raw_label, " ".join(fields.get("RATIONALE", [])), " ".join(fields.get("NOTICE", [])), []
+
+
+def _structured_answer(text: str) -> tuple[str | None, str, str, list[str]]:
+    value, problem = read_object(text.strip().strip("`").removeprefix("json"))
+    if value is None:  # a cut-off answer: keep the fields that were written out in full
+        fields = {k: salvage_string(text, k) for k in ("decision", "rationale", "notice")}
+        return fields["decision"], fields["rationale"] or "", fields["notice"] or "", [str(problem)]
+    strings = {k: v if isinstance(v, str) else None for k, v in value.items()}
+    problems = [f"{k} is not text" for k in ("decision", "rationale", "notice") if k in value and strings[k] is None]
+    return strings.get("decision"), strings.get("rationale") or "", strings.get("notice") or "", problems
+
+
+def parse_decision(text: str, label_space: tuple[str, ...]) -> Decision:
+    """Parses a decision answer (field lines or the structured JSON shape); never raises.
+
+    Out-of-space or missing labels are recorded problems (the label is then None), never retried.
+    """
+    answer = _structured_answer if looks_structured(text.strip().strip("`").removeprefix("json")) else _text_answer
+    raw_label, rationale, notice, problems = answer(text)
+    label = match_label(raw_label, label_space) if raw_label is not None else None
+    if raw_label is None:
         problems.append("no DECISION line")
     elif label is None:
         problems.append(f"decision {raw_label[:60]!r} is not in the label space {list(label_space)}")
-    rationale = " ".join(fields.get("RATIONALE", [])).strip()
-    notice = " ".join(fields.get("NOTICE", [])).strip() or NO_NOTICE
+    rationale, notice = rationale.strip(), notice.strip() or NO_NOTICE
     if not rationale:
         problems.append("no RATIONALE")
     if label is not None and is_negative(label) and notice.lower().strip(" .") == NO_NOTICE:

@@ -66,9 +66,20 @@ class Usage:
     output_tokens: int
 
 
+class ResponseFormat(StrEnum):
+    """How a provider lays out its raw response body; each backend names its own, and audit records say it."""
+
+    ANTHROPIC_MESSAGES = "anthropic-messages"
+    OPENAI_CHAT = "openai-chat"
+
+
 @dataclass(frozen=True)
 class ModelResponse:
-    """A backend's answer: the text, the exact response bytes and what it cost."""
+    """A backend's answer: the text, the exact response bytes (in `format`) and what it cost.
+
+    `serving` names what produced it beyond the model id, as the provider or server reports it
+    (system fingerprint, server build, model file digest, threads), for the audit record.
+    """
 
     text: str
     raw: bytes
@@ -77,24 +88,28 @@ class ModelResponse:
     cost_usd: float
     latency_s: float
     stop_reason: str
+    format: ResponseFormat = ResponseFormat.ANTHROPIC_MESSAGES
+    serving: tuple[tuple[str, str], ...] = ()
 
     @property
     def raw_digest(self) -> str:
         return sha256_hex(self.raw)
 
 
-def message_text(raw: bytes) -> str:
-    """The text of a Messages-API response body (text blocks joined); raises ModelBackendError otherwise.
+def response_text(raw: bytes, layout: ResponseFormat) -> str:
+    """The answer text inside a raw response body of the given format; raises ModelBackendError otherwise.
 
-    Every backend records its raw response in this shape, so a recorded answer can be re-read
-    and its view re-derived without knowing which backend produced it.
+    Messages API: the text blocks joined. Chat Completions: the first choice's message content.
+    A recorded answer is re-read this way, so its view is re-derived from the bytes the provider sent.
     """
     try:
         body = orjson.loads(raw)
-        blocks = body["content"]
-        return "".join(b["text"] for b in blocks if b.get("type") == "text")
-    except (orjson.JSONDecodeError, KeyError, TypeError, AttributeError) as exc:
-        raise ModelBackendError(f"response body is not a Messages API message: {exc}") from exc
+        if layout is ResponseFormat.OPENAI_CHAT:
+            content = body["choices"][0]["message"].get("content")
+            return content if isinstance(content, str) else ""
+        return "".join(b["text"] for b in body["content"] if b.get("type") == "text")
+    except (orjson.JSONDecodeError, KeyError, IndexError, TypeError, AttributeError) as exc:
+        raise ModelBackendError(f"response body is not a {layout.value} body: {exc!r}") from exc
 
 
 class ModelBackend(Protocol):

@@ -1,15 +1,18 @@
 """Parses a model's text into a MemoryView without ever raising.
 
 Models wrap sections in markdown, number their bullets, cite as `[3]`, `[3, 7]`, `[3-5]` or
-`(event 3)`. Everything recognizable is kept; what is not is reported in `problems`, so a
-malformed output is a recorded parse failure rather than a crash.
+`(event 3)`; servers that enforce a JSON schema answer with the structured shape instead
+(pipeline.core.structured). Everything recognizable is kept; what is not is reported in
+`problems`, so a malformed, partial or runaway output is a recorded parse failure, never a crash.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
+from pipeline.core.structured import looks_structured, read_object, salvage_facts, salvage_strings
 from pipeline.core.view import UNKNOWN, Fact, MemoryView
 
 # A header is the section name alone on its line, or followed by a colon and optional content.
@@ -91,8 +94,64 @@ def _clean(lines: list[str]) -> list[str]:
     return [line for line in body if line and line.lower().strip(" .") != UNKNOWN]
 
 
+def _fact(text: str, cited: tuple[int, ...] = ()) -> Fact:
+    """A fact from its text (which may carry its own citation markers) and listed citations."""
+    body, inline = split_citations(_BULLET.sub("", text).strip())
+    return Fact(body, tuple(dict.fromkeys((*cited, *inline))))
+
+
+def _structured_facts(raw: Any, problems: list[str]) -> list[Fact]:  # noqa: ANN401 - decoded JSON
+    if not isinstance(raw, list):
+        problems.append("facts is not a list")
+        return []
+    facts = []
+    for item in raw:
+        if isinstance(item, str):
+            facts.append(_fact(item))
+        elif isinstance(item, dict) and isinstance(item.get("text"), str):
+            cites = item.get("citations")
+            cites = cites if isinstance(cites, list) else [cites]
+            numbers = [c for c in cites if isinstance(c, int) and not isinstance(c, bool)]
+            if len(numbers) != len(cites):
+                problems.append("a fact's citations are not a list of event numbers")
+            facts.append(_fact(item["text"], tuple(c for c in numbers if c > 0)))
+        else:
+            problems.append("a fact is neither text nor {text, citations}")
+    return facts
+
+
+def _structured_lines(value: dict[str, Any], keys: tuple[str, ...], problems: list[str]) -> list[str]:
+    raw = next((value[k] for k in keys if k in value), None)
+    if isinstance(raw, str):
+        raw = raw.split("\n")
+    if not isinstance(raw, list):
+        problems.append(f"missing section {keys[0].upper()}")
+        return []
+    return _clean([line for line in raw if isinstance(line, str)])
+
+
+def _parse_structured(text: str) -> ParseOutcome:
+    value, problem = read_object(_strip_fences(text))
+    problems: list[str] = []
+    if value is None:  # keep every item that was written out in full
+        problems.append(str(problem))
+        facts = [_fact(t, cited) for t, cited in salvage_facts(text)]
+        reasoning = _clean(salvage_strings(text, "reasoning"))
+        compliance = _clean(salvage_strings(text, "compliance_notes") or salvage_strings(text, "compliance"))
+    else:
+        facts = _structured_facts(value.get("facts", []), problems) if "facts" in value else []
+        if "facts" not in value:
+            problems.append("missing section FACTS")
+        reasoning = _structured_lines(value, ("reasoning",), problems)
+        compliance = _structured_lines(value, ("compliance_notes", "compliance"), problems)
+    view = MemoryView(tuple(f for f in facts if f.text), tuple(reasoning), tuple(compliance))
+    return ParseOutcome(view, tuple(problems))
+
+
 def parse_view(text: str) -> ParseOutcome:
-    """Parses model output into a MemoryView; never raises."""
+    """Parses model output (section text or the structured JSON shape) into a MemoryView; never raises."""
+    if looks_structured(_strip_fences(text)):
+        return _parse_structured(text)
     try:
         sections, seen = _collect(text)
     except (ValueError, RecursionError) as exc:  # defensive: regexes on adversarial input

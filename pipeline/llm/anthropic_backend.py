@@ -9,7 +9,7 @@ import anthropic
 import pydantic
 
 from pipeline.config.settings import ModelSettings
-from pipeline.core.model import ModelBackendError, ModelRequest, ModelResponse, Usage, message_text
+from pipeline.core.model import ModelBackendError, ModelRequest, ModelResponse, ResponseFormat, Usage, response_text
 from pipeline.core.run import ModelCall
 from pipeline.llm.pricing import DEFAULT_PRICES, Price, load_price_table
 
@@ -72,7 +72,7 @@ class AnthropicBackend:
             raise ModelBackendError(f"Messages API unreachable after all retries: {exc}") from exc
         except (anthropic.APIResponseValidationError, pydantic.ValidationError, ValueError) as exc:
             raise ModelBackendError(f"Messages API returned a malformed body: {exc}") from exc
-        text = message_text(raw)
+        text = response_text(raw, ResponseFormat.ANTHROPIC_MESSAGES)
         usage = Usage(message.usage.input_tokens, message.usage.output_tokens)
         return ModelResponse(
             text=text,

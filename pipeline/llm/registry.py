@@ -24,6 +24,7 @@ class BackendFactory(Protocol):
 BACKENDS: dict[str, str] = {
     "extractive": "pipeline.llm.extractive.backend:from_settings",
     "anthropic": "pipeline.llm.anthropic_backend:from_settings",
+    "openai": "pipeline.llm.openai_backend:from_settings",
     "recorded": "pipeline.llm.recorded:from_settings",
 }
 

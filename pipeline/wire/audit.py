@@ -10,7 +10,7 @@ from typing import Any
 import orjson
 
 from pipeline.core.events import CaseRef
-from pipeline.core.model import ModelRequest, ModelResponse, Usage, message_text
+from pipeline.core.model import ModelRequest, ModelResponse, ResponseFormat, Usage, response_text
 from pipeline.core.run import ModelCall, RunResult
 from pipeline.wire.schema_ids import SchemaId
 from pipeline.wire.trigger import DecisionId
@@ -65,26 +65,34 @@ def call_to_wire(call: ModelCall) -> dict[str, Any]:
         "request_sha256": request.digest,
         "raw_response_b64": base64.b64encode(response.raw).decode("ascii"),
         "raw_response_sha256": response.raw_digest,
+        "response_format": response.format.value,
         "response_text": response.text,
         "stop_reason": response.stop_reason,
         "usage": {"input_tokens": response.usage.input_tokens, "output_tokens": response.usage.output_tokens},
         "cost_usd": response.cost_usd,
         "latency_s": response.latency_s,
+        "serving": dict(response.serving),
     }
 
 
 def call_from_wire(value: Mapping[str, Any]) -> ModelCall:
-    """Inverse of call_to_wire; the response text is re-read from the raw bytes, as replay does."""
+    """Inverse of call_to_wire; the response text is re-read from the raw bytes in their format, as replay does.
+
+    Records written before formats were named hold Messages API bodies.
+    """
     raw = base64.b64decode(value["raw_response_b64"])
     usage = value.get("usage", {})
+    layout = ResponseFormat(value.get("response_format", ResponseFormat.ANTHROPIC_MESSAGES.value))
     response = ModelResponse(
-        text=message_text(raw),
+        text=response_text(raw, layout),
         raw=raw,
         model=value["model"],
         usage=Usage(int(usage.get("input_tokens", 0)), int(usage.get("output_tokens", 0))),
         cost_usd=float(value["cost_usd"]),
         latency_s=float(value["latency_s"]),
         stop_reason=str(value.get("stop_reason", "end_turn")),
+        format=layout,
+        serving=tuple(sorted((str(k), str(v)) for k, v in value.get("serving", {}).items())),
     )
     return ModelCall(ModelRequest.from_wire(value["request"]), response)
 

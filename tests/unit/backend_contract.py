@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pipeline.core.model import ModelBackend, message_text
+from pipeline.core.model import ModelBackend, response_text
 from pipeline.core.parse import parse_view
 from pipeline.core.prompt import projection_request
 from pipeline.core.run import run_dpm, run_summ
@@ -30,9 +30,9 @@ class BackendContract:
         assert outcome.ok, outcome.problems
         assert outcome.view.facts
 
-    def test_raw_bytes_are_a_messages_body_holding_the_text(self) -> None:
+    def test_raw_bytes_hold_the_text_in_the_backends_format(self) -> None:
         response = self.backend().complete(projection_request(CASE.trajectory, CASE.task, BUDGET))
-        assert message_text(response.raw) == response.text
+        assert response_text(response.raw, response.format) == response.text
         assert len(response.raw_digest) == 64
 
     def test_usage_cost_and_latency_are_recorded(self) -> None:

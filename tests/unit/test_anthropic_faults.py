@@ -13,7 +13,7 @@ from pipeline.core.prompt import projection_request
 from pipeline.llm.anthropic_backend import AnthropicBackend
 from pipeline.llm.pricing import Price, load_price_table
 from pipeline.llm.registry import backend_names, make_backend
-from tests.fake_messages_api import Fault, MessagesApiState, error_body, messages_api
+from tests.fake_model_apis import Fault, MessagesApiState, error_body, messages_api
 from tests.unit.backend_contract import BUDGET, CASE
 
 REQUEST = projection_request(CASE.trajectory, CASE.task, BUDGET)
@@ -107,12 +107,19 @@ def test_registry_needs_a_key_for_anthropic_and_rejects_unknown_backends() -> No
     assert make_backend(Settings.from_env({}).model).name == "extractive"
     with pytest.raises(ModelBackendError, match="ANTHROPIC_API_KEY"):
         make_backend(Settings.from_env({"DPM_BACKEND": "anthropic"}).model)
-    with pytest.raises(ModelBackendError, match="unknown backend 'gpt'; choose one of extractive, anthropic, recorded"):
+    with pytest.raises(
+        ModelBackendError, match="unknown backend 'gpt'; choose one of extractive, anthropic, openai, recorded"
+    ):
         make_backend(Settings.from_env({"DPM_BACKEND": "gpt"}).model)
 
 
 def test_every_registered_backend_is_built_by_name_from_settings(tmp_path: Path) -> None:
-    env = {"ANTHROPIC_API_KEY": "k", "ANTHROPIC_BASE_URL": "http://127.0.0.1:9"}
+    env = {
+        "ANTHROPIC_API_KEY": "k",
+        "ANTHROPIC_BASE_URL": "http://127.0.0.1:9",
+        "DPM_MODEL": "claude-haiku-4-5",
+        "DPM_OPENAI_BASE_URL": "http://127.0.0.1:9/v1",
+    }
     for name in backend_names():
         backend = make_backend(Settings.from_env({**env, "DPM_BACKEND": name}).model)
         assert backend.name == name

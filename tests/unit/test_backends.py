@@ -11,7 +11,8 @@ from pipeline.core.recorded import RecordedAnswers
 from pipeline.core.run import ModelCall, run_dpm, run_summ
 from pipeline.llm.anthropic_backend import AnthropicBackend
 from pipeline.llm.extractive.backend import ExtractiveBackend
-from tests.fake_messages_api import messages_api
+from pipeline.llm.openai_backend import OpenAIBackend
+from tests.fake_model_apis import messages_api
 from tests.unit.backend_contract import BUDGET, CASE, BackendContract
 
 
@@ -43,6 +44,17 @@ class TestAnthropicBackend(BackendContract):
         assert body["system"].startswith("You build the decision memory")
         headers = self.state.requests[0]["headers"]
         assert "test-key" in (headers.get("x-api-key"), headers.get("authorization", "").removeprefix("Bearer "))
+
+
+class TestOpenAIBackend(BackendContract):
+    @pytest.fixture(autouse=True)
+    def _server(self) -> Iterator[None]:
+        with messages_api() as (url, _):
+            self.url = url
+            yield
+
+    def backend(self) -> ModelBackend:
+        return OpenAIBackend(f"{self.url}/v1", "fake-model", max_retries=0)
 
 
 class TestRecordedAnswers(BackendContract):

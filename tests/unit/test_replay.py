@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 from dataclasses import replace
 from typing import Any
 
@@ -16,15 +17,18 @@ from pipeline.core.recorded import RecordedAnswers
 from pipeline.core.run import RunResult, SummMemory, SummVariant, run_dpm, run_summ
 from pipeline.core.task import Architecture, Budget
 from pipeline.core.verification import ReplayStatus, verify_recorded, verify_replay
+from pipeline.llm.anthropic_backend import AnthropicBackend
 from pipeline.llm.extractive.backend import ExtractiveBackend
+from pipeline.llm.openai_backend import OpenAIBackend
 from pipeline.services.replay import registry_backends, replay_one
-from pipeline.wire.audit import calls_in_order
+from pipeline.wire.audit import AuditRecord, calls_in_order
 from pipeline.wire.decision import PositionsSource, Provenance
 from pipeline.wire.event import append_events
 from pipeline.wire.run_records import RunRecords, run_records
 from pipeline.wire.trigger import DecisionId
 from pipeline.workers.baseline.state import CaseState, SummStep
 from tests.cases import load_fixture
+from tests.fake_model_apis import messages_api
 
 CASE = load_fixture()
 BUDGET = Budget(700)
@@ -153,3 +157,26 @@ def test_baseline_state_round_trips_through_its_changelog_form() -> None:
     step = SummStep(CASE.trajectory.events[0], LogPosition(1, 9), SummMemory(result.view, ("p",), 3),
                     (result.calls[0],))  # fmt: skip
     assert SummStep.from_json(orjson.loads(orjson.dumps(step.to_json()))) == step
+
+
+@pytest.mark.parametrize("api", ["anthropic", "openai"])
+@pytest.mark.parametrize("runner", [run_dpm, run_summ])
+def test_recorded_answers_of_either_api_verify_and_tampering_is_drift(api: str, runner: Any) -> None:
+    """The audit record names each answer's format, so a recorded answer is re-read from its own bytes."""
+    with messages_api() as (url, _):
+        backend = (AnthropicBackend("k", base_url=url, max_retries=0) if api == "anthropic"
+                   else OpenAIBackend(f"{url}/v1", "fake-model", max_retries=0))  # fmt: skip
+        published = _published(runner(CASE.trajectory, CASE.task, BUDGET, backend))
+    recorded = [AuditRecord.from_wire(orjson.loads(a.encode())) for a in published.audits]  # as read back from Kafka
+    target = published.decision.replay_target()
+    assert verify_recorded(target, calls_in_order(recorded)).status is ReplayStatus.MATCH
+    memory = max(a.call_index for a in recorded if a.call.request.purpose is not Purpose.DECIDE)
+    wire = orjson.loads(recorded[memory].encode())
+    body = orjson.loads(base64.b64decode(wire["raw_response_b64"]))
+    if api == "openai":
+        body["choices"][0]["message"]["content"] = body["choices"][0]["message"]["content"].replace("[", "(")
+    else:
+        body["content"][0]["text"] = body["content"][0]["text"].replace("[", "(")
+    wire["raw_response_b64"] = base64.b64encode(orjson.dumps(body)).decode()
+    tampered = [*recorded[:memory], AuditRecord.from_wire(wire), *recorded[memory + 1 :]]
+    assert verify_recorded(target, calls_in_order(tampered)).status is ReplayStatus.DRIFT

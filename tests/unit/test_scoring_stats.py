@@ -13,7 +13,7 @@ from pipeline.core.scoring import KeywordJudge, eda, frp, provision_mentioned
 from pipeline.llm.anthropic_backend import AnthropicBackend
 from pipeline.llm.judge import LlmJudge
 from tests.cases import load_fixture
-from tests.fake_messages_api import Fault, MessagesApiState, messages_api
+from tests.fake_model_apis import Fault, MessagesApiState, messages_api
 
 CASE = load_fixture()
 

@@ -1,7 +1,8 @@
-"""A local HTTP server that speaks the Anthropic Messages API, for testing the real SDK path.
+"""A local HTTP server that speaks the Anthropic Messages API and OpenAI Chat Completions, for the real SDKs.
 
 By default it answers like a model would, by running the offline extractive algorithm on the
-request; a test can queue faults first (status codes with headers, delays, malformed bodies).
+request (as the structured JSON shape when the request asks for a JSON schema); a test can queue
+faults first (status codes with headers, delays, malformed bodies).
 """
 
 from __future__ import annotations
@@ -17,7 +18,10 @@ from typing import Any
 
 import orjson
 
+from pipeline.core.decision import parse_decision
 from pipeline.core.model import ModelRequest, Purpose
+from pipeline.core.parse import parse_view
+from pipeline.core.prompt import read_decision_prompt
 from pipeline.llm.extractive.backend import ExtractiveBackend
 
 
@@ -45,6 +49,44 @@ def _purpose(system: str) -> Purpose:
     if system.startswith("You maintain"):
         return Purpose.SUMMARIZE
     return Purpose.PROJECT
+
+
+def _structured(request: ModelRequest, text: str) -> str:
+    """The extractive answer in the JSON shape a schema-enforcing server returns."""
+    if request.purpose is Purpose.DECIDE:
+        decision = parse_decision(text, read_decision_prompt(request.prompt).task.label_space)
+        return orjson.dumps({"decision": decision.label, "rationale": decision.rationale,
+                             "notice": decision.notice}).decode()  # fmt: skip
+    view = parse_view(text).view
+    facts = [{"text": f.text, "citations": list(f.citations)} for f in view.facts]
+    shape = {"facts": facts, "reasoning": list(view.reasoning), "compliance_notes": list(view.compliance)}
+    return orjson.dumps(shape).decode()
+
+
+def _chat_answer(body: dict[str, Any]) -> bytes:
+    system, user = body["messages"][0]["content"], body["messages"][1]["content"]
+    request = ModelRequest(_purpose(system), system, user, body["max_tokens"], body["temperature"])
+    text = ExtractiveBackend().answer(request)
+    if body.get("response_format", {}).get("type") == "json_schema":
+        text = _structured(request, text)
+    return orjson.dumps(
+        {
+            "id": "chatcmpl-fake-0001",
+            "object": "chat.completion",
+            "created": 1_800_000_000,
+            "model": body["model"],
+            "system_fingerprint": "fp_fake",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": len(user) // 4, "completion_tokens": len(text) // 4,
+                      "total_tokens": (len(user) + len(text)) // 4},
+        }
+    )  # fmt: skip
+
+
+def _models(body: dict[str, Any] | None) -> bytes:
+    del body
+    model = {"id": "fake-model", "object": "model", "created": 0, "owned_by": "tests", "tags": ["sha256:00ff"]}
+    return orjson.dumps({"object": "list", "data": [model]})
 
 
 def _answer(body: dict[str, Any]) -> bytes:
@@ -75,17 +117,26 @@ def _handler(state: MessagesApiState) -> type[BaseHTTPRequestHandler]:
         def log_message(self, format: str, *args: Any) -> None:
             return
 
+        def do_GET(self) -> None:
+            self._reply(None)
+
         def do_POST(self) -> None:
-            body = orjson.loads(self.rfile.read(int(self.headers["content-length"])))
+            self._reply(orjson.loads(self.rfile.read(int(self.headers["content-length"]))))
+
+        def _reply(self, body: dict[str, Any] | None) -> None:
             with state.lock:
-                state.requests.append(
-                    {"path": self.path, "headers": {k.lower(): v for k, v in self.headers.items()}, "body": body}
-                )
+                headers = {k.lower(): v for k, v in self.headers.items()}
+                state.requests.append({"path": self.path, "headers": headers, "body": body, "at": time.monotonic()})
                 state.arrivals.append(time.monotonic())
                 fault = state.faults.popleft() if state.faults else Fault()
             if fault.delay_s:
                 time.sleep(fault.delay_s)
-            payload = fault.body if fault.body is not None else (_answer(body) if fault.status == 200 else b"{}")
+            answer = (
+                _models
+                if self.path.endswith("/models")
+                else (_chat_answer if self.path.endswith("/chat/completions") else _answer)
+            )
+            payload = fault.body if fault.body is not None else (answer(body) if fault.status == 200 else b"{}")  # type: ignore[arg-type]
             try:
                 self.send_response(fault.status)
                 self.send_header("content-type", "application/json")
@@ -104,9 +155,17 @@ def error_body(kind: str, message: str) -> bytes:
     return orjson.dumps({"type": "error", "error": {"type": kind, "message": message}})
 
 
+def chat_requests(state: MessagesApiState) -> list[dict[str, Any]]:
+    """The Chat Completions requests received, in order (the /v1/models lookups left out)."""
+    return [r for r in state.requests if r["path"].endswith("/chat/completions")]
+
+
 @contextmanager
 def messages_api() -> Iterator[tuple[str, MessagesApiState]]:
-    """Serves the fake Messages API on a free loopback port; yields its base URL and state."""
+    """Serves the fake APIs on a free loopback port; yields its base URL and state.
+
+    Messages API at `/v1/messages`; Chat Completions at `<base>/v1/chat/completions` (and `/v1/models`).
+    """
     state = MessagesApiState()
     server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(state))
     thread = threading.Thread(target=server.serve_forever, daemon=True)

@@ -1,0 +1,189 @@
+"""OpenAIBackend: Chat Completions through the official SDK against any OpenAI-compatible server.
+
+vLLM, SGLang, llama.cpp, Ollama, TGI and hosted OpenAI-compatible APIs all serve `/v1/chat/completions`.
+Requests go at temperature 0 with a fixed seed and, where the server enforces it, a JSON schema for
+the answer (the view, the summary, the decision); a server that refuses either is asked again
+without it, once, and plain prompting is used from then on. The SDK retries 408/409/429/5xx and
+connection errors with backoff, honouring retry-after; what still fails is wrapped.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import openai
+import pydantic
+
+from pipeline.config.settings import ModelSettings
+from pipeline.core.model import (
+    ModelBackendError,
+    ModelRequest,
+    ModelResponse,
+    Purpose,
+    ResponseFormat,
+    Usage,
+    response_text,
+)
+from pipeline.core.prompt import PromptFormatError, read_decision_prompt
+from pipeline.core.run import ModelCall
+from pipeline.core.structured import VIEW_SCHEMA, decision_schema
+from pipeline.llm.pricing import Price, load_price_table
+
+DEFAULT_SEED = 0
+_FREE = Price(0.0, 0.0)
+# Words a server uses when it refuses a parameter it does not support.
+_VIEW_SHAPE = (
+    "Answer only with a JSON object: facts (each its text, exact figures kept, and the numbers of the events "
+    "it cites), reasoning (lines), compliance_notes (lines)."
+)
+_DECISION_SHAPE = "Answer only with a JSON object: decision (one label of the label space), rationale, notice."
+_UNSUPPORTED = ("response_format", "json_schema", "seed", "unsupported", "not supported", "unknown")
+
+
+def _answer_schema(request: ModelRequest) -> dict[str, Any] | None:
+    """The JSON schema the answer to this request must follow, when the prompt is one of ours."""
+    if request.purpose in (Purpose.PROJECT, Purpose.SUMMARIZE):
+        return VIEW_SCHEMA
+    if request.purpose is Purpose.DECIDE:
+        try:
+            return decision_schema(read_decision_prompt(request.prompt).task.label_space)
+        except PromptFormatError:
+            return None
+    return None
+
+
+class OpenAIBackend:
+    """Calls an OpenAI-compatible Chat Completions endpoint; records what the server says it is."""
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        *,
+        api_key: str | None = None,
+        timeout_s: float = 120.0,
+        max_retries: int = 4,
+        prices: dict[str, Price] | None = None,
+        seed: int | None = DEFAULT_SEED,
+        structured: bool = True,
+    ) -> None:
+        self._model = model
+        self._tags: dict[str, dict[str, str]] = {}
+        self._prices = prices or {}
+        self._seed = seed
+        self._structured = structured
+        # Local servers need no key; the SDK insists on one, so a placeholder goes in the header.
+        self._client = openai.OpenAI(
+            base_url=base_url, api_key=api_key or "unused", timeout=timeout_s, max_retries=max_retries
+        )
+
+    @property
+    def name(self) -> str:
+        return "openai"
+
+    @property
+    def model(self) -> str:
+        return self._model
+
+    def _body(self, request: ModelRequest) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "model": self._model,
+            "messages": [{"role": "system", "content": request.system}, {"role": "user", "content": request.prompt}],
+            "temperature": request.temperature,
+            "max_tokens": request.max_tokens,
+        }
+        if self._seed is not None:
+            body["seed"] = self._seed
+        schema = _answer_schema(request) if self._structured else None
+        if schema is not None:
+            shape = _DECISION_SHAPE if request.purpose is Purpose.DECIDE else _VIEW_SHAPE
+            body["messages"][0]["content"] = f"{request.system}\n\n{shape}"
+            body["response_format"] = {
+                "type": "json_schema",
+                "json_schema": {"name": f"dpm_{request.purpose.value}", "schema": schema, "strict": True},
+            }
+        return body
+
+    def _served_tags(self, served: str) -> dict[str, str]:
+        """The `key:value` tags /v1/models lists for the served model, asked once per model.
+
+        llama.cpp lists what `dpm model up` tagged: the file's SHA-256, threads, server build.
+        A server that lists none (or no models endpoint) gives none.
+        """
+        if served not in self._tags:
+            try:
+                listed = {m.id: (m.model_extra or {}).get("tags") for m in self._client.models.list()}
+            except (openai.APIError, pydantic.ValidationError, ValueError):
+                listed = {}
+            raw = listed.get(served) or []
+            self._tags[served] = dict(t.split(":", 1) for t in raw if isinstance(t, str) and ":" in t)
+        return self._tags[served]
+
+    def _send(self, request: ModelRequest) -> tuple[bytes, Any]:
+        try:
+            raw_response = self._client.chat.completions.with_raw_response.create(**self._body(request))
+            return raw_response.http_response.content, raw_response.parse()
+        except openai.BadRequestError as exc:
+            refused = str(exc.message).lower()
+            if (self._structured or self._seed is not None) and any(w in refused for w in _UNSUPPORTED):
+                self._structured, self._seed = False, None  # this server takes plain prompting only
+                return self._send(request)
+            raise ModelBackendError(f"Chat Completions answered HTTP 400: {exc.message}") from exc
+
+    def complete(self, request: ModelRequest) -> ModelResponse:
+        started = time.perf_counter()
+        try:
+            raw, completion = self._send(request)
+        except openai.APIStatusError as exc:
+            raise ModelBackendError(f"Chat Completions answered HTTP {exc.status_code}: {exc.message}") from exc
+        except openai.APITimeoutError as exc:
+            raise ModelBackendError("Chat Completions timed out after all retries") from exc
+        except openai.APIConnectionError as exc:
+            raise ModelBackendError(f"Chat Completions unreachable after all retries: {exc}") from exc
+        except (openai.APIResponseValidationError, pydantic.ValidationError, ValueError) as exc:
+            raise ModelBackendError(f"Chat Completions returned a malformed body: {exc}") from exc
+        if not completion.choices:
+            raise ModelBackendError("Chat Completions returned no choice")
+        usage = Usage(
+            completion.usage.prompt_tokens if completion.usage else 0,
+            completion.usage.completion_tokens if completion.usage else 0,
+        )
+        served = str(completion.model or self._model)
+        price = self._prices.get(served, self._prices.get(self._model))
+        serving = {"structured_output": "json_schema" if self._structured else "none",
+                   "price": "listed" if price else "unlisted: cost counted as 0"}  # fmt: skip
+        if completion.system_fingerprint:
+            serving["system_fingerprint"] = str(completion.system_fingerprint)
+        serving.update(self._served_tags(served))
+        return ModelResponse(
+            text=response_text(raw, ResponseFormat.OPENAI_CHAT),
+            raw=raw,
+            model=served,
+            usage=usage,
+            cost_usd=(price or _FREE).cost(usage),
+            latency_s=time.perf_counter() - started,
+            stop_reason=str(completion.choices[0].finish_reason),
+            format=ResponseFormat.OPENAI_CHAT,
+            serving=tuple(sorted(serving.items())),
+        )
+
+
+def from_settings(settings: ModelSettings, recorded: Sequence[ModelCall]) -> OpenAIBackend:
+    """The backend DPM_OPENAI_BASE_URL, DPM_OPENAI_API_KEY and DPM_MODEL name."""
+    del recorded
+    if not settings.openai_base_url:
+        raise ModelBackendError("the openai backend needs DPM_OPENAI_BASE_URL (e.g. http://127.0.0.1:8080/v1)")
+    if not settings.model:
+        raise ModelBackendError("the openai backend needs DPM_MODEL: the model id the server serves")
+    key = settings.openai_api_key.get_secret_value() if settings.openai_api_key else None
+    return OpenAIBackend(
+        settings.openai_base_url,
+        settings.model,
+        api_key=key,
+        timeout_s=settings.timeout_s,
+        max_retries=settings.max_retries,
+        prices=load_price_table(settings.price_table),
+        seed=settings.openai_seed,
+    )
