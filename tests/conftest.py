@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import pytest
 from pipeline.config.settings import Settings
 from pipeline.kafka.admin import fetch_metadata
 from pipeline.kafka.topics import TopicNames
+from pipeline.llm import local_model
 from pipeline.services.cluster import private_cluster
 from tests.kafka_support import unique_prefix
 
@@ -43,6 +45,34 @@ def topic_names() -> TopicNames:
 def private_home(tmp_path: Path) -> Path:
     """A DPM_HOME of this test's own, for tests that run their own broker."""
     return tmp_path / "dpm-home"
+
+
+def free_port() -> int:
+    """A TCP port free on loopback right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+def local_llm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[local_model.RunningModel]:
+    """SmolLM2-135M-Instruct behind a loopback llama.cpp server, for the whole session.
+
+    Skipped where the local extra is not installed, unless DPM_REQUIRE_LOCAL_MODEL is set (CI),
+    where a missing model is a failure instead.
+    """
+    try:
+        gguf = local_model.shipped_gguf()
+    except local_model.LocalModelError as exc:
+        if os.environ.get("DPM_REQUIRE_LOCAL_MODEL"):
+            raise
+        pytest.skip(str(exc))
+    home = tmp_path_factory.mktemp("model-home")
+    running, _ = local_model.start(home, local_model.ServerSpec(gguf, free_port()))
+    try:
+        yield running
+    finally:
+        local_model.stop(home)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -20,6 +20,9 @@ def baseline(
     domain: str = typer.Option("loan", "--domain", help="Task domain for cases that declare no task."),
     variant: SummVariant = typer.Option(SummVariant.REWRITE, "--variant", help="rewrite (the paper's) or buffered."),
     worker_id: str | None = typer.Option(None, "--worker-id"),
+    trigger_wait: float = typer.Option(
+        60.0, "--trigger-wait", min=0, help="Seconds a trigger waits for its events to be summarized (slow models)."
+    ),
     backend: str | None = typer.Option(None, "--backend", help="A registered backend (default DPM_BACKEND)."),
     metrics_port: int | None = typer.Option(
         None, "--metrics-port", help="Port of /metrics (default DPM_METRICS_PORT or 9400; -1: off)."
@@ -33,5 +36,6 @@ def baseline(
         budgets=tuple(int(b) for b in budgets.split(",") if b.strip()),
         default_domain=domain,
         variant=variant,
+        trigger_wait_s=trigger_wait,
     )
     serve_baseline(settings, choices)

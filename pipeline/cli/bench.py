@@ -31,7 +31,7 @@ def generate(
     per_domain: int = typer.Option(5, "--per-domain", min=1),
     seed: int = typer.Option(DEFAULT_SEED, "--seed"),
     length: int | None = typer.Option(
-        None, "--length", min=5_000, max=1_000_000, help="Target trajectory characters (default 26k to 28k)."
+        None, "--length", min=2_000, max=1_000_000, help="Target trajectory characters (default 26k to 28k)."
     ),
     adversarial: bool = typer.Option(False, "--adversarial", help="Plant prompt-injection text in some events."),
     tenant: str = typer.Option("bench", "--tenant"),
@@ -39,8 +39,8 @@ def generate(
     """Generate seeded cases by inversion (label first, then documents that imply it)."""
     chosen = tuple(d.strip() for d in domains.split(",") if d.strip())
     spec = GenerationSpec(domains=chosen, per_domain=per_domain, seed=seed, adversarial=adversarial, tenant=tenant)
-    if length is not None:  # keep ~300 characters an event, as the default cases have
-        events = max(30, length // 300)
+    if length is not None:  # ~300 characters an event, as the default cases have; 16 hold every core statement
+        events = max(16, length // 300)
         spec = GenerationSpec(
             domains=chosen,
             per_domain=per_domain,
@@ -67,9 +67,12 @@ def eval_command(
     budgets: str = typer.Option(
         "tight,moderate,loose", "--budgets", help="Names (share of the mean length) or characters."
     ),
-    backend: str = typer.Option("extractive", "--backend", help="extractive or anthropic."),
+    backend: str = typer.Option("extractive", "--backend", help="A registered backend: extractive, anthropic, openai."),
     judge: str = typer.Option("keyword", "--judge", help="keyword (offline) or llm."),
-    judge_model: str | None = typer.Option(None, "--judge-model", help="Model of the LLM judge (anthropic backend)."),
+    judge_backend_name: str = typer.Option(
+        "anthropic", "--judge-backend", help="Backend of the LLM judge: anthropic or openai (ideally another family)."
+    ),
+    judge_model: str | None = typer.Option(None, "--judge-model", help="Model of the LLM judge (default DPM_MODEL)."),
     jobs: int = typer.Option(2, "--jobs", min=1, help="Parallel processes (in-process path)."),
     via_kafka: bool = typer.Option(False, "--via-kafka", help="Run through the broker, workers and baseline."),
     determinism: int = typer.Option(0, "--determinism", min=0, help="Replays per case for the determinism study."),
@@ -84,7 +87,7 @@ def eval_command(
     settings = Settings.from_env()
     judge_backend = None
     if judge == "llm":
-        update: dict[str, str] = {"backend": "anthropic"} | ({"model": judge_model} if judge_model else {})
+        update: dict[str, str] = {"backend": judge_backend_name} | ({"model": judge_model} if judge_model else {})
         judge_backend = settings.model.model_copy(update=update)
     agent = settings.model.model_copy(update={"backend": backend})
     config = EvalConfig(archs=archs, budgets=_csv(budgets), backend=agent, judge=judge,

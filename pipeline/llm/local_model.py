@@ -47,6 +47,7 @@ class ServerSpec:
     port: int = 8080
     threads: int = 2
     context: int = 8192
+    host: str = "127.0.0.1"  # loopback; a container network needs 0.0.0.0 (compose), never a public address
 
     @property
     def alias(self) -> str:
@@ -104,7 +105,7 @@ def serve(spec: ServerSpec, sha256: str, stop: threading.Event) -> None:
         raise LocalModelError(f"xllamacpp is not installed: {INSTALL_HINT}") from exc
     params = xllamacpp.CommonParams()
     params.model.path = str(spec.gguf)
-    params.hostnames = ["127.0.0.1"]
+    params.hostnames = [spec.host]
     params.port = spec.port
     params.n_parallel = 1  # one slot: requests are served one at a time, in arrival order
     params.n_ctx = spec.context
@@ -204,7 +205,8 @@ def stop(home: Path, timeout_s: float = 20.0) -> RunningModel | None:
 
 def _main() -> None:
     parser = argparse.ArgumentParser(description="Serve a GGUF model on loopback (OpenAI-compatible API).")
-    parser.add_argument("--gguf", type=Path, required=True)
+    parser.add_argument("--gguf", type=Path, help="a GGUF file (default: the shipped SmolLM2-135M)")
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default loopback)")
     parser.add_argument("--sha256", help="the file's digest, if already computed")
     parser.add_argument("--port", type=int, default=8080)
     parser.add_argument("--threads", type=int, default=2)
@@ -213,7 +215,9 @@ def _main() -> None:
     stopping = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stopping.set())
     signal.signal(signal.SIGINT, lambda *_: stopping.set())
-    serve(ServerSpec(args.gguf, args.port, args.threads, args.context), args.sha256 or file_sha256(args.gguf), stopping)
+    gguf = args.gguf or shipped_gguf()
+    spec = ServerSpec(gguf, args.port, args.threads, args.context, args.host)
+    serve(spec, args.sha256 or file_sha256(gguf), stopping)
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ class BaselineChoices:
     budgets: tuple[int, ...]
     default_domain: str = "loan"
     variant: SummVariant = SummVariant.REWRITE
+    trigger_wait_s: float = 60.0
 
 
 def build_baseline(settings: Settings, choices: BaselineChoices, metrics: PipelineMetrics | None = None) -> Baseline:
@@ -38,6 +39,7 @@ def build_baseline(settings: Settings, choices: BaselineChoices, metrics: Pipeli
         budgets=choices.budgets,
         default_domain=choices.default_domain,
         variant=choices.variant,
+        trigger_wait_s=choices.trigger_wait_s,
     )
     options.datadir.mkdir(parents=True, exist_ok=True)
     return Baseline(options, names, make_backend(settings.model), faust_connection(settings.kafka), metrics)
