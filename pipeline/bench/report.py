@@ -96,7 +96,7 @@ def figure_per_arch(stats: dict[str, Any], path: Path) -> None:
 
 def _budget_table(stats: dict[str, Any]) -> list[str]:
     lines = [
-        "| budget | chars | axis | DPM | Summ | delta | 95% CI | p | h | n |",
+        "| budget | chars | axis | DPM | Summ | delta | 95% CI | p (method) | h | n |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for budget, body in stats["budgets"].items():
@@ -104,7 +104,7 @@ def _budget_table(stats: dict[str, Any]) -> list[str]:
             lines.append(
                 f"| {budget} | {body['budget_chars_mean']:.0f} | {_NAMES[metric]} | {m['mean_dpm']:.3f} | "
                 f"{m['mean_summ']:.3f} | {m['delta']:+.3f} | [{m['ci_low']:+.3f}, {m['ci_high']:+.3f}] | "
-                f"{m['p_value']:.3f} | {m['cohens_h']:+.2f} | {m['n']} |"
+                f"{m['p_value']:.3f} ({m['p_method']}) | {m['cohens_h']:+.2f} | {m['n']} |"
             )
     return lines
 
@@ -125,8 +125,9 @@ def write_report(stats: dict[str, Any], meta: dict[str, Any], out: Path) -> Path
         "# DPM against Summ-only",
         "",
         f"{stats['n_cases']} cases ({meta['domains']}), backend `{meta['backend']}` (model `{meta['model']}`), "
-        f"judge `{meta['judge']}`, path `{meta['path']}`, seed {stats['seed']}. Paired permutation tests "
-        "(10,000 resamples, two-sided), paired bootstrap 95% CIs of the mean delta, Cohen's h.",
+        f"judge `{meta['judge']}`, path `{meta['path']}`, seed {stats['seed']}. Two-sided paired sign-flip "
+        "permutation tests (exact over all 2^n flips up to 16 cases, else 10,000 seeded random flips; p is "
+        "never below 1 / flips), paired bootstrap 95% CIs of the mean delta, Cohen's h.",
         "",
         "## Four axes by budget",
         "",

@@ -58,8 +58,8 @@ class Event:
     text: str
 
     def __post_init__(self) -> None:
-        if self.seq < 0:
-            raise InvalidEventError(f"seq must be >= 0, got {self.seq}")
+        if self.seq < 1:
+            raise InvalidEventError(f"seq must be >= 1 (events are numbered 1..N), got {self.seq}")
         if not self.kind:
             raise InvalidEventError("event kind must not be empty")
 

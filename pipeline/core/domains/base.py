@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal
@@ -27,16 +28,47 @@ class Provision:
     applies: Applies = Applies.ALWAYS
 
 
+UNVERIFIED = "Could not verify from the file: "
+
+
 @dataclass(frozen=True)
 class Verdict:
-    """A policy's outcome: the label, principal reasons (for a notice) and the findings behind it."""
+    """A policy's outcome: the label, principal reasons (for a notice) and the findings behind it.
+
+    `unverified` names the decisive criteria the file gave no evidence for: a decision that rests
+    on missing evidence, not on a failed criterion, is referred where the label space allows it.
+    """
 
     label: str
     reasons: tuple[str, ...]
     findings: tuple[str, ...]
+    unverified: tuple[str, ...] = ()
+
+    @property
+    def rests_on_missing_evidence(self) -> bool:
+        """True when the only reasons against are criteria without evidence, none that failed."""
+        return bool(self.unverified) and all(r.startswith(UNVERIFIED) for r in self.reasons)
 
 
 Policy = Callable[[Mapping[str, FieldValue]], Verdict]
+
+# Labels that defer a decision for more evidence, as label spaces name them.
+_REFERRAL = re.compile(r"\b(PEND(?:ING)?|REFER(?:RAL|RED)?|REVIEW|INCOMPLETE|MORE INFO(?:RMATION)?|SUSPEND(?:ED)?)\b")
+
+
+def referral_label(label_space: tuple[str, ...]) -> str | None:
+    """The label of the space that defers a decision for more evidence (PEND, REFER, ...), if there is one."""
+    return next((label for label in label_space if _REFERRAL.search(label.upper())), None)
+
+
+def refer_if_unverified(verdict: Verdict, label_space: tuple[str, ...]) -> Verdict:
+    """A verdict that rests only on missing evidence becomes a referral, where the label space has one."""
+    refer = referral_label(label_space)
+    if refer is None or not verdict.rests_on_missing_evidence:
+        return verdict
+    missing = ", ".join(verdict.unverified)
+    reason = f"Referred, not decided: the file gives no evidence of {missing}"
+    return Verdict(refer, (reason,), verdict.findings, verdict.unverified)
 
 
 @dataclass(frozen=True)
@@ -79,16 +111,22 @@ class Checks:
         self.values = values
         self.findings: list[str] = []
         self.reasons: list[str] = []
+        self.unverified: list[str] = []
 
     def text(self, key: str) -> str:
         return self.values[key].text
 
     def missing(self, *keys: str) -> bool:
         """Records a reason when any field is missing or not numeric; True if so."""
-        absent = [k for k in keys if k not in self.values or self.values[k].number is None]
+        absent = [k.replace("_", " ") for k in keys if k not in self.values or self.values[k].number is None]
         if absent:
-            self.reasons.append("Could not verify from the file: " + ", ".join(k.replace("_", " ") for k in absent))
+            self.unverifiable(*absent)
         return bool(absent)
+
+    def unverifiable(self, *criteria: str) -> None:
+        """Records decisive criteria the file gives no evidence for, as a reason and as unverified."""
+        self.reasons.append(UNVERIFIED + ", ".join(criteria))
+        self.unverified.extend(criteria)
 
     def number(self, key: str) -> Decimal:
         """A present, numeric field's value (call after `missing` said it is there)."""
@@ -102,4 +140,5 @@ class Checks:
             self.findings.append(f"{statement}, within {within}.")
 
     def verdict(self, positive: str, negative: str) -> Verdict:
-        return Verdict(negative if self.reasons else positive, tuple(self.reasons), tuple(self.findings))
+        label = negative if self.reasons else positive
+        return Verdict(label, tuple(self.reasons), tuple(self.findings), tuple(self.unverified))

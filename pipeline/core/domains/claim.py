@@ -9,32 +9,85 @@ from pipeline.core.anchors import AnchorKind
 from pipeline.core.domains.base import Applies, Checks, DomainRules, Provision, Verdict, money
 from pipeline.core.fields import FieldSpec, FieldValue
 
-COVERED_PERILS = ("fire", "lightning", "windstorm", "hail", "theft", "vandalism", "burst pipe")
-EXCLUDED_PERILS = ("flood", "earthquake", "wear and tear", "mold", "neglect")
+COVERED_PERILS = ("fire", "lightning", "windstorm", "wind", "hail", "theft", "burglary", "vandalism", "burst pipe",
+                  "frozen pipe", "smoke")  # fmt: skip
+EXCLUDED_PERILS = ("flood", "surface water", "earthquake", "earth movement", "wear and tear", "mold", "neglect",
+                   "deterioration")  # fmt: skip
 
 FIELDS = (
     FieldSpec("policy_number", "Policy number", (r"policy (?:number|no\.?)",), AnchorKind.IDENT),
     FieldSpec("claim_number", "Claim number", (r"claim (?:number|no\.?)",), AnchorKind.IDENT),
-    FieldSpec("date_of_loss", "Date of loss", (r"date of loss", r"loss occurred on"), AnchorKind.DATE, weight=2),
     FieldSpec(
-        "effective_date", "Policy effective date", (r"effective date", r"coverage (?:begins|began)"), AnchorKind.DATE
+        "date_of_loss",
+        "Date of loss",
+        (r"date of loss", r"DOL", r"loss date", r"loss occurred on"),
+        AnchorKind.DATE,
+        weight=2,
     ),
     FieldSpec(
-        "expiration_date", "Policy expiration date", (r"expiration date", r"coverage (?:ends|ended)"), AnchorKind.DATE
+        "effective_date",
+        "Policy effective date",
+        (r"effective date", r"coverage (?:begins|began)", r"policy (?:period|term)(?: from)?", r"in force from"),
+        AnchorKind.DATE,
+    ),
+    FieldSpec(
+        "expiration_date",
+        "Policy expiration date",
+        (
+            r"expiration date",
+            r"coverage (?:ends|ended)",
+            r"expir(?:es|y)(?: on)?",
+            r"policy (?:period|term)[^.;\n]{0,40}?\b(?:to|through|until)",
+        ),
+        AnchorKind.DATE,
     ),
     FieldSpec(
         "cause_of_loss",
         "Cause of loss",
-        (r"cause of loss", r"loss was caused by"),
+        # The peril named right after the loss is reported counts too: "DOL 2025-07-14, hail damage".
+        (
+            r"cause of loss",
+            r"loss was caused by",
+            r"peril",
+            r"caused by",
+            r"damage from",
+            r"(?:first )?notice of loss",
+            r"DOL",
+            r"loss date",
+            r"date of loss",
+        ),
         None,
         vocabulary=EXCLUDED_PERILS + COVERED_PERILS,
         weight=2,
     ),
-    FieldSpec("coverage_limit", "Coverage limit", (r"coverage limit", r"dwelling limit"), AnchorKind.MONEY, weight=2),
-    FieldSpec("deductible", "Deductible", (r"deductible",), AnchorKind.MONEY, weight=2),
-    FieldSpec("claimed_amount", "Claimed amount", (r"claimed amount", r"amount claimed"), AnchorKind.MONEY, weight=2),
     FieldSpec(
-        "assessed_damage", "Assessed damage", (r"assessed damage", r"adjuster'?s? estimate"), AnchorKind.MONEY, weight=2
+        "coverage_limit",
+        "Coverage limit",
+        (r"coverage limit", r"dwelling limit", r"limit of liability", r"coverage A(?: limit)?"),
+        AnchorKind.MONEY,
+        weight=2,
+    ),
+    FieldSpec("deductible", "Deductible", (r"deductible",), AnchorKind.MONEY, weight=2),
+    FieldSpec(
+        "claimed_amount",
+        "Claimed amount",
+        (r"claimed amount", r"amount claimed", r"claim amount", r"proof of loss(?: for| of)?"),
+        AnchorKind.MONEY,
+        weight=2,
+    ),
+    FieldSpec(
+        "assessed_damage",
+        "Assessed damage",
+        (
+            r"assessed damage",
+            r"adjuster'?s? estimate",
+            r"estimated? (?:cost of )?repairs?",
+            r"repair estimate",
+            r"actual cash value",
+            r"ACV",
+        ),
+        AnchorKind.MONEY,
+        weight=2,
     ),
 )
 
@@ -52,7 +105,7 @@ def _coverage(checks: Checks, values: Mapping[str, FieldValue]) -> None:
         checks.findings.append(f"Date of loss {checks.text('date_of_loss')} is within the policy period {span}.")
     cause = values.get("cause_of_loss")
     if cause is None:
-        checks.reasons.append("Could not verify from the file: cause of loss")
+        checks.unverifiable("cause of loss")
     elif cause.value in EXCLUDED_PERILS:
         checks.reasons.append(f"Cause of loss ({cause.text}) is excluded by the policy")
     else:

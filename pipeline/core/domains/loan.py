@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from decimal import Decimal
+from dataclasses import dataclass
+from decimal import ROUND_HALF_UP, Decimal
 
 from pipeline.core.anchors import AnchorKind
 from pipeline.core.domains.base import Applies, Checks, DomainRules, Provision, Verdict, percent
@@ -23,7 +24,21 @@ FIELDS = (
     FieldSpec(
         "appraised_value", "Appraised value", (r"appraised value", r"appraisal value"), AnchorKind.MONEY, weight=2
     ),
-    FieldSpec("gross_monthly_income", "Gross monthly income", (r"gross monthly income",), AnchorKind.MONEY, weight=2),
+    FieldSpec(
+        "gross_monthly_income",
+        "Gross monthly income",
+        (r"gross monthly income", r"monthly (?:gross |qualifying )?income", r"income per month"),
+        AnchorKind.MONEY,
+        weight=2,
+    ),
+    FieldSpec(
+        "annual_income",
+        "Annual income",
+        (r"(?:gross )?annual (?:gross |base |qualifying )?(?:income|salary|pay|earnings)", r"yearly (?:income|salary)"),
+        AnchorKind.MONEY,
+        weight=2,
+        alternative=True,
+    ),
     FieldSpec(
         "monthly_debt",
         "Total monthly debt",
@@ -31,7 +46,35 @@ FIELDS = (
         AnchorKind.MONEY,
         weight=2,
     ),
-    FieldSpec("credit_score", "Credit score", (r"credit score", r"FICO score"), AnchorKind.NUMBER, weight=2),
+    FieldSpec(
+        "credit_score",
+        "Credit score",
+        (
+            r"credit score",
+            r"FICO(?: score)?",
+            r"representative (?:credit )?score",
+            r"(?:middle|mid|qualifying|decision) (?:credit )?score",
+        ),
+        AnchorKind.NUMBER,
+        weight=2,
+    ),
+    # Ratios as files state them; a stated ratio stands unless its parts were stated later.
+    FieldSpec(
+        "dti_ratio",
+        "Debt-to-income ratio",
+        (r"DTI", r"debt[- ]to[- ]income(?: ratio)?", r"back[- ]end (?:ratio|DTI)", r"total debt ratio"),
+        AnchorKind.PERCENT,
+        weight=2,
+        alternative=True,
+    ),
+    FieldSpec(
+        "ltv_ratio",
+        "Loan-to-value ratio",
+        (r"C?LTV", r"loan[- ]to[- ]value(?: ratio)?"),
+        AnchorKind.PERCENT,
+        weight=2,
+        alternative=True,
+    ),
     FieldSpec(
         "application_date", "Application date", (r"application date", r"application received on"), AnchorKind.DATE
     ),
@@ -40,6 +83,7 @@ FIELDS = (
 
 def policy(values: Mapping[str, FieldValue]) -> Verdict:
     """APPROVE when score >= 620, DTI <= 43% and LTV <= 95%; otherwise DENY with principal reasons."""
+    values = _monthly_income(values)
     checks = Checks(values)
     if not checks.missing("credit_score"):
         score = values["credit_score"].number or Decimal(0)
@@ -47,20 +91,52 @@ def policy(values: Mapping[str, FieldValue]) -> Verdict:
             checks.reasons.append(f"Credit score {checks.text('credit_score')} is below the minimum of 620")
         else:
             checks.findings.append(f"Credit score {checks.text('credit_score')} meets the minimum of 620.")
-    for name, part, whole, maximum, label in _RATIOS:
-        if not checks.missing(part, whole):
-            ratio = percent(checks.number(part), checks.number(whole) or Decimal(1))
-            statement = f"{name} {checks.text(part)} / {checks.text(whole)} = {ratio}%"
-            checks.at_most(ratio, maximum, statement, too_high=f"{label} ratio too high: ",
-                           within=f"the {maximum}% maximum")  # fmt: skip
+    for rule in _RATIOS:
+        found = _ratio(checks, values, rule)
+        if found is not None:
+            checks.at_most(found[0], rule.maximum, found[1], too_high=f"{rule.wording} ratio too high: ",
+                           within=f"the {rule.maximum}% maximum")  # fmt: skip
     return checks.verdict("APPROVE", "DENY")
 
 
-# (name, numerator field, denominator field, maximum percent, reason wording)
+@dataclass(frozen=True)
+class _Ratio:
+    """A policy ratio: its name, the field stating it, the fields it is computed from, its maximum."""
+
+    name: str
+    stated: str
+    part: str
+    whole: str
+    maximum: Decimal
+    wording: str
+
+
 _RATIOS = (
-    ("DTI", "monthly_debt", "gross_monthly_income", MAX_DTI_PERCENT, "Debt-to-income"),
-    ("LTV", "loan_amount", "appraised_value", MAX_LTV_PERCENT, "Loan-to-value"),
+    _Ratio("DTI", "dti_ratio", "monthly_debt", "gross_monthly_income", MAX_DTI_PERCENT, "Debt-to-income"),
+    _Ratio("LTV", "ltv_ratio", "loan_amount", "appraised_value", MAX_LTV_PERCENT, "Loan-to-value"),
 )
+
+
+def _monthly_income(values: Mapping[str, FieldValue]) -> Mapping[str, FieldValue]:
+    """The values with a monthly income derived from an annual one, where only the annual is stated (or later)."""
+    annual, monthly = values.get("annual_income"), values.get("gross_monthly_income")
+    if annual is None or annual.number is None or (monthly is not None and monthly.index > annual.index):
+        return values
+    derived = (annual.number / 12).quantize(Decimal("0.01"), rounding=ROUND_HALF_UP)
+    return {**values, "gross_monthly_income": FieldValue("gross_monthly_income", f"{annual.text} / 12",
+                                                         str(derived), annual.index)}  # fmt: skip
+
+
+def _ratio(checks: Checks, values: Mapping[str, FieldValue], rule: _Ratio) -> tuple[Decimal, str] | None:
+    """The ratio in percent and how it was found: as the file states it, or from its parts."""
+    ratio = values.get(rule.stated)
+    parts = [values[k] for k in (rule.part, rule.whole) if k in values and values[k].number is not None]
+    if ratio is not None and ratio.number is not None and all(p.index <= ratio.index for p in parts):
+        return ratio.number, f"{rule.name} {ratio.text} as stated"
+    if checks.missing(rule.part, rule.whole):
+        return None
+    computed = percent(checks.number(rule.part), checks.number(rule.whole) or Decimal(1))
+    return computed, f"{rule.name} {checks.text(rule.part)} / {checks.text(rule.whole)} = {computed}%"
 
 
 RULES = DomainRules(

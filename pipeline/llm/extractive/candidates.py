@@ -69,14 +69,17 @@ def _clause(text: str, anchor: Anchor) -> str:
 
 
 def field_candidates(rules: DomainRules, values: dict[str, FieldValue]) -> list[Candidate]:
-    """One fact per known field, `Label: value [i]`; missing heavy fields become `Label: unknown`."""
+    """One fact per known field, `Label: value [i]`; missing heavy fields become `Label: unknown`.
+
+    Alternative fields (a stated ratio, an annual amount) only ever add evidence: no placeholder.
+    """
     found = []
     for spec in rules.fields:
         value = values.get(spec.key)
         if value is not None:
             fact = Fact(f"{spec.label}: {value.text}", (value.index,))
             found.append(Candidate(fact, FIELD_SCORE * spec.weight, f"field:{spec.key}", spec.key))
-        elif spec.weight > 1:
+        elif spec.weight > 1 and not spec.alternative:
             found.append(Candidate(Fact(f"{spec.label}: unknown"), FIELD_SCORE, f"field:{spec.key}", spec.key))
     return found
 

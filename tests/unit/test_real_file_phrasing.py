@@ -1,0 +1,85 @@
+"""The offline backend on files phrased as real ones: synonyms, stated ratios, annual pay, corrections, referrals."""
+
+from __future__ import annotations
+
+from pipeline.core.domains import rules_for
+from pipeline.core.events import CaseRef, Event, Trajectory
+from pipeline.core.run import RunResult, run_dpm
+from pipeline.core.task import Budget, TaskSpec
+from pipeline.llm.extractive.backend import ExtractiveBackend
+
+CASE = CaseRef("bank", "file-1")
+LOAN = rules_for("loan")
+assert LOAN is not None
+TASK = TaskSpec("loan", LOAN.task, LOAN.label_space)
+WITH_REFERRAL = TaskSpec("loan", LOAN.task, ("APPROVE", "DENY", "REFER"))
+
+
+def _decide(texts: list[str], task: TaskSpec = TASK) -> RunResult:
+    trajectory = Trajectory(CASE, tuple(Event(CASE, i, "doc", t) for i, t in enumerate(texts, start=1)))
+    return run_dpm(trajectory, task, Budget(3_000), ExtractiveBackend())
+
+
+GUIDELINES = "Underwriting guideline: maximum DTI 43%, maximum LTV 95%, minimum FICO 620."
+
+
+def test_stated_ratios_and_score_synonyms_decide_as_the_file_says() -> None:
+    approve = _decide([GUIDELINES, "Credit: FICO 779 (middle of three bureaus).", "Qualifying DTI of 38.2%.",
+                       "Collateral: LTV 80% on the appraised value."])  # fmt: skip
+    assert approve.decision.label == "APPROVE", approve.decision.rationale
+    assert "DTI 38.2% as stated" in approve.decision.rationale
+    deny = _decide([GUIDELINES, "Representative score 701.", "Back-end ratio 47.5% after the new auto loan.",
+                    "Loan-to-value ratio: 78%."])  # fmt: skip
+    assert deny.decision.label == "DENY"
+    assert "Debt-to-income ratio too high: DTI 47.5% as stated" in deny.decision.notice
+
+
+def test_an_annual_salary_is_converted_for_the_monthly_ratio() -> None:
+    result = _decide([GUIDELINES, "Employment verified: annual base salary of $120,000.",
+                      "Total monthly debt obligations $4,500.", "FICO score 745.", "LTV 70%."])  # fmt: skip
+    assert result.decision.label == "DENY", result.decision.rationale  # 4,500 / 10,000 = 45% > 43%
+    assert "$120,000 / 12" in result.decision.rationale
+
+
+def test_a_corrected_ratio_supersedes_the_earlier_one_and_thresholds_are_never_facts() -> None:
+    result = _decide([GUIDELINES, "FICO 760.", "Initial DTI 41.0%.", "LTV 75%.",
+                      "Corrected DTI after paystub review: 44.8%."])  # fmt: skip
+    assert result.decision.label == "DENY", result.decision.rationale
+    assert "44.8%" in result.decision.notice
+    assert "43%" not in result.decision.rationale.split("above")[0]  # the guideline is the limit, never the value
+
+
+def test_missing_evidence_is_referred_where_the_label_space_allows_and_said_where_it_does_not() -> None:
+    texts = [GUIDELINES, "FICO 790.", "LTV 60%."]  # nothing on debts or income
+    referred = _decide(texts, WITH_REFERRAL)
+    assert referred.decision.label == "REFER"
+    assert "no evidence of monthly debt, gross monthly income" in referred.decision.rationale
+    denied = _decide(texts)
+    assert denied.decision.label == "DENY"
+    assert "Could not verify from the file: monthly debt, gross monthly income" in denied.decision.rationale
+
+
+CLAIM = rules_for("claim")
+assert CLAIM is not None
+CLAIM_TASK = TaskSpec("claim", CLAIM.task, CLAIM.label_space)
+
+
+def test_a_claim_file_in_adjusters_words() -> None:
+    result = _decide([
+        "Declarations: policy period 2025-03-01 to 2026-02-28; limit of liability $250,000; deductible $1,000.",
+        "First notice of loss: DOL 2025-07-14, hail damage to the roof.",
+        "Proof of loss for $18,400 received.",
+        "Field adjuster: repair estimate $15,200 after inspection.",
+    ], CLAIM_TASK)  # fmt: skip
+    assert result.decision.label == "PARTIAL PAY", result.decision.rationale  # 15,200 - 1,000 < 18,400
+    assert "$14,200" in result.decision.rationale
+
+
+def test_an_excluded_peril_in_plain_words_is_a_denial() -> None:
+    result = _decide([
+        "Policy term 2025-01-01 through 2025-12-31. Coverage A limit $300,000. Deductible $2,500.",
+        "Loss date 2025-04-02: surface water entered the basement after the river rose.",
+        "Amount claimed $42,000; adjuster's estimate $40,100.",
+    ], CLAIM_TASK)  # fmt: skip
+    assert result.decision.label == "DENY", result.decision.rationale
+    assert "surface water" in result.decision.rationale
