@@ -9,6 +9,7 @@ from pipeline.config.settings import ModelSettings
 from pipeline.core.event_log import EventLog
 from pipeline.core.events import Trajectory
 from pipeline.core.model import ModelBackend
+from pipeline.core.recorded import RECORDED_BACKEND
 from pipeline.core.run import ModelCall
 from pipeline.core.task import Architecture
 from pipeline.core.verification import ReplayReport, ReplayStatus, verify_recorded, verify_replay
@@ -99,10 +100,20 @@ def replay_many(
 
 
 def registry_backends(settings: ModelSettings, chosen: str | None) -> BackendFor:
-    """Backends from the registry: `chosen`, else the backend each decision recorded."""
+    """Backends from the registry: `chosen`, else the backend each decision recorded.
+
+    A backend is built once per name and shared by the decisions that use it; the recorded backend
+    is built per decision, since it answers from that decision's own recorded calls.
+    """
+    built: dict[str, ModelBackend] = {}
 
     def backend_for(record: DecisionRecord, calls: Sequence[ModelCall]) -> ModelBackend:
-        return make_backend(settings.model_copy(update={"backend": chosen or record.backend}), calls)
+        name = chosen or record.backend
+        if name == RECORDED_BACKEND:
+            return make_backend(settings.model_copy(update={"backend": name}), calls)
+        if name not in built:
+            built[name] = make_backend(settings.model_copy(update={"backend": name}))
+        return built[name]
 
     return backend_for
 

@@ -180,3 +180,14 @@ def test_recorded_answers_of_either_api_verify_and_tampering_is_drift(api: str, 
     wire["raw_response_b64"] = base64.b64encode(orjson.dumps(body)).decode()
     tampered = [*recorded[:memory], AuditRecord.from_wire(wire), *recorded[memory + 1 :]]
     assert verify_recorded(target, calls_in_order(tampered)).status is ReplayStatus.DRIFT
+
+
+def test_replay_builds_a_backend_once_per_name_and_the_recorded_one_per_decision() -> None:
+    published = _published(run_dpm(CASE.trajectory, CASE.task, BUDGET, ExtractiveBackend()))
+    calls = calls_in_order(published.audits)
+    by_record = registry_backends(Settings.from_env({}).model, None)
+    assert by_record(published.decision, calls) is by_record(published.decision, calls)
+    recorded = registry_backends(Settings.from_env({}).model, "recorded")
+    first, second = recorded(published.decision, calls), recorded(published.decision, ())
+    assert first is not second
+    assert first.complete(calls[0].request).raw == calls[0].response.raw

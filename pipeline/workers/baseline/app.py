@@ -39,7 +39,7 @@ from pipeline.wire.trigger import DecisionRequest
 from pipeline.workers.baseline.state import CaseState, SummStep, calls_of, step_key
 from pipeline.workers.publishing import dead_letter, observe_published, run_outputs
 
-_LOG = logging.getLogger("pipeline.workers.baseline.app")
+_LOG = logging.getLogger("pipeline.workers.baseline")
 _MODEL_ATTEMPTS = 3
 _RETRY_BACKOFF_S = 2.0
 
