@@ -57,12 +57,14 @@ def test_eval_writes_results_stats_report_and_figures(small_cases: Path, tmp_pat
     stats = orjson.loads((out / "stats.json").read_bytes())
     frp = stats["budgets"]["tight"]["metrics"]["frp"]
     assert {"mean_dpm", "mean_summ", "delta", "p_value", "ci_low", "ci_high", "cohens_h", "n"} <= set(frp)
+    assert (frp["p_method"], frp["permutations"]) == ("exact", 16)
     assert stats["per_arch"]["dpm"]["audit_records_per_decision"] == 2
     assert stats["per_arch"]["summ"]["audit_records_per_decision"] > 20
     assert stats["determinism"]["archs"]["dpm"]["byte_identical_cases"] == 4
     assert [p["rho"] for p in stats["scaling"]["points"]] == [5, 50]
     report = (out / "report.md").read_text()
-    assert "| budget | chars | axis | DPM | Summ | delta | 95% CI | p | h | n |" in report
+    assert "| budget | chars | axis | DPM | Summ | delta | 95% CI | p (method) | h | n |" in report
+    assert "(exact) |" in report  # 4 paired cases: every sign flip is enumerated
     for figure in ("axes_by_budget.png", "per_arch.png", "scaling.png", "determinism.png"):
         assert (out / figure).read_bytes().startswith(b"\x89PNG")
     tams = _dpm("tams", "--results", str(out), "--rho", "1000")
