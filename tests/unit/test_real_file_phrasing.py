@@ -83,3 +83,17 @@ def test_an_excluded_peril_in_plain_words_is_a_denial() -> None:
     ], CLAIM_TASK)  # fmt: skip
     assert result.decision.label == "DENY", result.decision.rationale
     assert "surface water" in result.decision.rationale
+
+
+def test_thresholds_stated_by_the_task_decide_and_the_standard_ones_otherwise() -> None:
+    facts = ["FICO 680.", "DTI of 44.0%.", "LTV 80%."]
+    standard = _decide(facts)
+    assert standard.decision.label == "DENY"  # 44% is above the standard 43%
+    own = TaskSpec("loan", "Approve when the credit score is at least 700 and DTI must not exceed 45%.",
+                   LOAN.label_space)  # fmt: skip
+    stricter = _decide(facts, own)
+    assert stricter.decision.label == "DENY"
+    assert "below the minimum of 700" in stricter.decision.rationale
+    assert "within the 45% maximum" in stricter.decision.rationale  # the task's, not the standard 43%
+    lenient = TaskSpec("loan", "Approve when DTI must not exceed 45%.", LOAN.label_space)
+    assert _decide(facts, lenient).decision.label == "APPROVE"

@@ -17,6 +17,7 @@ __all__ = [
     "DOMAINS",
     "Applies",
     "DomainRules",
+    "Limit",
     "Provision",
     "Verdict",
     "refer_if_unverified",

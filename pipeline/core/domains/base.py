@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal
 from enum import StrEnum
+from typing import Protocol
 
 from pipeline.core.fields import FieldSpec, FieldValue
 
@@ -50,7 +51,25 @@ class Verdict:
         return bool(self.unverified) and all(r.startswith(UNVERIFIED) for r in self.reasons)
 
 
-Policy = Callable[[Mapping[str, FieldValue]], Verdict]
+@dataclass(frozen=True)
+class Limit:
+    """A decision threshold: the domain's standard value, and how a task text states another one."""
+
+    key: str
+    default: Decimal
+    pattern: str  # a regular expression whose first group is the number as the task writes it
+
+    def read(self, task_text: str) -> Decimal:
+        """The value the task states, else the standard one."""
+        match = re.search(self.pattern, task_text, re.IGNORECASE)
+        return Decimal(match.group(1).replace(",", "")) if match else self.default
+
+
+class Policy(Protocol):
+    def __call__(self, values: Mapping[str, FieldValue], limits: Mapping[str, Decimal] | None = None) -> Verdict:
+        """The verdict on the field values; `limits` by key, each domain's standard one where absent."""
+        ...
+
 
 # Labels that defer a decision for more evidence, as label spaces name them.
 _REFERRAL = re.compile(r"\b(PEND(?:ING)?|REFER(?:RAL|RED)?|REVIEW|INCOMPLETE|MORE INFO(?:RMATION)?|SUSPEND(?:ED)?)\b")
@@ -84,12 +103,22 @@ class DomainRules:
     provisions: tuple[Provision, ...]
     policy: Policy
     negative_labels: tuple[str, ...]
+    limits: tuple[Limit, ...] = ()
+
+    def verdict(self, values: Mapping[str, FieldValue], task_text: str = "") -> Verdict:
+        """The policy's verdict under the thresholds the task states (the standard ones where it states none)."""
+        return self.policy(values, {limit.key: limit.read(task_text) for limit in self.limits})
 
     def provisions_for(self, label: str | None) -> tuple[Provision, ...]:
         negative = label in self.negative_labels
         return tuple(
             p for p in self.provisions if p.applies is Applies.ALWAYS or (p.applies is Applies.NEGATIVE) == negative
         )
+
+
+def limit_of(limits: Mapping[str, Decimal] | None, limit: Limit) -> Decimal:
+    """A threshold's value in `limits`, or its standard one."""
+    return (limits or {}).get(limit.key, limit.default)
 
 
 def percent(numerator: Decimal, denominator: Decimal) -> Decimal:

@@ -112,8 +112,12 @@ def _coverage(checks: Checks, values: Mapping[str, FieldValue]) -> None:
         checks.findings.append(f"Cause of loss ({cause.text}) is a covered peril.")
 
 
-def policy(values: Mapping[str, FieldValue]) -> Verdict:
-    """DENY outside the period, for an excluded peril or nothing payable; PAY in full or PARTIAL PAY otherwise."""
+def policy(values: Mapping[str, FieldValue], limits: Mapping[str, Decimal] | None = None) -> Verdict:
+    """DENY outside the period, for an excluded peril or nothing payable; PAY in full or PARTIAL PAY otherwise.
+
+    The policy's own period, limit and deductible decide: a claims task states no thresholds of its own.
+    """
+    del limits
     checks = Checks(values)
     _coverage(checks, values)
     amounts = ("assessed_damage", "coverage_limit", "deductible", "claimed_amount")

@@ -7,12 +7,17 @@ from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal
 
 from pipeline.core.anchors import AnchorKind
-from pipeline.core.domains.base import Applies, Checks, DomainRules, Provision, Verdict, percent
+from pipeline.core.domains.base import Applies, Checks, DomainRules, Limit, Provision, Verdict, limit_of, percent
 from pipeline.core.fields import FieldSpec, FieldValue
 
-MIN_CREDIT_SCORE = Decimal(620)
-MAX_DTI_PERCENT = Decimal(43)
-MAX_LTV_PERCENT = Decimal(95)
+# How a task states its own thresholds ("credit score at least 660, DTI not to exceed 45%").
+_VERB = r"(?:(?:is|must(?: be)?|should(?: be)?|shall(?: be)?|may|can|of)\s+)?"
+_AT_LEAST = _VERB + r"(?:at least|no (?:less|lower) than|minimum(?: of)?|min\.?|>=|≥)\s*"
+_AT_MOST = r"(?:ratio )?" + _VERB + r"(?:at most|no more than|not (?:to )?exceed(?:ing)?|up to|maximum(?: of)?|<=|≤)\s*"
+_PERCENT = r"(\d+(?:\.\d+)?)\s*%"
+MIN_CREDIT_SCORE = Limit("min_credit_score", Decimal(620), r"(?:credit|FICO) score " + _AT_LEAST + r"(\d{3})")
+MAX_DTI_PERCENT = Limit("max_dti_percent", Decimal(43), r"(?:debt[- ]to[- ]income|DTI) " + _AT_MOST + _PERCENT)
+MAX_LTV_PERCENT = Limit("max_ltv_percent", Decimal(95), r"(?:loan[- ]to[- ]value|LTV) " + _AT_MOST + _PERCENT)
 
 FIELDS = (
     FieldSpec(
@@ -81,21 +86,23 @@ FIELDS = (
 )
 
 
-def policy(values: Mapping[str, FieldValue]) -> Verdict:
-    """APPROVE when score >= 620, DTI <= 43% and LTV <= 95%; otherwise DENY with principal reasons."""
+def policy(values: Mapping[str, FieldValue], limits: Mapping[str, Decimal] | None = None) -> Verdict:
+    """APPROVE when score >= 620, DTI <= 43% and LTV <= 95% (or the task's own thresholds); else DENY."""
     values = _monthly_income(values)
     checks = Checks(values)
+    minimum = limit_of(limits, MIN_CREDIT_SCORE)
     if not checks.missing("credit_score"):
         score = values["credit_score"].number or Decimal(0)
-        if score < MIN_CREDIT_SCORE:
-            checks.reasons.append(f"Credit score {checks.text('credit_score')} is below the minimum of 620")
+        if score < minimum:
+            checks.reasons.append(f"Credit score {checks.text('credit_score')} is below the minimum of {minimum}")
         else:
-            checks.findings.append(f"Credit score {checks.text('credit_score')} meets the minimum of 620.")
+            checks.findings.append(f"Credit score {checks.text('credit_score')} meets the minimum of {minimum}.")
     for rule in _RATIOS:
         found = _ratio(checks, values, rule)
         if found is not None:
-            checks.at_most(found[0], rule.maximum, found[1], too_high=f"{rule.wording} ratio too high: ",
-                           within=f"the {rule.maximum}% maximum")  # fmt: skip
+            maximum = limit_of(limits, rule.maximum)
+            checks.at_most(found[0], maximum, found[1], too_high=f"{rule.wording} ratio too high: ",
+                           within=f"the {maximum}% maximum")  # fmt: skip
     return checks.verdict("APPROVE", "DENY")
 
 
@@ -107,7 +114,7 @@ class _Ratio:
     stated: str
     part: str
     whole: str
-    maximum: Decimal
+    maximum: Limit
     wording: str
 
 
@@ -171,4 +178,5 @@ RULES = DomainRules(
     ),
     policy=policy,
     negative_labels=("DENY",),
+    limits=(MIN_CREDIT_SCORE, MAX_DTI_PERCENT, MAX_LTV_PERCENT),
 )

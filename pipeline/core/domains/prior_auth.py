@@ -6,10 +6,10 @@ from collections.abc import Mapping
 from decimal import Decimal
 
 from pipeline.core.anchors import AnchorKind
-from pipeline.core.domains.base import Applies, Checks, DomainRules, Provision, Verdict
+from pipeline.core.domains.base import Applies, Checks, DomainRules, Limit, Provision, Verdict, limit_of
 from pipeline.core.fields import FieldSpec, FieldValue
 
-MIN_WEEKS = Decimal(6)
+MIN_WEEKS = Limit("min_weeks", Decimal(6), r"(?:at least|minimum of|no less than)\s+(\d+)\s+weeks")
 
 FIELDS = (
     FieldSpec("member_id", "Member ID", (r"member (?:id|number)",), AnchorKind.IDENT),
@@ -37,9 +37,10 @@ FIELDS = (
 )
 
 
-def policy(values: Mapping[str, FieldValue]) -> Verdict:
-    """APPROVE with a neurological deficit, or with >= 6 weeks of symptoms and of conservative therapy."""
+def policy(values: Mapping[str, FieldValue], limits: Mapping[str, Decimal] | None = None) -> Verdict:
+    """APPROVE with a neurological deficit, or with >= 6 weeks (or the task's own) of symptoms and of therapy."""
     checks = Checks(values)
+    minimum = limit_of(limits, MIN_WEEKS)
     deficit = values.get("neuro_deficit")
     if deficit is not None and deficit.value == "present":
         checks.findings.append("Neurological deficit present: a red flag that establishes medical necessity.")
@@ -50,10 +51,10 @@ def policy(values: Mapping[str, FieldValue]) -> Verdict:
         if checks.missing(key):
             continue
         weeks = values[key].number or Decimal(0)
-        if weeks < MIN_WEEKS:
-            checks.reasons.append(f"{what} of {checks.text(key)} weeks is below the 6-week criterion")
+        if weeks < minimum:
+            checks.reasons.append(f"{what} of {checks.text(key)} weeks is below the {minimum}-week criterion")
         else:
-            checks.findings.append(f"{what} of {checks.text(key)} weeks meets the 6-week criterion.")
+            checks.findings.append(f"{what} of {checks.text(key)} weeks meets the {minimum}-week criterion.")
     return checks.verdict("APPROVE", "DENY")
 
 
@@ -88,5 +89,6 @@ RULES = DomainRules(
         ),
     ),
     policy=policy,
+    limits=(MIN_WEEKS,),
     negative_labels=("DENY",),
 )

@@ -6,10 +6,10 @@ from collections.abc import Mapping
 from decimal import Decimal
 
 from pipeline.core.anchors import AnchorKind
-from pipeline.core.domains.base import Applies, Checks, DomainRules, Provision, Verdict, money
+from pipeline.core.domains.base import Applies, Checks, DomainRules, Limit, Provision, Verdict, limit_of, money
 from pipeline.core.fields import FieldSpec, FieldValue
 
-TOLERANCE = Decimal(1000)
+TOLERANCE = Limit("tolerance", Decimal(1000), r"(?:exceed|more than|above|over)\s+\$([\d,]+(?:\.\d+)?)")
 
 FIELDS = (
     FieldSpec("taxpayer_id", "Taxpayer ID", (r"taxpayer (?:id|identification number)",), AnchorKind.IDENT),
@@ -45,15 +45,16 @@ FIELDS = (
 )
 
 
-def policy(values: Mapping[str, FieldValue]) -> Verdict:
-    """ADJUST when unreported income or unsubstantiated deductions exceed $1,000; else NO CHANGE."""
+def policy(values: Mapping[str, FieldValue], limits: Mapping[str, Decimal] | None = None) -> Verdict:
+    """ADJUST when unreported income or unsubstantiated deductions exceed $1,000 (or the task's own); else NO CHANGE."""
     checks = Checks(values)
+    tolerance = limit_of(limits, TOLERANCE)
     for name, larger, smaller, larger_word, smaller_word in _GAPS:
         if not checks.missing(larger, smaller):
             gap = checks.number(larger) - checks.number(smaller)
             statement = (f"{name} {money(gap)} = {larger_word} {checks.text(larger)} "
                          f"- {smaller_word} {checks.text(smaller)}")  # fmt: skip
-            checks.at_most(gap, TOLERANCE, statement, too_high="", within="the $1,000 tolerance")
+            checks.at_most(gap, tolerance, statement, too_high="", within=f"the {money(tolerance)} tolerance")
     return checks.verdict("NO CHANGE", "ADJUST")
 
 
@@ -93,5 +94,6 @@ RULES = DomainRules(
         ),
     ),
     policy=policy,
+    limits=(TOLERANCE,),
     negative_labels=("ADJUST",),
 )

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from pipeline.core.domains import DomainRules, refer_if_unverified
 from pipeline.core.fields import FieldValue
-from pipeline.core.task import Budget
+from pipeline.core.task import Budget, TaskSpec
 from pipeline.core.view import Fact, MemoryView, fit_to_budget
 from pipeline.llm.extractive.candidates import FIELD_SCORE, Candidate
 
@@ -34,12 +34,12 @@ class _Packer:
 
 
 def reasoning_lines(
-    rules: DomainRules | None, values: dict[str, FieldValue], label_space: tuple[str, ...]
+    rules: DomainRules | None, values: dict[str, FieldValue], task: TaskSpec
 ) -> tuple[list[str], list[tuple[str, str]]]:
     """The inference chain (outcome first) and the implicated provisions as (full note, short reference)."""
     if rules is None:
         return [_GENERIC_REASONING], []
-    verdict = refer_if_unverified(rules.policy(values), label_space)
+    verdict = refer_if_unverified(rules.verdict(values, task.task), task.label_space)
     chain = [f"Indicated outcome under the {rules.title} policy: {verdict.label}.", *verdict.reasons, *verdict.findings]
     return chain, [(p.note, p.ref) for p in rules.provisions_for(verdict.label)]
 
@@ -50,12 +50,12 @@ def compose(
     rules: DomainRules | None,
     budget: Budget,
     *,
-    label_space: tuple[str, ...],
+    task: TaskSpec,
     must_include: Candidate | None = None,
 ) -> MemoryView:
     """Packs, in priority order: `must_include`, heavy fields, reasoning, compliance, then the rest by rank."""
     packer = _Packer(budget.chars)
-    chain, notes = reasoning_lines(rules, values, label_space)
+    chain, notes = reasoning_lines(rules, values, task)
     chosen: dict[str, Candidate] = {}
 
     def offer(candidate: Candidate) -> None:

@@ -19,7 +19,7 @@ def project(prompt: ProjectionPrompt) -> MemoryView:
     """DPM: rank every candidate of the whole log globally, then pack within the budget."""
     rules = rules_for(prompt.task.domain)
     ranked, values = rank_candidates([(e.index, e.text) for e in prompt.events], prompt.task, rules)
-    return compose(ranked, values, rules, prompt.budget, label_space=prompt.task.label_space)
+    return compose(ranked, values, rules, prompt.budget, task=prompt.task)
 
 
 def summarize(prompt: SummarizationPrompt) -> MemoryView:
@@ -34,7 +34,7 @@ def summarize(prompt: SummarizationPrompt) -> MemoryView:
     carried = [(max(f.citations), f.text) for f in previous.facts if f.citations]
     ranked, values = rank_candidates([*carried, (prompt.event.index, prompt.event.text)], prompt.task, rules)
     fresh = next((c for c in ranked if prompt.event.index in c.fact.citations), None)
-    return compose(ranked, values, rules, prompt.budget, label_space=prompt.task.label_space, must_include=fresh)
+    return compose(ranked, values, rules, prompt.budget, task=prompt.task, must_include=fresh)
 
 
 def _vote(view_text: str, label_space: tuple[str, ...]) -> str:
@@ -55,7 +55,7 @@ def decide(prompt: DecisionPrompt) -> str:
     rules = rules_for(task.domain)
     if rules is not None:
         values = extract_fields(rules.fields, [(max(f.citations, default=0), f.text) for f in view.facts])
-        verdict = refer_if_unverified(rules.policy(values), task.label_space)
+        verdict = refer_if_unverified(rules.verdict(values, task.task), task.label_space)
         if verdict.label in task.label_space:
             stated = "; ".join(
                 f"{s.label} {values[s.key].text} [{values[s.key].index}]" for s in rules.fields if s.key in values
