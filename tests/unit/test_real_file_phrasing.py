@@ -90,10 +90,10 @@ def test_thresholds_stated_by_the_task_decide_and_the_standard_ones_otherwise() 
     standard = _decide(facts)
     assert standard.decision.label == "DENY"  # 44% is above the standard 43%
     own = TaskSpec("loan", "Approve when the credit score is at least 700 and DTI must not exceed 45%.",
-                   LOAN.label_space)  # fmt: skip
+                   TASK.label_space)  # fmt: skip
     stricter = _decide(facts, own)
     assert stricter.decision.label == "DENY"
     assert "below the minimum of 700" in stricter.decision.rationale
     assert "within the 45% maximum" in stricter.decision.rationale  # the task's, not the standard 43%
-    lenient = TaskSpec("loan", "Approve when DTI must not exceed 45%.", LOAN.label_space)
+    lenient = TaskSpec("loan", "Approve when DTI must not exceed 45%.", TASK.label_space)
     assert _decide(facts, lenient).decision.label == "APPROVE"
