@@ -157,6 +157,7 @@ def test_baseline_state_round_trips_through_its_changelog_form() -> None:
     step = SummStep(CASE.trajectory.events[0], LogPosition(1, 9), SummMemory(result.view, ("p",), 3),
                     (result.calls[0],))  # fmt: skip
     assert SummStep.from_json(orjson.loads(orjson.dumps(step.to_json()))) == step
+    assert SummStep.memory_of(step.to_json()) == step.memory
 
 
 @pytest.mark.parametrize("api", ["anthropic", "openai"])

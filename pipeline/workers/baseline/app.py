@@ -202,7 +202,7 @@ class Baseline:
     async def _step(self, record: RawRecord, event: Event, task: TaskSpec, budget: int) -> None:
         case_key = event.case.key
         previous = (
-            SummStep.from_json(self.steps[step_key(case_key, budget, event.seq - 1)]).memory
+            SummStep.memory_of(self.steps[step_key(case_key, budget, event.seq - 1)])
             if event.seq > 1
             else SummMemory(EMPTY_VIEW)
         )

@@ -76,6 +76,11 @@ class SummStep:
             "calls": [call_to_wire(c) for c in self.calls],
         }
 
+    @staticmethod
+    def memory_of(raw: Mapping[str, Any]) -> SummMemory:
+        """Only the memory of a stored step: what the next step needs, without decoding the rest."""
+        return memory_from_json(raw["memory"])
+
     @classmethod
     def from_json(cls, raw: Mapping[str, Any]) -> SummStep:
         return cls(
