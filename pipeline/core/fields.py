@@ -102,9 +102,45 @@ def find_field(spec: FieldSpec, text: str, index: int) -> FieldValue | None:
     return found
 
 
+def _cells(line: str) -> list[str] | None:
+    """The cells of a table row (pipe- or tab-separated), or None for a line of prose."""
+    if line.count("|") >= 2:
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+    elif "\t" in line:
+        cells = [c.strip() for c in line.split("\t")]
+    else:
+        return None
+    return cells if len(cells) >= 2 else None
+
+
+def tabular_clauses(text: str) -> str:
+    """The text, followed by each table cell as a clause of its row and column (`<row> <column> <value>.`).
+
+    Files state figures in tables as often as in prose ("| Borrower | FICO | DTI |" above
+    "| D. Whitfield | 779 | 38.2% |"); as clauses, a cell reads like the sentence that would state it.
+    """
+    clauses: list[str] = []
+    header: list[str] | None = None
+    for line in text.splitlines():
+        cells = _cells(line)
+        if cells is None:
+            header = None
+        elif all(re.fullmatch(r":?-{2,}:?", c) for c in cells if c):
+            continue  # a markdown rule under the header
+        elif header is None or len(cells) != len(header):
+            header = cells if not any(ch.isdigit() for ch in line) else None
+        else:
+            row = cells[0]
+            clauses.extend(f"{row} {column} {value}." for column, value in zip(header[1:], cells[1:], strict=True)
+                           if value)  # fmt: skip
+            if any(ch.isdigit() for ch in row):
+                clauses.append(f"{header[0]} {row}.")
+    return text if not clauses else text + "\n" + "\n".join(clauses)
+
+
 def extract_fields(specs: Iterable[FieldSpec], texts: Iterable[tuple[int, str]]) -> dict[str, FieldValue]:
     """Latest stated value of each field over indexed texts (later index wins, then later position)."""
-    ordered = sorted(texts, key=lambda pair: pair[0])
+    ordered = sorted(((index, tabular_clauses(text)) for index, text in texts), key=lambda pair: pair[0])
     values: dict[str, FieldValue] = {}
     for spec in specs:
         for index, text in ordered:

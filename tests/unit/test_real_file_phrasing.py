@@ -97,3 +97,16 @@ def test_thresholds_stated_by_the_task_decide_and_the_standard_ones_otherwise() 
     assert "within the 45% maximum" in stricter.decision.rationale  # the task's, not the standard 43%
     lenient = TaskSpec("loan", "Approve when DTI must not exceed 45%.", TASK.label_space)
     assert _decide(facts, lenient).decision.label == "APPROVE"
+
+
+def test_figures_inside_tables_are_read_and_a_table_of_limits_is_not() -> None:
+    limits = "| Guideline | Limit |\n|---|---|\n| Maximum DTI | 43% |\n| Minimum FICO | 620 |"
+    wide = "| Borrower | FICO | DTI | LTV |\n|---|---|---|---|\n| Dana Whitfield | 779 | 38.2% | 80% |"
+    approve = _decide([limits, wide])
+    assert approve.decision.label == "APPROVE", approve.decision.rationale
+    assert "DTI 38.2% as stated" in approve.decision.rationale
+    assert "[2]" in approve.decision.rationale  # cited to the table's event
+    schedule = "Item\tAmount\nTotal monthly debt\t$4,500\nGross monthly income\t$9,000"
+    deny = _decide([limits, "Credit score 700. LTV 75%.", schedule])
+    assert deny.decision.label == "DENY", deny.decision.rationale  # 4,500 / 9,000 = 50%
+    assert "DTI $4,500 / $9,000 = 50.0%" in deny.decision.rationale
