@@ -2,8 +2,9 @@
 
 A field is found where one of its cue phrases is followed, within the same clause, by an anchor
 of the field's kind (or a word of its vocabulary). Occurrences whose clause frames the number as
-a rule, a threshold, an example or a replaced value ("minimum credit score of 620", "the prior
-appraisal of $455,000") are skipped: those are the near-miss numbers real files are full of.
+a rule, a threshold, an example, a replaced value or another person's or property's figure ("minimum
+credit score of 620", "the prior appraisal of $455,000", "for another applicant, credit score 540") are
+skipped: those are the near-miss numbers real files are full of.
 When several events state a field, the latest event wins, as amendments and corrections come later.
 """
 
@@ -21,7 +22,10 @@ _WINDOW = 90
 _DECOY_BEFORE = re.compile(
     r"\b(minimum|maximum|max|min|limit of|at least|at most|no more than|not exceed|require[sd]?|guideline|"
     r"threshold|typical|example|e\.g\.|previous|prior|former|superseded|original(?:ly)?|instead of|"
-    r"rather than|benchmark|average|median|national|program|cap(?:ped)? at|exceeds?|earlier)\b",
+    r"rather than|benchmark|average|median|national|program|cap(?:ped)? at|exceeds?|earlier|unrelated|"
+    # figures of other persons, files or properties
+    r"(?:another|different|separate) (?:applicant|borrower|customer|file|case|property|claim(?:ant)?|policy|member|"
+    r"patient|taxpayer|return)|neighbou?r(?:ing|'s)?)\b",
     re.IGNORECASE,
 )
 _CLAUSE_END = re.compile(r"[.;!?](?:\s|$)|\n")

@@ -110,3 +110,14 @@ def test_figures_inside_tables_are_read_and_a_table_of_limits_is_not() -> None:
     deny = _decide([limits, "Credit score 700. LTV 75%.", schedule])
     assert deny.decision.label == "DENY", deny.decision.rationale  # 4,500 / 9,000 = 50%
     assert "DTI $4,500 / $9,000 = 50.0%" in deny.decision.rationale
+
+
+def test_figures_of_another_applicant_or_property_are_kept_out() -> None:
+    result = _decide([
+        "FICO 745. DTI of 36.0%. LTV 78%.",
+        "Quality control note: for another applicant in the same branch, credit score 540 and DTI of 61%.",
+        "The neighbouring property sold with an LTV 99% loan last year.",
+    ])  # fmt: skip
+    assert result.decision.label == "APPROVE", result.decision.rationale
+    assert "540" not in result.decision.rationale
+    assert "61%" not in result.decision.rationale
