@@ -10,6 +10,7 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from pipeline.core.event_log import RawRecord, ReadResult
 from pipeline.core.events import CaseRef, LogPosition
+from pipeline.kafka.admin import topic_partitions
 from pipeline.kafka.errors import KafkaAdapterError
 from pipeline.kafka.partitioning import case_partition
 from pipeline.kafka.range_reads import read_range
@@ -42,6 +43,7 @@ class KafkaEventLog:
 
     def __init__(self, client_config: dict[str, str], topic: str) -> None:
         self._topic = topic
+        self._client_config = client_config
         self._consumer = Consumer(
             {
                 **client_config,
@@ -77,11 +79,7 @@ class KafkaEventLog:
 
     def _partition_count(self) -> int:
         if self._partitions is None:
-            metadata = self._consumer.list_topics(self._topic, timeout=10)
-            topic = metadata.topics.get(self._topic)
-            if topic is None or topic.error is not None:
-                raise KafkaAdapterError(f"topic {self._topic} does not exist")
-            self._partitions = len(topic.partitions)
+            self._partitions = topic_partitions(self._client_config, self._topic)
         return self._partitions
 
     def scan(self, case: CaseRef) -> ReadResult:
