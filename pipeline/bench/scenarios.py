@@ -9,10 +9,14 @@ from __future__ import annotations
 
 import datetime as dt
 import random
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from decimal import Decimal
 
+from pipeline.bench import filler
+from pipeline.bench.draft import Draft
+from pipeline.core.anchors import AnchorKind, extract_anchors
 from pipeline.core.domains.base import money
 
 
@@ -25,6 +29,7 @@ class Scenario:
     templates: dict[str, tuple[str, ...]] = field(default_factory=dict)
     corrections: dict[str, str] = field(default_factory=dict)
     decoys: list[str] = field(default_factory=list)
+    interim: dict[str, str] = field(default_factory=dict)  # a second, also superseded value (hard mode)
 
 
 def _date(rng: random.Random, start: dt.date, span_days: int) -> dt.date:
@@ -182,9 +187,20 @@ def prior_auth(rng: random.Random, label: str) -> Scenario:
             "cpt_code": ("Requested service: MRI lumbar spine without contrast, CPT {v}.",),
             "diagnosis_code": ("Primary diagnosis code {v} documented by the ordering physician.",),
             "request_date": ("Request date {v}; standard review timeframe applies.",),
-            "symptom_weeks": ("History: symptom duration {v} weeks of low back pain radiating to the leg.",),
-            "therapy_weeks": ("Physical therapy notes: conservative therapy completed for {v} weeks.",),
-            "neuro_deficit": ("Neurological examination: neurological deficit {v}.",),
+            "symptom_weeks": (
+                "History: symptom duration {v} weeks of low back pain radiating to the leg.",
+                "Chief complaint: low back pain radiating to the left leg for {v} weeks.",
+                "Duration of symptoms: {v} weeks; onset after lifting at work.",
+            ),
+            "therapy_weeks": (
+                "Physical therapy notes: conservative therapy completed for {v} weeks.",
+                "Patient has completed {v} weeks of physical therapy and home exercise without relief.",
+                "Conservative management to date: NSAIDs and supervised PT x {v} weeks.",
+            ),
+            "neuro_deficit": (
+                "Neurological examination: neurological deficit {v}.",
+                "Neuro exam: focal motor or sensory deficit {v}; reflexes documented.",
+            ),
         },
         corrections={"therapy_weeks": "Updated therapy log received: conservative therapy now totals {v} weeks."},
         earlier={"therapy_weeks": str(max(0, therapy - rng.randint(1, 3)))} if rng.random() < 0.5 else {},
@@ -217,10 +233,22 @@ def tax_exam(rng: random.Random, label: str) -> Scenario:
         templates={
             "taxpayer_id": ("Examination opened for taxpayer ID {v}.",),
             "tax_year": ("The examination covers tax year {v}.",),
-            "reported_income": ("Form 1040 as filed: reported total income {v}.",),
-            "information_return_income": ("IRP transcript: information returns show {v} in wages and 1099 income.",),
-            "claimed_deductions": ("Schedule A and C review: claimed deductions {v}.",),
-            "substantiated_deductions": ("After document review, substantiated deductions total {v}.",),
+            "reported_income": (
+                "Form 1040 as filed: reported total income {v}.",
+                "Return as filed shows total income of {v} on line 9.",
+            ),
+            "information_return_income": (
+                "IRP transcript: information returns show {v} in wages and 1099 income.",
+                "AUR match: W-2 and 1099 forms filed by payers total {v}.",
+            ),
+            "claimed_deductions": (
+                "Schedule A and C review: claimed deductions {v}.",
+                "Total deductions per return: {v} (itemized and business expenses).",
+            ),
+            "substantiated_deductions": (
+                "After document review, substantiated deductions total {v}.",
+                "Examiner allowed deductions of {v} after reviewing receipts and logs.",
+            ),
         },
         corrections={"substantiated_deductions": "Additional receipts accepted: substantiated deductions {v}."},
         earlier={"substantiated_deductions": money(claimed - disallowed - _round(rng.uniform(500, 3000), 10))}
@@ -231,6 +259,118 @@ def tax_exam(rng: random.Random, label: str) -> Scenario:
             f"The prior year return reported total income of {money(reported * Decimal('0.93'))}.",
         ],
     )
+
+
+# Near-miss figures a careful reader keeps out: thresholds, other people's and superseded numbers.
+_HARD_DECOYS: dict[str, tuple[str, ...]] = {
+    "loan": (
+        "Another applicant on a separate file reviewed the same day had a credit score of {credit_score-40}.",
+        "Pre-approval worksheet, superseded: gross monthly income {gross_monthly_income*1.15}.",
+        "Program guidelines cap the loan-to-value at 95% and the debt-to-income ratio at 43%.",
+        "The seller's previous listing price was {appraised_value*1.1}; the appraisal governs.",
+        "Typical total monthly debt for this program is {monthly_debt*0.8}.",
+    ),
+    "claim": (
+        "The neighbouring property's claim for the same storm was assessed at {assessed_damage*1.3}.",
+        "The prior policy term carried a deductible of {deductible*2}.",
+        "Program maximum coverage limit is $1,000,000 for this policy form.",
+        "For reference, the claimed amount on an unrelated 2022 claim was {claimed_amount*0.6}.",
+    ),
+    "prior_auth": (
+        "Medical policy: at least 6 weeks of conservative therapy are required before imaging.",
+        "A previous request for a different member listed conservative therapy of {therapy_weeks+4} weeks.",
+        "Guideline example: symptom duration of 12 weeks with failed therapy.",
+        "The prior MRI request in 2024 documented neurological deficit present and was approved.",
+    ),
+    "tax_exam": (
+        "Another taxpayer's return in the same batch claimed deductions of {claimed_deductions*1.4}.",
+        "The average substantiated deductions in this audit class are {substantiated_deductions*0.7}.",
+        "The prior year return reported total income of {reported_income*0.9} (not under examination).",
+        "Threshold for referral: unreported income exceeding $1,000.",
+    ),
+}
+_AMENDABLE = {
+    "loan": ("gross_monthly_income", "appraised_value"),
+    "claim": ("assessed_damage",),
+    "prior_auth": ("therapy_weeks",),
+    "tax_exam": ("substantiated_deductions",),
+}
+_CORRECTIONS = {
+    "gross_monthly_income": "Corrected income calculation after paystub review: gross monthly income {v}; overtime "
+    "without a two-year history is excluded.",
+    "appraised_value": "Amended appraisal after reconsideration of value: appraised value {v}.",
+    "assessed_damage": "Supplemental inspection revised the figure: assessed damage {v}.",
+    "therapy_weeks": "Updated therapy log received: conservative therapy now totals {v} weeks.",
+    "substantiated_deductions": "Additional receipts accepted: substantiated deductions {v}.",
+}
+
+
+def _shifted(rng: random.Random, text: str) -> str:
+    """Another plausible value of the same kind: an amount 4-12% off, a count 1-3 off."""
+    anchor = extract_anchors(text)[0]
+    if anchor.kind is AnchorKind.MONEY:
+        factor = 1 + rng.choice([-1, 1]) * rng.uniform(0.04, 0.12)
+        return money(_round(float(anchor.value) * factor, 50))
+    return str(max(0, int(anchor.value) + rng.choice([-3, -2, -1, 1, 2, 3])))
+
+
+def _decoy(template: str, values: dict[str, str]) -> str:
+    """A decoy template with `{key*factor}` or `{key+delta}` filled from the case's own values."""
+
+    def fill(match: re.Match[str]) -> str:
+        key, op, operand = match.groups()
+        number = Decimal(extract_anchors(values[key])[0].value)
+        if op == "*":
+            return money(_round(float(number * Decimal(operand)), 50))
+        return str(int(number + Decimal(op + operand)))
+
+    return re.sub(r"\{(\w+)([*+-])([\d.]+)\}", fill, template)
+
+
+def harden(rng: random.Random, domain: str, scenario: Scenario) -> Scenario:
+    """The hard mode: every amendable figure amended twice, and many more near-miss decoys."""
+    for key in _AMENDABLE[domain]:
+        final = scenario.values[key]
+        scenario.earlier.setdefault(key, _shifted(rng, final))
+        scenario.corrections.setdefault(key, _CORRECTIONS[key])
+        scenario.interim[key] = _shifted(rng, final)
+    scenario.decoys.extend(_decoy(t, scenario.values) for t in _HARD_DECOYS[domain])
+    return scenario
+
+
+def _core_events(rng: random.Random, scenario: Scenario) -> list[tuple[str, str]]:
+    """Field statements (earlier values first, corrections later) and decoys, in a plausible order."""
+    statements = []
+    for key, value in scenario.values.items():
+        template = rng.choice(scenario.templates[key])
+        if key in scenario.earlier:
+            statements.append(("document", template.format(v=scenario.earlier[key])))
+            if key in scenario.interim:
+                statements.append(("amendment", scenario.corrections[key].format(v=scenario.interim[key])))
+            statements.append(("amendment", scenario.corrections[key].format(v=value)))
+        else:
+            statements.append(("document", template.format(v=value)))
+    return statements + [("guidance", d) for d in scenario.decoys]
+
+
+def label_space(domain: str) -> tuple[str, ...] | None:
+    """The forms voice decides over each domain's own label space."""
+    del domain
+    return None
+
+
+def draft(rng: random.Random, domain: str, label: str, hard: bool) -> Draft:
+    """A forms-voice case: one templated sentence a figure, corrections later, decoys among them."""
+    scenario = SCENARIOS[domain](rng, label)
+    if hard:
+        scenario = harden(rng, domain, scenario)
+    return Draft(values=scenario.values, documents=_core_events(rng, scenario))
+
+
+def injection(rng: random.Random, domain: str, case: Draft) -> str:
+    """The forms voice's planted instruction, carrying a fake figure."""
+    fake = str(int(case.values.get("credit_score", "700")) + 150) if domain == "loan" else "$999,999"
+    return filler.injection(rng, fake)
 
 
 SCENARIOS: dict[str, Callable[[random.Random, str], Scenario]] = {

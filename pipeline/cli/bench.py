@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
 
@@ -10,7 +11,7 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from pipeline.bench.generate import DEFAULT_SEED, DOMAINS, GenerationSpec, generate_cases
+from pipeline.bench.generate import DEFAULT_SEED, DOMAINS, GenerationSpec, Voice, generate_cases
 from pipeline.bench.harness import EvalConfig
 from pipeline.bench.tams import Needs, select
 from pipeline.config.settings import Settings
@@ -34,22 +35,17 @@ def generate(
         None, "--length", min=2_000, max=1_000_000, help="Target trajectory characters (default 26k to 28k)."
     ),
     adversarial: bool = typer.Option(False, "--adversarial", help="Plant prompt-injection text in some events."),
+    hard: bool = typer.Option(False, "--hard", help="More decoys and amendments, decisive facts late."),
+    voice: Voice = typer.Option(Voice.FORMS, "--voice", help="forms (the tuning set) or dossier (held apart)."),
     tenant: str = typer.Option("bench", "--tenant"),
 ) -> None:
     """Generate seeded cases by inversion (label first, then documents that imply it)."""
     chosen = tuple(d.strip() for d in domains.split(",") if d.strip())
-    spec = GenerationSpec(domains=chosen, per_domain=per_domain, seed=seed, adversarial=adversarial, tenant=tenant)
-    if length is not None:  # ~300 characters an event, as the default cases have; 16 hold every core statement
-        events = max(16, length // 300)
-        spec = GenerationSpec(
-            domains=chosen,
-            per_domain=per_domain,
-            seed=seed,
-            adversarial=adversarial,
-            tenant=tenant,
-            events=(events, events + 4),
-            chars=(length, length + length // 50),
-        )
+    spec = GenerationSpec(domains=chosen, per_domain=per_domain, seed=seed, adversarial=adversarial, tenant=tenant,
+                          hard=hard, voice=voice)  # fmt: skip
+    if length is not None:  # ~300 characters an event, as the default cases have; 24 hold every core document
+        events = max(24, length // 300)
+        spec = dataclasses.replace(spec, events=(events, events + 4), chars=(length, length + length // 50))
     cases = generate_cases(spec)
     for case in cases:
         write_case(case, out)

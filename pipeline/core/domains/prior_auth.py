@@ -17,19 +17,29 @@ FIELDS = (
     FieldSpec("diagnosis_code", "Diagnosis code", (r"ICD-10(?: code)?", r"diagnosis code"), AnchorKind.IDENT),
     FieldSpec("request_date", "Request date", (r"request date", r"request received on"), AnchorKind.DATE),
     FieldSpec(
-        "symptom_weeks", "Symptom duration (weeks)", (r"symptom duration", r"symptoms for"), AnchorKind.NUMBER, weight=2
-    ),
-    FieldSpec(
-        "therapy_weeks",
-        "Conservative therapy (weeks)",
-        (r"conservative (?:therapy|treatment)",),
+        "symptom_weeks",
+        "Symptom duration (weeks)",
+        (
+            r"symptom duration",
+            r"duration of symptoms",
+            r"symptoms? (?:for|x|of)",
+            r"(?:back|leg|neck|radicular|radiating) pain[^.;\n]{0,60}?\b(?:for|x)(?= \d)",
+        ),
         AnchorKind.NUMBER,
         weight=2,
     ),
     FieldSpec(
+        "therapy_weeks",
+        "Conservative therapy (weeks)",
+        (r"conservative (?:therapy|treatment|management|care)", r"physical therapy(?! notes)"),
+        AnchorKind.NUMBER,
+        weight=2,
+        value_first=(r"weeks? of (?:supervised )?(?:physical therapy|PT|conservative (?:therapy|treatment|care))",),
+    ),
+    FieldSpec(
         "neuro_deficit",
         "Neurological deficit",
-        (r"neurological deficit",),
+        (r"neurological deficit", r"(?:focal |motor |sensory |neuro(?:logical)? )+(?:or \w+ )?deficits?"),
         None,
         vocabulary=("present", "absent"),
         weight=2,

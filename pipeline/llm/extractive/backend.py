@@ -19,7 +19,7 @@ from pipeline.core.run import ModelCall
 from pipeline.llm.extractive.writers import decide, project, summarize
 
 # Bump when the algorithm's output changes, so replays against an older record report DRIFT honestly.
-MODEL_ID = "extractive-v1"
+MODEL_ID = "extractive-v2"
 _CHARS_PER_TOKEN = 4
 
 
