@@ -289,6 +289,22 @@ _HARD_DECOYS: dict[str, tuple[str, ...]] = {
         "Threshold for referral: unreported income exceeding $1,000.",
     ),
 }
+# Wordings only hard cases use (the default cases keep their bytes): tables, verbs, counts first.
+_HARD_TEMPLATES: dict[str, dict[str, tuple[str, ...]]] = {
+    "loan": {"credit_score": ("Qualifying score per the tri-merge: {v}.",)},
+    "claim": {
+        "date_of_loss": ("The homeowner says the damage happened on {v}.",),
+        "claimed_amount": ("The policyholder seeks {v} under the dwelling coverage.",),
+        "cause_of_loss": ("Inspection findings: {v} damage confirmed at the rear elevation.",),
+    },
+    "prior_auth": {
+        "therapy_weeks": ("Completed {v} weeks of supervised PT; no lasting relief.",),
+        "symptom_weeks": ("Symptoms began {v} weeks before the request.",),
+    },
+    "tax_exam": {
+        "reported_income": ("Account transcript\n| Line | Item | Amount |\n|---|---|---|\n| 9 | Total income | {v} |",)
+    },
+}
 _AMENDABLE = {
     "loan": ("gross_monthly_income", "appraised_value"),
     "claim": ("assessed_damage",),
@@ -335,6 +351,8 @@ def harden(rng: random.Random, domain: str, scenario: Scenario) -> Scenario:
         scenario.corrections.setdefault(key, _CORRECTIONS[key])
         scenario.interim[key] = _shifted(rng, final)
     scenario.decoys.extend(_decoy(t, scenario.values) for t in _HARD_DECOYS[domain])
+    for key, wordings in _HARD_TEMPLATES[domain].items():
+        scenario.templates[key] = scenario.templates[key] + wordings
     return scenario
 
 

@@ -20,15 +20,24 @@ from functools import cache
 from pipeline.core.anchors import AnchorKind, iter_anchors
 
 _WINDOW = 90
+_PARAGRAPH = 600
 _DECOY_BEFORE = re.compile(
     r"\b(minimum|maximum|max|min|limit of|at least|at most|no more than|not exceed|require[sd]?|guideline|"
     r"threshold|typical|example|e\.g\.|previous|prior|former|superseded|original(?:ly)?|instead of|"
     r"rather than|benchmark|average|median|national|program|cap(?:ped)? at|exceeds?|earlier|unrelated|"
+    r"historical|for (?:history|reference)(?: only)?|"
     # figures of other persons, files or properties
     r"(?:another|different|separate) (?:applicant|borrower|customer|file|case|property|claim(?:ant)?|policy|member|"
-    r"patient|taxpayer|return)|neighbou?r(?:ing|'s)?)\b",
+    r"patient|taxpayer|return)|neighbou?r(?:ing|'s)?|co-?(?:borrower|applicant|signer)s?'?|spouse(?:'s)?)\b",
     re.IGNORECASE,
 )
+# Words right after a figure that withdraw it: "her score of 602 is no longer part of this file".
+_DECOY_AFTER = re.compile(
+    r"^[^.;\n]{0,25}?\b(no longer|not (?:used|applicable|part of|relied on)|does not apply|withdrawn|superseded|"
+    r"replaced|removed|excluded from)\b",
+    re.IGNORECASE,
+)
+_RANGE_AFTER = re.compile(r"^\s?(?:-|\u2013)\s?\d")  # "FICO bands 680-699": a band, not a figure
 # Text addressed to a machine reader, or telling it what to ignore, is an attack on the reader, not evidence.
 _INSTRUCTION = re.compile(
     r"\b(?:AI|A\.I\.|LLM|GPT|chatbot|language model|"
@@ -54,6 +63,16 @@ class FieldSpec:
     alternative: bool = False  # another way to state evidence a required field gives: never `unknown`
     # Phrasings that state a count before its cue ("10 weeks of physical therapy"): group 1 is the count.
     value_first: tuple[str, ...] = ()
+    # The values the field can take; a number outside is something else ("FICO 4" names a score model).
+    bounds: tuple[Decimal, Decimal] | None = None
+
+    def admits(self, value: str) -> bool:
+        if self.bounds is None:
+            return True
+        try:
+            return self.bounds[0] <= Decimal(value) <= self.bounds[1]
+        except InvalidOperation:
+            return False
 
 
 @dataclass(frozen=True)
@@ -110,15 +129,30 @@ def _value_after(spec: FieldSpec, window: str) -> tuple[str, str, int] | None:
     wanted = {spec.kind, AnchorKind.NUMBER} if spec.kind is AnchorKind.MONEY else {spec.kind}
     for anchor in iter_anchors(window):
         # A bare year is a date's part, never an amount ("the claimed amount on a 2022 claim").
-        if anchor.kind in wanted and not (spec.kind is AnchorKind.MONEY and _YEAR.fullmatch(anchor.text)):
-            return anchor.text, anchor.value, anchor.start
+        if anchor.kind not in wanted or (spec.kind is AnchorKind.MONEY and _YEAR.fullmatch(anchor.text)):
+            continue
+        if not spec.admits(anchor.value):
+            continue
+        if anchor.kind is not AnchorKind.DATE and _RANGE_AFTER.match(window[anchor.end :]):
+            return None  # a band or range of values states no single figure
+        return anchor.text, anchor.value, anchor.start
     return None
 
 
-def _is_decoy(text: str, start: int, between: str) -> bool:
-    """True when the clause before a statement, or its words up to the value, frame it as not the case's figure."""
-    before = _clause_before(text, start)
-    return any(p.search(part) for p in (_DECOY_BEFORE, _INSTRUCTION) for part in (before, between))
+def _is_decoy(text: str, start: int, between: str, end: int) -> bool:
+    """True when the words around a statement frame it as not the case's figure.
+
+    Checked: the clause before it and its words up to the value (a threshold, another person's
+    figure), the words right after the value (withdrawn), and the paragraph before it (text
+    addressed to an AI reader taints what follows it in the paragraph).
+    """
+    paragraph = text[max(0, text.rfind("\n", 0, start) + 1, start - _PARAGRAPH) : start]
+    return bool(
+        _DECOY_BEFORE.search(_clause_before(text, start))
+        or _DECOY_BEFORE.search(between)
+        or _INSTRUCTION.search(paragraph + between)
+        or _DECOY_AFTER.search(text[end : end + _WINDOW])
+    )
 
 
 def find_field(spec: FieldSpec, text: str, index: int) -> FieldValue | None:
@@ -127,10 +161,13 @@ def find_field(spec: FieldSpec, text: str, index: int) -> FieldValue | None:
     # The field's own label is always a cue, so facts written as `Label: value` read back.
     for cue in _cue_pattern((*spec.cues, re.escape(spec.label))).finditer(text):
         hit = _value_after(spec, _clause_after(text, cue.end()))
-        if hit is not None and not _is_decoy(text, cue.start(), text[cue.end() : cue.end() + hit[2]]):
+        if hit is None:
+            continue
+        value_at = cue.end() + hit[2]
+        if not _is_decoy(text, cue.start(), text[cue.end() : value_at], value_at + len(hit[0])):
             found.append((cue.start(), FieldValue(spec.key, hit[0], hit[1], index)))
     for statement in _value_first_pattern(spec.value_first).finditer(text) if spec.value_first else ():
-        if not _is_decoy(text, statement.start(), ""):
+        if spec.admits(statement.group(1)) and not _is_decoy(text, statement.start(), "", statement.end()):
             found.append((statement.start(), FieldValue(spec.key, statement.group(1), statement.group(1), index)))
     return max(found, key=lambda hit: hit[0])[1] if found else None
 
@@ -144,6 +181,13 @@ def _cells(line: str) -> list[str] | None:
     else:
         return None
     return cells if len(cells) >= 2 else None
+
+
+def _row_label(cells: list[str]) -> int:
+    """Which cell names the row: the first, unless it is a line number ("| 9 | Total income | $81,200 |")."""
+    if re.fullmatch(r"[\d.\-/]+", cells[0]):
+        return next((i for i, c in enumerate(cells) if c and not any(ch.isdigit() for ch in c)), 0)
+    return 0
 
 
 def tabular_clauses(text: str) -> str:
@@ -163,11 +207,11 @@ def tabular_clauses(text: str) -> str:
         elif header is None or len(cells) != len(header):
             header = cells if not any(ch.isdigit() for ch in line) else None
         else:
-            row = cells[0]
-            clauses.extend(f"{row} {column} {value}." for column, value in zip(header[1:], cells[1:], strict=True)
-                           if value)  # fmt: skip
+            at = _row_label(cells)
+            row = cells[at]
+            clauses.extend(f"{row} {header[i]} {value}." for i, value in enumerate(cells) if i != at and value)
             if any(ch.isdigit() for ch in row):
-                clauses.append(f"{header[0]} {row}.")
+                clauses.append(f"{header[at]} {row}.")
     return text if not clauses else text + "\n" + "\n".join(clauses)
 
 

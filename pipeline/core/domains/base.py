@@ -53,16 +53,41 @@ class Verdict:
 
 @dataclass(frozen=True)
 class Limit:
-    """A decision threshold: the domain's standard value, and how a task text states another one."""
+    """A decision threshold: the domain's standard value, and the ways a task text states another one."""
 
     key: str
     default: Decimal
-    pattern: str  # a regular expression whose first group is the number as the task writes it
+    patterns: tuple[str, ...]  # regular expressions whose first group is the number as the task writes it
 
     def read(self, task_text: str) -> Decimal:
-        """The value the task states, else the standard one."""
-        match = re.search(self.pattern, task_text, re.IGNORECASE)
-        return Decimal(match.group(1).replace(",", "")) if match else self.default
+        """The value the task states (the first pattern that matches), else the standard one."""
+        for pattern in self.patterns:
+            match = re.search(pattern, task_text, re.IGNORECASE)
+            if match:
+                return Decimal(match.group(1).replace(",", ""))
+        return self.default
+
+
+_AT_LEAST = r"(?:at least|no (?:less|lower) than|minimum(?: of)?|min\.?|floor of|at or above|>=|≥)"
+_AT_MOST = (r"(?:at most|no (?:more|higher|greater) than|not (?:to )?exceed(?:ing)?|up to|maximum(?: of)?|max\.?|"
+            r"cap(?:ped)? (?:of|at)|ceiling of|at or below|<=|≤)")  # fmt: skip
+_AFTER_MIN = r"(?:minimum|min\.?|or (?:higher|more|above|better)|floor)"
+_AFTER_MAX = r"(?:maximum|max\.?|or (?:less|lower|below)|cap)"
+_GAP = r"[^.;\n\d]{0,30}?"  # a few words between, never a number or the end of a clause
+
+
+def threshold(key: str, default: Decimal, term: str, number: str, *, at_least: bool) -> Limit:
+    """A limit as tasks word it, in any of three orders.
+
+    "DTI no higher than 45%", "maximum DTI 45%", "DTI 45% maximum", and the same with at-least
+    words for a minimum. `number` is a regular expression with one group.
+    """
+    before, after = (_AT_LEAST, _AFTER_MIN) if at_least else (_AT_MOST, _AFTER_MAX)
+    return Limit(key, default, (
+        rf"(?:{term}){_GAP}{before}\s*{number}",
+        rf"{before}\s*(?:{term}){_GAP}{number}",
+        rf"(?:{term})\s*{number}\s*{after}\b",
+    ))  # fmt: skip
 
 
 class Policy(Protocol):

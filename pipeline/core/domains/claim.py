@@ -20,7 +20,7 @@ FIELDS = (
     FieldSpec(
         "date_of_loss",
         "Date of loss",
-        (r"date of loss", r"DOL", r"loss date", r"loss occurred on"),
+        (r"date of loss", r"DOL", r"loss date", r"loss occurred on", r"(?:damage |it |loss )?(?:happened|occurred) on"),
         AnchorKind.DATE,
         weight=2,
     ),
@@ -51,6 +51,7 @@ FIELDS = (
             r"peril",
             r"caused by",
             r"damage from",
+            r"(?:inspection )?findings",
             r"(?:first )?notice of loss",
             r"DOL",
             r"loss date",
@@ -71,7 +72,13 @@ FIELDS = (
     FieldSpec(
         "claimed_amount",
         "Claimed amount",
-        (r"claimed amount", r"amount claimed", r"claim amount", r"proof of loss(?: for| of)?"),
+        (
+            r"claimed amount",
+            r"amount claimed",
+            r"claim amount",
+            r"proof of loss(?: for| of)?",
+            r"(?:insured|policyholder|claimant|homeowner)s? (?:claims|is claiming|seeks|requests|asks for)",
+        ),
         AnchorKind.MONEY,
         weight=2,
     ),

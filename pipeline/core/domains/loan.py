@@ -7,17 +7,27 @@ from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal
 
 from pipeline.core.anchors import AnchorKind
-from pipeline.core.domains.base import Applies, Checks, DomainRules, Limit, Provision, Verdict, limit_of, percent
+from pipeline.core.domains.base import (
+    Applies,
+    Checks,
+    DomainRules,
+    Limit,
+    Provision,
+    Verdict,
+    limit_of,
+    percent,
+    threshold,
+)
 from pipeline.core.fields import FieldSpec, FieldValue
 
-# How a task states its own thresholds ("credit score at least 660, DTI not to exceed 45%").
-_VERB = r"(?:(?:is|must(?: be)?|should(?: be)?|shall(?: be)?|may|can|of)\s+)?"
-_AT_LEAST = _VERB + r"(?:at least|no (?:less|lower) than|minimum(?: of)?|min\.?|>=|≥)\s*"
-_AT_MOST = r"(?:ratio )?" + _VERB + r"(?:at most|no more than|not (?:to )?exceed(?:ing)?|up to|maximum(?: of)?|<=|≤)\s*"
+# How a task states its own thresholds ("credit score at least 660", "maximum DTI 45%", "LTV 90% max").
 _PERCENT = r"(\d+(?:\.\d+)?)\s*%"
-MIN_CREDIT_SCORE = Limit("min_credit_score", Decimal(620), r"(?:credit|FICO) score " + _AT_LEAST + r"(\d{3})")
-MAX_DTI_PERCENT = Limit("max_dti_percent", Decimal(43), r"(?:debt[- ]to[- ]income|DTI) " + _AT_MOST + _PERCENT)
-MAX_LTV_PERCENT = Limit("max_ltv_percent", Decimal(95), r"(?:loan[- ]to[- ]value|LTV) " + _AT_MOST + _PERCENT)
+MIN_CREDIT_SCORE = threshold("min_credit_score", Decimal(620), r"(?:credit|FICO|qualifying) score|FICO", r"(\d{3})",
+                             at_least=True)  # fmt: skip
+MAX_DTI_PERCENT = threshold("max_dti_percent", Decimal(43), r"debt[- ]to[- ]income(?: ratio)?|DTI|back[- ]end ratio",
+                            _PERCENT, at_least=False)  # fmt: skip
+MAX_LTV_PERCENT = threshold("max_ltv_percent", Decimal(95), r"loan[- ]to[- ]value(?: ratio)?|C?LTV", _PERCENT,
+                            at_least=False)  # fmt: skip
 
 FIELDS = (
     FieldSpec(
@@ -62,6 +72,7 @@ FIELDS = (
         ),
         AnchorKind.NUMBER,
         weight=2,
+        bounds=(Decimal(300), Decimal(850)),  # FICO and VantageScore ranges
     ),
     # Ratios as files state them; a stated ratio stands unless its parts were stated later.
     FieldSpec(

@@ -9,7 +9,8 @@ from pipeline.core.anchors import AnchorKind
 from pipeline.core.domains.base import Applies, Checks, DomainRules, Limit, Provision, Verdict, limit_of
 from pipeline.core.fields import FieldSpec, FieldValue
 
-MIN_WEEKS = Limit("min_weeks", Decimal(6), r"(?:at least|minimum of|no less than)\s+(\d+)\s+weeks")
+MIN_WEEKS = Limit("min_weeks", Decimal(6), (r"(?:at least|minimum of|no less than)\s+(\d+)\s+weeks",
+                                            r"(\d+) (?:or more )?weeks (?:or more|minimum)"))  # fmt: skip
 
 FIELDS = (
     FieldSpec("member_id", "Member ID", (r"member (?:id|number)",), AnchorKind.IDENT),
@@ -22,7 +23,7 @@ FIELDS = (
         (
             r"symptom duration",
             r"duration of symptoms",
-            r"symptoms? (?:for|x|of)",
+            r"symptoms? (?:for|x|of|began|started)",
             r"(?:back|leg|neck|radicular|radiating) pain[^.;\n]{0,60}?\b(?:for|x)(?= \d)",
         ),
         AnchorKind.NUMBER,
@@ -31,7 +32,7 @@ FIELDS = (
     FieldSpec(
         "therapy_weeks",
         "Conservative therapy (weeks)",
-        (r"conservative (?:therapy|treatment|management|care)", r"physical therapy(?! notes)"),
+        (r"conservative (?:therapy|treatment|management|care)", r"physical therapy(?! notes)", r"PT x"),
         AnchorKind.NUMBER,
         weight=2,
         value_first=(r"weeks? of (?:supervised )?(?:physical therapy|PT|conservative (?:therapy|treatment|care))",),

@@ -9,7 +9,8 @@ from pipeline.core.anchors import AnchorKind
 from pipeline.core.domains.base import Applies, Checks, DomainRules, Limit, Provision, Verdict, limit_of, money
 from pipeline.core.fields import FieldSpec, FieldValue
 
-TOLERANCE = Limit("tolerance", Decimal(1000), r"(?:exceed|more than|above|over)\s+\$([\d,]+(?:\.\d+)?)")
+TOLERANCE = Limit("tolerance", Decimal(1000), (r"(?:exceed|more than|above|over)\s+\$([\d,]+(?:\.\d+)?)",
+                                               r"(?:tolerance|threshold)(?: of)?\s+\$([\d,]+(?:\.\d+)?)"))  # fmt: skip
 
 FIELDS = (
     FieldSpec("taxpayer_id", "Taxpayer ID", (r"taxpayer (?:id|identification number)",), AnchorKind.IDENT),
@@ -17,7 +18,12 @@ FIELDS = (
     FieldSpec(
         "reported_income",
         "Reported income",
-        (r"reported (?:total )?income", r"income reported on the return", r"return as filed shows total income"),
+        (
+            r"reported (?:total )?income",
+            r"income reported on the return",
+            r"return as filed shows total income",
+            r"total income(?: per (?:the )?return)?",
+        ),
         AnchorKind.MONEY,
         weight=2,
     ),
