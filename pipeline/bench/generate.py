@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 
-from pipeline.bench import dossier, filler, scenarios
+from pipeline.bench import dossier, filler, notes, scenarios
 from pipeline.bench.draft import Draft, Placement, field_values
 from pipeline.core.anchors import contains_verbatim
 from pipeline.core.case import Case, RequiredAnchor
@@ -32,6 +32,7 @@ class Voice(StrEnum):
 
     FORMS = "forms"
     DOSSIER = "dossier"
+    NOTES = "notes"
 
 
 @dataclass(frozen=True)
@@ -61,11 +62,15 @@ class _VoiceKit:
     draft: Callable[[random.Random, str, str, bool], Draft]
     filler: Callable[[random.Random, dt.date], tuple[str, str]]
     injection: Callable[[random.Random, str, Draft], str]
+    pad: Callable[[random.Random, str], str]
 
 
 _VOICES = {
-    Voice.FORMS: _VoiceKit(scenarios.label_space, scenarios.draft, filler.filler_event, scenarios.injection),
-    Voice.DOSSIER: _VoiceKit(dossier.label_space, dossier.draft, dossier.filler, dossier.injection),
+    Voice.FORMS: _VoiceKit(
+        scenarios.label_space, scenarios.draft, filler.filler_event, scenarios.injection, filler.pad
+    ),
+    Voice.DOSSIER: _VoiceKit(dossier.label_space, dossier.draft, dossier.filler, dossier.injection, filler.pad),
+    Voice.NOTES: _VoiceKit(notes.label_space, notes.draft, notes.filler, notes.injection, notes.pad),
 }
 
 
@@ -114,7 +119,7 @@ def _events(
             fillers[i] = ("correspondence", fillers[i][1] + " " + kit.injection(rng, domain, draft))
     placement = Placement(0.4, 1.0) if spec.hard else draft.placement
     events, slots = _interleave(rng, core, fillers, placement)
-    _fit_length(rng, events, rng.randint(*spec.chars), slots, filler.pad)
+    _fit_length(rng, events, rng.randint(*spec.chars), slots, kit.pad)
     return events
 
 

@@ -28,7 +28,7 @@ _DECOY_BEFORE = re.compile(
     r"historical|for (?:history|reference)(?: only)?|"
     # figures of other persons, files or properties
     r"(?:another|different|separate) (?:applicant|borrower|customer|file|case|property|claim(?:ant)?|policy|member|"
-    r"patient|taxpayer|return)|neighbou?r(?:ing|'s)?|co-?(?:borrower|applicant|signer)s?'?|spouse(?:'s)?)\b",
+    r"patient|taxpayer|return)|neighbou?r(?:ing|'s)?|co-?(?:borrower|bwr|applicant|signer)s?'?|spouse(?:'s)?)\b",
     re.IGNORECASE,
 )
 # Words right after a figure that withdraw it: "her score of 602 is no longer part of this file".
@@ -40,7 +40,7 @@ _DECOY_AFTER = re.compile(
 _RANGE_AFTER = re.compile(r"^\s?(?:-|\u2013)\s?\d")  # "FICO bands 680-699": a band, not a figure
 # Text addressed to a machine reader, or telling it what to ignore, is an attack on the reader, not evidence.
 _INSTRUCTION = re.compile(
-    r"\b(?:AI|A\.I\.|LLM|GPT|chatbot|language model|"
+    r"\b(?:AI|A\.I\.|LLM|GPT|(?:chat|claims |review )?bot|language model|"
     r"automated (?:\w+ )?(?:reviewer|assistant|system|reader|agent|underwriter|adjuster|examiner)|"
     r"ignore (?:all |any )?(?:previous|prior|above|other) (?:instructions|documents|figures|estimates)|"
     r"disregard (?:all |the |any )?(?:previous|prior|above|other)|new instructions?|"
@@ -94,7 +94,7 @@ class FieldValue:
 
 @cache
 def _cue_pattern(cues: tuple[str, ...]) -> re.Pattern[str]:
-    return re.compile(r"\b(?:" + "|".join(cues) + r")\b", re.IGNORECASE)
+    return re.compile(r"\b(?:" + "|".join(cues) + r")(?!\w)", re.IGNORECASE)  # cues may end in "#"
 
 
 @cache
@@ -126,7 +126,10 @@ def _value_after(spec: FieldSpec, window: str) -> tuple[str, str, int] | None:
             if hit:
                 return hit.group(), word.lower(), hit.start()
         return None
-    wanted = {spec.kind, AnchorKind.NUMBER} if spec.kind is AnchorKind.MONEY else {spec.kind}
+    # Amounts and ratios in shorthand drop their sign ("base amt 809,284", "DTI 39.51"); a bounded
+    # ratio takes a bare number, as its range rules out most others.
+    bare = spec.kind is AnchorKind.MONEY or (spec.kind is AnchorKind.PERCENT and spec.bounds is not None)
+    wanted = {spec.kind, AnchorKind.NUMBER} if bare else {spec.kind}
     for anchor in iter_anchors(window):
         # A bare year is a date's part, never an amount ("the claimed amount on a 2022 claim").
         if anchor.kind not in wanted or (spec.kind is AnchorKind.MONEY and _YEAR.fullmatch(anchor.text)):

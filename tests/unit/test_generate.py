@@ -130,3 +130,18 @@ def test_the_same_seed_gives_the_same_bytes_in_another_process() -> None:
     seven = [case_to_dict(c) for c in generate_cases(GenerationSpec(per_domain=2, seed=7, hard=True))]
     eight = [case_to_dict(c) for c in generate_cases(GenerationSpec(per_domain=2, seed=8, hard=True))]
     assert seven != eight
+
+
+def test_notes_cases_are_a_shorthand_log_with_pending_files() -> None:
+    notes = generate_cases(GenerationSpec(per_domain=3, voice=Voice.NOTES))
+    for case in notes:
+        validate(SchemaId.CASE, case_to_dict(case))
+        assert case.ref.case_id.startswith(f"notes-{case.domain}-")
+        assert 26_000 <= case.trajectory.char_length <= 28_200
+        for anchor in case.required_anchors:
+            assert any(anchor.value in e.text for e in case.trajectory.events), (case.ref, anchor)
+    loans = [c for c in notes if c.domain == "loan"]
+    assert [c.label for c in loans] == ["APPROVE", "DENY", "PEND"]
+    assert all(">=" in c.task.task for c in loans)
+    pending = " ".join(e.text for e in loans[2].trajectory.events)
+    assert "appraisal not back yet" in pending

@@ -184,3 +184,31 @@ def test_text_for_an_ai_reader_taints_the_rest_of_its_paragraph() -> None:
 def test_a_number_outside_a_fields_range_is_something_else() -> None:
     printout = "| Bureau | Score | Model |\n|---|---|---|\n| Equifax | 731 | FICO 8 |\nDecision score: 731"
     assert _read("loan", [printout])["credit_score"] == "731"
+
+
+def test_staff_shorthand_is_read() -> None:
+    loan = _read("loan", ["uw - credit back: eq 688 / ex 702 / tu 719, mid 702",
+                          "LO - app in, base amt 412,300", "UW - DU #2: DTI 41.07 / LTV 79.5"])  # fmt: skip
+    assert (loan["credit_score"], loan["loan_amount"], loan["dti_ratio"], loan["ltv_ratio"]) == (
+        "702", "412,300", "41.07", "79.5")  # fmt: skip
+    claim = _read("claim", ["dec pg: cov A $300,000 / AOP ded $2,500 / term 2/1/2025 - 2/1/2026",
+                            "adj - POL in, insd claiming $18,250"])  # fmt: skip
+    assert (claim["effective_date"], claim["expiration_date"], claim["deductible"]) == (
+        "2/1/2025",
+        "2/1/2026",
+        "$2,500",
+    )
+    assert claim["claimed_amount"] == "$18,250"
+    pa = _read("prior_auth", ["RN - LBP w/ R radic x 11 wks", "PT notes: 14 visits over 7 wks, no change"])
+    assert (pa["symptom_weeks"], pa["therapy_weeks"]) == ("11", "7")
+    tax = _read("tax_exam", ["IRP: W-2 $50,100.20, 1099s $9,000.80, total $59,101"])
+    assert tax["information_return_income"] == "$59,101"
+
+
+def test_checklist_thresholds_without_units() -> None:
+    task = "Guidelines: FICO >= 700, DTI <= 40, LTV <= 85."
+    assert [str(limit.read(task)) for limit in (MIN_CREDIT_SCORE, MAX_DTI_PERCENT, MAX_LTV_PERCENT)] == [
+        "700",
+        "40",
+        "85",
+    ]

@@ -15,7 +15,7 @@ EXCLUDED_PERILS = ("flood", "surface water", "earthquake", "earth movement", "we
                    "deterioration")  # fmt: skip
 
 FIELDS = (
-    FieldSpec("policy_number", "Policy number", (r"policy (?:number|no\.?)",), AnchorKind.IDENT),
+    FieldSpec("policy_number", "Policy number", (r"policy (?:number|no\.?)", r"pol(?:icy)? #"), AnchorKind.IDENT),
     FieldSpec("claim_number", "Claim number", (r"claim (?:number|no\.?)",), AnchorKind.IDENT),
     FieldSpec(
         "date_of_loss",
@@ -27,7 +27,13 @@ FIELDS = (
     FieldSpec(
         "effective_date",
         "Policy effective date",
-        (r"effective date", r"coverage (?:begins|began)", r"policy (?:period|term)(?: from)?", r"in force from"),
+        (
+            r"effective date",
+            r"coverage (?:begins|began)",
+            r"policy (?:period|term)(?: from)?",
+            r"in force from",
+            r"term",
+        ),
         AnchorKind.DATE,
     ),
     FieldSpec(
@@ -38,6 +44,7 @@ FIELDS = (
             r"coverage (?:ends|ended)",
             r"expir(?:es|y)(?: on)?",
             r"policy (?:period|term)[^.;\n]{0,40}?\b(?:to|through|until)",
+            r"term [^;\n]{0,30}?(?:\bto|\bthrough|\buntil|\d(?= - \d))",  # "term 5/17/2024 - 5/17/2025"
         ),
         AnchorKind.DATE,
     ),
@@ -52,6 +59,8 @@ FIELDS = (
             r"caused by",
             r"damage from",
             r"(?:inspection )?findings",
+            r"fnol",
+            r"inspected",
             r"(?:first )?notice of loss",
             r"DOL",
             r"loss date",
@@ -64,11 +73,11 @@ FIELDS = (
     FieldSpec(
         "coverage_limit",
         "Coverage limit",
-        (r"coverage limit", r"dwelling limit", r"limit of liability", r"coverage A(?: limit)?"),
+        (r"coverage limit", r"dwelling limit", r"limit of liability", r"cov(?:erage|\.)? A(?: limit)?"),
         AnchorKind.MONEY,
         weight=2,
     ),
-    FieldSpec("deductible", "Deductible", (r"deductible",), AnchorKind.MONEY, weight=2),
+    FieldSpec("deductible", "Deductible", (r"deductible", r"ded"), AnchorKind.MONEY, weight=2),
     FieldSpec(
         "claimed_amount",
         "Claimed amount",
@@ -77,7 +86,7 @@ FIELDS = (
             r"amount claimed",
             r"claim amount",
             r"proof of loss(?: for| of)?",
-            r"(?:insured|policyholder|claimant|homeowner)s? (?:claims|is claiming|seeks|requests|asks for)",
+            r"(?:insured|insd|policyholder|claimant|homeowner)s? (?:is )?(?:claims|claiming|seeks|requests|asks for)",
         ),
         AnchorKind.MONEY,
         weight=2,

@@ -21,7 +21,7 @@ from pipeline.core.domains.base import (
 from pipeline.core.fields import FieldSpec, FieldValue
 
 # How a task states its own thresholds ("credit score at least 660", "maximum DTI 45%", "LTV 90% max").
-_PERCENT = r"(\d+(?:\.\d+)?)\s*%"
+_PERCENT = r"(\d+(?:\.\d+)?)\s*%?"  # shorthand drops the sign: "DTI <= 45"
 MIN_CREDIT_SCORE = threshold("min_credit_score", Decimal(620), r"(?:credit|FICO|qualifying) score|FICO", r"(\d{3})",
                              at_least=True)  # fmt: skip
 MAX_DTI_PERCENT = threshold("max_dti_percent", Decimal(43), r"debt[- ]to[- ]income(?: ratio)?|DTI|back[- ]end ratio",
@@ -31,10 +31,17 @@ MAX_LTV_PERCENT = threshold("max_ltv_percent", Decimal(95), r"loan[- ]to[- ]valu
 
 FIELDS = (
     FieldSpec(
-        "application_id", "Application ID", (r"application (?:number|no\.?|id)", r"loan number"), AnchorKind.IDENT
+        "application_id",
+        "Application ID",
+        (r"application (?:number|no\.?|id)", r"loan (?:number|no\.?|#)"),
+        AnchorKind.IDENT,
     ),
     FieldSpec(
-        "loan_amount", "Loan amount", (r"loan amount", r"requested (?:loan )?amount"), AnchorKind.MONEY, weight=2
+        "loan_amount",
+        "Loan amount",
+        (r"loan amount", r"requested (?:loan )?amount", r"(?:base |loan )(?:loan )?(?:amount|amt)"),
+        AnchorKind.MONEY,
+        weight=2,
     ),
     FieldSpec(
         "appraised_value", "Appraised value", (r"appraised value", r"appraisal value"), AnchorKind.MONEY, weight=2
@@ -69,6 +76,7 @@ FIELDS = (
             r"FICO(?: score)?",
             r"representative (?:credit )?score",
             r"(?:middle|mid|qualifying|decision) (?:credit )?score",
+            r"mid(?:dle)?(?= \d{3}\b)",  # underwriters' shorthand: "eq 695 / ex 709 / tu 720, mid 709"
         ),
         AnchorKind.NUMBER,
         weight=2,
@@ -82,6 +90,7 @@ FIELDS = (
         AnchorKind.PERCENT,
         weight=2,
         alternative=True,
+        bounds=(Decimal(0), Decimal(200)),
     ),
     FieldSpec(
         "ltv_ratio",
@@ -90,6 +99,7 @@ FIELDS = (
         AnchorKind.PERCENT,
         weight=2,
         alternative=True,
+        bounds=(Decimal(0), Decimal(200)),
     ),
     FieldSpec(
         "application_date", "Application date", (r"application date", r"application received on"), AnchorKind.DATE

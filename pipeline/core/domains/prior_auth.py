@@ -10,10 +10,11 @@ from pipeline.core.domains.base import Applies, Checks, DomainRules, Limit, Prov
 from pipeline.core.fields import FieldSpec, FieldValue
 
 MIN_WEEKS = Limit("min_weeks", Decimal(6), (r"(?:at least|minimum of|no less than)\s+(\d+)\s+weeks",
-                                            r"(\d+) (?:or more )?weeks (?:or more|minimum)"))  # fmt: skip
+                                            r"(\d+) (?:or more )?weeks (?:or more|minimum)",
+                                            r"(?:>=|≥)\s*(\d+)\s*(?:weeks|wks)"))  # fmt: skip
 
 FIELDS = (
-    FieldSpec("member_id", "Member ID", (r"member (?:id|number)",), AnchorKind.IDENT),
+    FieldSpec("member_id", "Member ID", (r"member (?:id|number)", r"mbr(?: id)?"), AnchorKind.IDENT),
     FieldSpec("cpt_code", "CPT code", (r"CPT(?: code)?",), AnchorKind.NUMBER),
     FieldSpec("diagnosis_code", "Diagnosis code", (r"ICD-10(?: code)?", r"diagnosis code"), AnchorKind.IDENT),
     FieldSpec("request_date", "Request date", (r"request date", r"request received on"), AnchorKind.DATE),
@@ -25,6 +26,7 @@ FIELDS = (
             r"duration of symptoms",
             r"symptoms? (?:for|x|of|began|started)",
             r"(?:back|leg|neck|radicular|radiating) pain[^.;\n]{0,60}?\b(?:for|x)(?= \d)",
+            r"(?:LBP|radic(?:ulopathy)?|sx)[^.;\n]{0,40}?\bx(?= \d)",
         ),
         AnchorKind.NUMBER,
         weight=2,
@@ -32,7 +34,12 @@ FIELDS = (
     FieldSpec(
         "therapy_weeks",
         "Conservative therapy (weeks)",
-        (r"conservative (?:therapy|treatment|management|care)", r"physical therapy(?! notes)", r"PT x"),
+        (
+            r"conservative (?:therapy|treatment|management|care)",
+            r"physical therapy(?! notes)",
+            r"PT x",
+            r"PT[^.;\n]{0,40}?\b(?:over|for)(?= \d)",
+        ),
         AnchorKind.NUMBER,
         weight=2,
         value_first=(r"weeks? of (?:supervised )?(?:physical therapy|PT|conservative (?:therapy|treatment|care))",),

@@ -22,7 +22,7 @@ FIELDS = (
             r"reported (?:total )?income",
             r"income reported on the return",
             r"return as filed shows total income",
-            r"total income(?: per (?:the )?return)?",
+            r"total inc(?:ome)?(?: per (?:the )?return)?",
         ),
         AnchorKind.MONEY,
         weight=2,
@@ -35,6 +35,7 @@ FIELDS = (
             r"third-party reported income",
             r"filed by payers(?: total)?",
             r"payer[- ]reported (?:income|total)",
+            r"IRP\b[^;\n]{0,80}?\btotal",  # amounts hold periods: no clause end before "total"
         ),
         AnchorKind.MONEY,
         weight=2,
@@ -42,7 +43,12 @@ FIELDS = (
     FieldSpec(
         "claimed_deductions",
         "Claimed deductions",
-        (r"claimed deductions", r"deductions claimed", r"total deductions per return"),
+        (
+            r"claimed deductions",
+            r"deductions claimed",
+            r"total deductions per return",
+            r"itemized(?: deductions)?(?: (?:\+|and) sch(?:edule)?\.? C(?: expenses)?)?",
+        ),
         AnchorKind.MONEY,
         weight=2,
     ),
@@ -54,6 +60,7 @@ FIELDS = (
             r"deductions substantiated",
             r"allowed deductions(?: of)?",
             r"deductions allowed",
+            r"substantiation(?: reviewed)?",
         ),
         AnchorKind.MONEY,
         weight=2,
