@@ -51,7 +51,12 @@ clean:
 bench: $(STAMP)
 	$(BIN)/python benchmarks/pipeline_bench.py
 
-# The evaluation harness on freshly generated cases (under a minute with the offline backend).
+# The evaluation harness with the offline backend: the tuning set in its hard mode with a
+# compression sweep, then the two held-apart voices (about three minutes in all).
 eval: $(STAMP)
-	$(BIN)/dpm cases generate --out out/cases
-	$(BIN)/dpm eval --cases out/cases --out out/eval
+	$(BIN)/dpm cases generate --hard --out out/cases
+	$(BIN)/dpm eval --cases out/cases --out out/eval --scaling 5,10,20,25,30,40,50,100
+	$(BIN)/dpm cases generate --voice dossier --out out/cases-dossier
+	$(BIN)/dpm eval --cases out/cases-dossier --out out/eval-dossier
+	$(BIN)/dpm cases generate --voice notes --out out/cases-notes
+	$(BIN)/dpm eval --cases out/cases-notes --out out/eval-notes

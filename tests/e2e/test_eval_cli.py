@@ -85,6 +85,17 @@ def test_external_case_files_run_unchanged(tmp_path: Path) -> None:
     assert {r["decision"] for r in _rows(tmp_path / "out")} <= {"HIRE", "DECLINE"}
 
 
+def test_a_held_apart_voice_evaluates_with_its_own_label_space(tmp_path: Path) -> None:
+    cases = tmp_path / "notes"
+    _dpm("cases", "generate", "--out", str(cases), "--voice", "notes", "--hard", "--domains", "loan",
+         "--per-domain", "3", "--length", "8000")  # fmt: skip
+    assert sorted(p.name for p in cases.iterdir()) == [f"notes-loan-20260420-00{n}.json" for n in range(3)]
+    _dpm("eval", "--cases", str(cases), "--out", str(tmp_path / "out"), "--budgets", "moderate", "--jobs", "1")
+    rows = _rows(tmp_path / "out")
+    assert {r["label"] for r in rows} == {"APPROVE", "DENY", "PEND"}
+    assert all(r["decision"] == r["label"] for r in rows if r["arch"] == "dpm")
+
+
 def test_a_bad_case_file_is_a_clear_error(tmp_path: Path) -> None:
     folder = tmp_path / "bad"
     folder.mkdir()
