@@ -52,7 +52,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/pipeline_bench.py
 
 # The evaluation harness with the offline backend: the tuning set in its hard mode with a
-# compression sweep, then the two held-apart voices (about three minutes in all).
+# compression sweep, then the three held-apart voices (about four minutes in all).
 eval: $(STAMP)
 	$(BIN)/dpm cases generate --hard --out out/cases
 	$(BIN)/dpm eval --cases out/cases --out out/eval --scaling 5,10,20,25,30,40,50,100
@@ -60,3 +60,5 @@ eval: $(STAMP)
 	$(BIN)/dpm eval --cases out/cases-dossier --out out/eval-dossier
 	$(BIN)/dpm cases generate --voice notes --out out/cases-notes
 	$(BIN)/dpm eval --cases out/cases-notes --out out/eval-notes
+	$(BIN)/dpm cases generate --voice letters --out out/cases-letters
+	$(BIN)/dpm eval --cases out/cases-letters --out out/eval-letters

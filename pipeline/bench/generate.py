@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 
-from pipeline.bench import dossier, filler, notes, scenarios
+from pipeline.bench import dossier, filler, letters, notes, scenarios
 from pipeline.bench.draft import Draft, Placement, field_values
 from pipeline.core.anchors import contains_verbatim
 from pipeline.core.case import Case, RequiredAnchor
@@ -33,6 +33,7 @@ class Voice(StrEnum):
     FORMS = "forms"
     DOSSIER = "dossier"
     NOTES = "notes"
+    LETTERS = "letters"
 
 
 @dataclass(frozen=True)
@@ -71,6 +72,7 @@ _VOICES = {
     ),
     Voice.DOSSIER: _VoiceKit(dossier.label_space, dossier.draft, dossier.filler, dossier.injection, filler.pad),
     Voice.NOTES: _VoiceKit(notes.label_space, notes.draft, notes.filler, notes.injection, notes.pad),
+    Voice.LETTERS: _VoiceKit(letters.label_space, letters.draft, letters.filler, letters.injection, filler.pad),
 }
 
 

@@ -36,7 +36,7 @@ def generate(
     ),
     adversarial: bool = typer.Option(False, "--adversarial", help="Plant prompt-injection text in some events."),
     hard: bool = typer.Option(False, "--hard", help="More decoys and amendments, decisive facts late."),
-    voice: Voice = typer.Option(Voice.FORMS, "--voice", help="forms (the tuning set), dossier or notes (held apart)."),
+    voice: Voice = typer.Option(Voice.FORMS, "--voice", help="forms (tuning set); dossier, notes, letters."),
     tenant: str = typer.Option("bench", "--tenant"),
 ) -> None:
     """Generate seeded cases by inversion (label first, then documents that imply it)."""

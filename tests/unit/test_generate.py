@@ -145,3 +145,13 @@ def test_notes_cases_are_a_shorthand_log_with_pending_files() -> None:
     assert all(">=" in c.task.task for c in loans)
     pending = " ".join(e.text for e in loans[2].trajectory.events)
     assert "appraisal not back yet" in pending
+
+
+def test_letters_cases_state_their_figures_in_sentences() -> None:
+    letters = generate_cases(GenerationSpec(per_domain=2, voice=Voice.LETTERS))
+    for case in letters:
+        validate(SchemaId.CASE, case_to_dict(case))
+        assert case.ref.case_id.startswith(f"letters-{case.domain}-")
+        assert any(e.text.startswith("MEMORANDUM") for e in case.trajectory.events)
+        for anchor in case.required_anchors:
+            assert any(anchor.value in e.text for e in case.trajectory.events), (case.ref, anchor)
