@@ -52,7 +52,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/pipeline_bench.py
 
 # The evaluation harness with the offline backend: the tuning set in its hard mode with a
-# compression sweep, then the three held-apart voices (about four minutes in all).
+# compression sweep, then the three held-apart voices (about four and a half minutes in all).
 eval: $(STAMP)
 	$(BIN)/dpm cases generate --hard --out out/cases
 	$(BIN)/dpm eval --cases out/cases --out out/eval --scaling 5,10,20,25,30,40,50,100
