@@ -56,12 +56,20 @@ def down() -> None:
 
 @app.command()
 def status() -> None:
-    """Report whether the local cluster runs and answers metadata requests."""
+    """Report each node of the local cluster up or down; exit 2 when any is down, 3 when none runs."""
     settings = Settings.from_env()
     cluster = local_broker.read_running(settings.paths.home)
     if cluster is None:
         _out.print("no local broker is running")
         raise typer.Exit(3)
+    nodes = local_broker.node_health(cluster)
+    for node in nodes:
+        state = "up" if node.up else ("down: process exited" if not node.alive else "down: does not answer")
+        _out.print(f"node {node.node_id} at {node.address} (pid {node.pid}): {state}")
+    down = [n.node_id for n in nodes if not n.up]
+    if down:
+        _out.print(f"{len(down)} of {len(nodes)} node(s) down: {down}")
+        raise typer.Exit(2)
     try:
         info = fetch_metadata({"bootstrap.servers": cluster.bootstrap})
     except BrokerUnavailableError as exc:

@@ -11,7 +11,9 @@ from pipeline.workers.projection.service import WorkerOptions, serve_projection
 
 
 def worker(
-    group: str = typer.Option("dpm-projection", "--group", help="Consumer group; scale by starting more members."),
+    group: str | None = typer.Option(
+        None, "--group", help="Consumer group (default <topic prefix>-projection); scale by starting more members."
+    ),
     worker_id: str | None = typer.Option(None, "--worker-id", help="Member id (default: host-pid-random)."),
     batch_size: int = typer.Option(8, "--batch-size", min=1, help="Triggers per transaction."),
     backend: str | None = typer.Option(None, "--backend", help="A registered backend (default DPM_BACKEND)."),

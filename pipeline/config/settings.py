@@ -41,6 +41,11 @@ def read_properties(path: Path) -> dict[str, str]:
     return props
 
 
+def _comma_list(value: Any) -> Any:  # noqa: ANN401 - pydantic passes the raw input
+    """`a, b,c` as ("a", "b", "c"); other values unchanged."""
+    return tuple(t.strip() for t in value.split(",") if t.strip()) if isinstance(value, str) else value
+
+
 class _Group(BaseModel):
     """A group of settings read from one flat environment mapping (fields name their variables)."""
 
@@ -125,10 +130,21 @@ class ModelSettings(_Group):
     price_table: Path | None = Field(
         None, validation_alias="DPM_PRICE_TABLE", description="JSON price table overriding list prices"
     )
-    timeout_s: float = Field(120.0, gt=0, validation_alias="DPM_MODEL_TIMEOUT_S", description="model call timeout")
+    timeout_s: float = Field(60.0, gt=0, validation_alias="DPM_MODEL_TIMEOUT_S", description="model call timeout")
     max_retries: int = Field(
-        4, ge=0, validation_alias="DPM_MODEL_MAX_RETRIES", description="model call retries (429, 529, 5xx, connection)"
+        2, ge=0, validation_alias="DPM_MODEL_MAX_RETRIES", description="model call retries (429, 529, 5xx, connection)"
     )
+
+    latency_ms: int = Field(
+        0, ge=0, validation_alias="DPM_MODEL_LATENCY_MS", description="added wait per model call (tests, benchmarks)"
+    )
+    latency_jitter_ms: int = Field(
+        0, ge=0, validation_alias="DPM_MODEL_LATENCY_JITTER_MS", description="extra wait drawn from each request"
+    )
+
+    def worst_call_s(self) -> float:
+        """The longest one model call may take: every attempt timing out (backoff between them aside)."""
+        return self.timeout_s * (self.max_retries + 1) + (self.latency_ms + self.latency_jitter_ms) / 1000
 
 
 class WorkerSettings(_Group):
@@ -140,13 +156,64 @@ class WorkerSettings(_Group):
     transaction_timeout_ms: int = Field(
         60_000, gt=0, validation_alias="DPM_TRANSACTION_TIMEOUT_MS", description="Kafka transaction timeout"
     )
+    max_poll_interval_ms: int = Field(
+        900_000,
+        ge=10_000,
+        validation_alias="DPM_MAX_POLL_INTERVAL_MS",
+        description="longest a worker may spend on one batch before the group reassigns its partitions",
+    )
+    trigger_deadline_s: float = Field(
+        30.0,
+        gt=0,
+        validation_alias="DPM_TRIGGER_DEADLINE_S",
+        description="longest reading one trigger's case may take (then the trigger is dead-lettered: deadline)",
+    )
+    max_trigger_positions: int = Field(
+        10_000,
+        ge=1,
+        le=100_000,
+        validation_alias="DPM_MAX_TRIGGER_POSITIONS",
+        description="most event positions one trigger may list (schema ceiling 100,000)",
+    )
+    domains: tuple[str, ...] = Field(
+        (),
+        validation_alias="DPM_DOMAINS",
+        description="domains accepted besides loan, claim, prior_auth and tax_exam (comma-separated; * for any)",
+    )
+
+    @field_validator("domains", mode="before")
+    @classmethod
+    def _split(cls, value: Any) -> Any:  # noqa: ANN401 - pydantic passes the raw input
+        return _comma_list(value)
+
+    def check_timing(self, model: ModelSettings) -> None:
+        """Raises SettingsError unless one trigger's worst case fits in half the poll interval.
+
+        A batch stops taking new triggers once half the interval is spent, so a trigger that
+        starts then must finish within the other half: its read deadline plus two model calls
+        (projection and decision), every attempt timing out.
+        """
+        worst = self.trigger_deadline_s + 2 * model.worst_call_s()
+        allowed = self.max_poll_interval_ms / 2000
+        if worst > allowed:
+            raise SettingsError(
+                f"DPM_TRIGGER_DEADLINE_S ({self.trigger_deadline_s:g}) + 2 model calls x DPM_MODEL_TIMEOUT_S "
+                f"({model.timeout_s:g}) x (DPM_MODEL_MAX_RETRIES ({model.max_retries}) + 1) = {worst:g} s must fit "
+                f"in half of DPM_MAX_POLL_INTERVAL_MS ({self.max_poll_interval_ms}): {allowed:g} s"
+            )
+
+    def batch_time_s(self) -> float:
+        """After this long a batch takes no more triggers (the rest is consumed again)."""
+        return self.max_poll_interval_ms / 2000
 
 
 class MetricsSettings(_Group):
     """The /metrics endpoint of the long-running processes."""
 
     port: int = Field(9400, ge=-1, validation_alias="DPM_METRICS_PORT", description="port of /metrics (-1: off)")
-    addr: str = Field("0.0.0.0", validation_alias="DPM_METRICS_ADDR", description="address /metrics binds to")  # noqa: S104
+    addr: str = Field(
+        "127.0.0.1", validation_alias="DPM_METRICS_ADDR", description="address /metrics binds to (containers: 0.0.0.0)"
+    )
     tenants: tuple[str, ...] = Field(
         (),
         validation_alias="DPM_METRICS_TENANTS",
@@ -156,7 +223,7 @@ class MetricsSettings(_Group):
     @field_validator("tenants", mode="before")
     @classmethod
     def _split(cls, value: Any) -> Any:  # noqa: ANN401 - pydantic passes the raw input
-        return tuple(t.strip() for t in value.split(",") if t.strip()) if isinstance(value, str) else value
+        return _comma_list(value)
 
 
 class Settings(BaseModel):

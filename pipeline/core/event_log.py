@@ -6,7 +6,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from pipeline.core.errors import DpmError
 from pipeline.core.events import CaseRef, LogPosition
+
+
+class ReadDeadlineError(DpmError):
+    """Reading a case took longer than the trigger's deadline allows (the read is abandoned)."""
+
+
+class PositionOutOfRangeError(DpmError):
+    """A position names a partition the log does not have."""
 
 
 @dataclass(frozen=True)
@@ -30,10 +39,14 @@ class ReadResult:
 class EventLog(Protocol):
     """Reads trajectories; a Kafka topic in production, a list in memory for tests and offline runs."""
 
-    def read(self, positions: Sequence[LogPosition]) -> ReadResult:
-        """The records at exactly these positions; cost proportional to len(positions)."""
+    def read(self, positions: Sequence[LogPosition], deadline: float | None = None) -> ReadResult:
+        """The records at exactly these positions; cost proportional to len(positions).
+
+        Raises PositionOutOfRangeError for a partition the log lacks, and ReadDeadlineError once
+        `time.monotonic()` passes `deadline`.
+        """
         ...
 
-    def scan(self, case: CaseRef) -> ReadResult:
-        """Every record of `case`, found by scanning the case's partition."""
+    def scan(self, case: CaseRef, deadline: float | None = None) -> ReadResult:
+        """Every record of `case`, found by scanning the case's partition (ReadDeadlineError as for read)."""
         ...

@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 
-from pipeline.core.event_log import RawRecord, ReadResult
+from pipeline.core.event_log import PositionOutOfRangeError, RawRecord, ReadResult
 from pipeline.core.events import CaseRef, LogPosition
 
 
@@ -32,11 +32,15 @@ class InMemoryEventLog:
         records = self._partitions[position.partition]
         records[position.offset] = RawRecord(position, None, None)
 
-    def read(self, positions: Sequence[LogPosition]) -> ReadResult:
+    def read(self, positions: Sequence[LogPosition], deadline: float | None = None) -> ReadResult:
+        del deadline  # memory answers at once
         found: list[RawRecord] = []
         missing: list[LogPosition] = []
         for position in positions:
-            records = self._partitions[position.partition] if 0 <= position.partition < len(self._partitions) else []
+            if not 0 <= position.partition < len(self._partitions):
+                raise PositionOutOfRangeError(f"partition {position.partition} does not exist "
+                                              f"({len(self._partitions)} partitions)")  # fmt: skip
+            records = self._partitions[position.partition]
             record = records[position.offset] if 0 <= position.offset < len(records) else None
             if record is None or record.value is None:
                 missing.append(position)
@@ -44,7 +48,8 @@ class InMemoryEventLog:
                 found.append(record)
         return ReadResult(tuple(found), tuple(missing))
 
-    def scan(self, case: CaseRef) -> ReadResult:
+    def scan(self, case: CaseRef, deadline: float | None = None) -> ReadResult:
+        del deadline
         prefix = f"{case.key}/".encode()
         records = self._partitions[_partition(case, len(self._partitions))]
         return ReadResult(tuple(r for r in records if r.value is not None and r.key and r.key.startswith(prefix)))

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import orjson
 
-from pipeline.kafka.admin import ClusterInfo, wait_for_brokers
+from pipeline.kafka.admin import ClusterInfo, fetch_metadata, wait_for_brokers
 from pipeline.kafka.broker_runtime import ensure_broker_jars, java_executable
 from pipeline.kafka.errors import BrokerUnavailableError, LocalBrokerError
 from pipeline.runtime.processes import process_alive, terminate
@@ -89,6 +89,36 @@ def _read_state(home: Path) -> RunningCluster | None:
         return None
     raw = orjson.loads(path.read_bytes())
     return RunningCluster(**{**raw, "pids": tuple(raw["pids"])})
+
+
+@dataclass(frozen=True)
+class NodeHealth:
+    """One node of a local cluster: its address, process and whether it answers a metadata request."""
+
+    node_id: int
+    address: str
+    pid: int
+    alive: bool
+    answers: bool
+
+    @property
+    def up(self) -> bool:
+        return self.alive and self.answers
+
+
+def node_health(cluster: RunningCluster, timeout_s: float = 2.0) -> list[NodeHealth]:
+    """Each node asked on its own address (a cluster can answer while some of its nodes are down)."""
+    health = []
+    for node_id, (address, pid) in enumerate(zip(cluster.bootstrap.split(","), cluster.pids, strict=True), start=1):
+        alive = process_alive(pid, _MARKER)
+        answers = False
+        if alive:
+            try:
+                answers = node_id in fetch_metadata({"bootstrap.servers": address}, timeout_s).broker_ids
+            except BrokerUnavailableError:
+                answers = False
+        health.append(NodeHealth(node_id, address, pid, alive, answers))
+    return health
 
 
 def read_running(home: Path) -> RunningCluster | None:

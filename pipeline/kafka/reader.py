@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from collections.abc import Sequence
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
-from pipeline.core.event_log import RawRecord, ReadResult
+from pipeline.core.event_log import PositionOutOfRangeError, RawRecord, ReadDeadlineError, ReadResult
 from pipeline.core.events import CaseRef, LogPosition
 from pipeline.kafka.admin import topic_partitions
 from pipeline.kafka.errors import KafkaAdapterError
@@ -32,6 +33,11 @@ def _runs(positions: Sequence[LogPosition]) -> list[tuple[int, int, int]]:
         else:
             runs.append((position.partition, position.offset, position.offset))
     return runs
+
+
+def _check(deadline: float | None, doing: str) -> None:
+    if deadline is not None and time.monotonic() > deadline:
+        raise ReadDeadlineError(f"deadline passed while {doing}")
 
 
 class KafkaEventLog:
@@ -65,10 +71,15 @@ class KafkaEventLog:
         records = read_range(self._consumer, self._topic, partition, first, last=last, timeout_s=_POLL_S)
         return {r.position.offset: r for r in records}
 
-    def read(self, positions: Sequence[LogPosition]) -> ReadResult:
+    def read(self, positions: Sequence[LogPosition], deadline: float | None = None) -> ReadResult:
+        count = self._partition_count()
+        outside = next((p for p in positions if not 0 <= p.partition < count), None)
+        if outside is not None:
+            raise PositionOutOfRangeError(f"partition {outside.partition} does not exist ({self._topic} has {count})")
         try:
             found: dict[LogPosition, RawRecord] = {}
             for partition, first, last in _runs(positions):
+                _check(deadline, f"reading {len(positions)} positions")
                 for offset, record in self._read_run(partition, first, last).items():
                     found[LogPosition(partition, offset)] = record
         except KafkaException as exc:
@@ -82,14 +93,18 @@ class KafkaEventLog:
             self._partitions = topic_partitions(self._client_config, self._topic)
         return self._partitions
 
-    def scan(self, case: CaseRef) -> ReadResult:
+    def scan(self, case: CaseRef, deadline: float | None = None) -> ReadResult:
         """Every record keyed `tenant/case/...` in the case's partition (cost: the whole partition)."""
         partition = case_partition(case, self._partition_count())
         try:
             low, high = self._consumer.get_watermark_offsets(TopicPartition(self._topic, partition), timeout=10)
             if high <= low:
                 return ReadResult(())
-            records = self._read_run(partition, low, high - 1)
+            records: dict[int, RawRecord] = {}
+            for record in read_range(self._consumer, self._topic, partition, low, last=high - 1, timeout_s=_POLL_S):
+                records[record.position.offset] = record
+                if len(records) % 1024 == 0:
+                    _check(deadline, f"scanning {self._topic}[{partition}]")
         except KafkaException as exc:
             raise KafkaAdapterError(f"scanning {self._topic}[{partition}] failed: {exc}") from exc
         prefix = f"{case.key}/".encode()

@@ -40,6 +40,10 @@ class Handler(Protocol):
         """The dead letter for a record whose processing kept failing (model or log unavailable)."""
         ...
 
+    def committed(self, records: Sequence[RawRecord]) -> None:
+        """Called once the outputs of `records` are committed (metrics count committed work only)."""
+        ...
+
 
 @dataclass(frozen=True)
 class LoopConfig:
@@ -49,8 +53,14 @@ class LoopConfig:
     batch_size: int = 8
     session_timeout_ms: int = 10_000
     transaction_timeout_ms: int = 60_000
+    max_poll_interval_ms: int = 900_000
     max_model_attempts: int = 3
     retry_backoff_s: float = 2.0
+
+    @property
+    def batch_time_s(self) -> float:
+        """After this long a batch takes no more records: the rest is consumed again in the next one."""
+        return self.max_poll_interval_ms / 2000
 
 
 @dataclass
@@ -60,7 +70,9 @@ class LoopStats:
     batches: int = 0
     records: int = 0
     outputs: int = 0
-    aborts: int = 0
+    aborts: int = 0  # transactions aborted
+    retries: int = 0  # batches consumed again after a transient failure, before any transaction began
+    producers_replaced: int = 0
     on_batch: list[Callable[[int, float], None]] = field(default_factory=list)
 
 
@@ -71,8 +83,11 @@ def _raw(msg: Message) -> RawRecord:
 class TransactionalLoop:
     """Consumes a batch, runs the handler, and commits outputs with the batch's offsets, or nothing.
 
-    A crash anywhere leaves the transaction uncommitted: its outputs stay invisible to
-    read_committed readers and the batch is consumed again by whichever member owns it next.
+    The handler (reads and model calls, the slow part) runs before the transaction begins; the
+    transaction then only produces the outputs and commits them with the offsets, so its timeout
+    never has to cover model latency, and a worker killed mid-batch leaves no open transaction
+    holding back its partitions. A crash anywhere leaves nothing committed: outputs stay invisible
+    to read_committed readers and the batch is consumed again by whichever member owns it next.
     """
 
     def __init__(self, client_config: dict[str, str], config: LoopConfig, handler: Handler) -> None:
@@ -89,18 +104,17 @@ class TransactionalLoop:
                 "isolation.level": "read_committed",
                 "session.timeout.ms": config.session_timeout_ms,
                 "heartbeat.interval.ms": max(500, config.session_timeout_ms // 5),
+                "max.poll.interval.ms": config.max_poll_interval_ms,
             },
             logger=_LIB_LOG,
         )
-        self._producer = Producer(
-            {
-                **client_config,
-                "transactional.id": config.transactional_id,
-                "transaction.timeout.ms": config.transaction_timeout_ms,
-                "linger.ms": 5,
-            },
-            logger=_LIB_LOG,
-        )
+        self._producer_config = {
+            **client_config,
+            "transactional.id": config.transactional_id,
+            "transaction.timeout.ms": config.transaction_timeout_ms,
+            "linger.ms": 5,
+        }
+        self._producer = Producer(self._producer_config, logger=_LIB_LOG)
 
     def start(self) -> None:
         try:
@@ -108,6 +122,19 @@ class TransactionalLoop:
             self._consumer.subscribe([self._config.input_topic])
         except KafkaException as exc:
             raise KafkaAdapterError(f"worker could not join {self._config.group_id}: {exc}") from exc
+
+    def _replace_producer(self, reason: str) -> None:
+        """A fenced or otherwise fatal producer cannot be used again: a new one takes its place.
+
+        Its init_transactions bumps the epoch, which aborts whatever the old one left open.
+        """
+        _LOG.warning("transactional producer replaced after a fatal error: %s", reason)
+        self.stats.producers_replaced += 1
+        self._producer = Producer(self._producer_config, logger=_LIB_LOG)
+        try:
+            self._producer.init_transactions(30)
+        except KafkaException as exc:
+            raise KafkaAdapterError(f"could not start a new transactional producer: {exc}") from exc
 
     def _outputs(self, record: RawRecord) -> Sequence[Output]:
         if self._attempts.get(record.position, 0) >= self._config.max_model_attempts:
@@ -128,25 +155,39 @@ class TransactionalLoop:
         for partition, offset in firsts.items():
             self._consumer.seek(TopicPartition(self._config.input_topic, partition, offset))
 
-    def _commit(self, batch: list[Message]) -> None:
+    def _process(self, batch: list[Message]) -> tuple[list[Message], list[Output]]:
+        """Runs the handler over the batch, outside any transaction: the records done and their outputs.
+
+        Once the batch has used its time (half the poll interval) it takes no more records; those
+        left are consumed again by the next batch, so a member never misses its poll deadline.
+        """
+        started = time.monotonic()
+        done: list[Message] = []
+        outputs: list[Output] = []
+        for msg in batch:
+            if done and time.monotonic() - started > self._config.batch_time_s:
+                break
+            outputs.extend(self._outputs(_raw(msg)))
+            done.append(msg)
+        return done, outputs
+
+    def _commit(self, done: list[Message], outputs: list[Output]) -> None:
         started = time.perf_counter()
         self._producer.begin_transaction()
-        produced = 0
-        for msg in batch:
-            for out in self._outputs(_raw(msg)):
-                self._producer.produce(out.topic, value=out.value, key=out.key, headers=list(out.headers))
-                produced += 1
+        for out in outputs:
+            self._producer.produce(out.topic, value=out.value, key=out.key, headers=list(out.headers))
         next_offsets: dict[int, int] = {}
-        for msg in batch:
+        for msg in done:
             next_offsets[msg.partition() or 0] = (msg.offset() or 0) + 1
         offsets = [TopicPartition(self._config.input_topic, p, o) for p, o in next_offsets.items()]
         self._producer.send_offsets_to_transaction(offsets, self._consumer.consumer_group_metadata(), 30)
         self._producer.commit_transaction(60)
+        self._handler.committed([_raw(m) for m in done])
         self.stats.batches += 1
-        self.stats.records += len(batch)
-        self.stats.outputs += produced
+        self.stats.records += len(done)
+        self.stats.outputs += len(outputs)
         for callback in self.stats.on_batch:
-            callback(len(batch), time.perf_counter() - started)
+            callback(len(done), time.perf_counter() - started)
 
     def run_once(self, timeout_s: float = 0.5) -> int:
         """Processes at most one batch; returns how many input records it committed."""
@@ -154,24 +195,35 @@ class TransactionalLoop:
         if not batch:
             return 0
         try:
-            self._commit(batch)
+            done, outputs = self._process(batch)
         except (ModelBackendError, KafkaAdapterError) as exc:
-            _LOG.warning("batch aborted and retried after a transient failure: %s", exc)
-            self._abort(batch)
+            _LOG.warning("batch not committed after a transient failure, consumed again: %s", exc)
+            self.stats.retries += 1
+            self._rewind(batch)
             time.sleep(self._config.retry_backoff_s)
             return 0
+        if len(done) < len(batch):
+            self._rewind(batch[len(done) :])
+        try:
+            self._commit(done, outputs)
         except KafkaException as exc:
             error = exc.args[0]
-            if not error.txn_requires_abort() and not error.retriable():
-                raise KafkaAdapterError(f"fatal transaction error: {error.str()}") from exc
+            if error.fatal() or not (error.txn_requires_abort() or error.retriable()):
+                self.stats.aborts += 1
+                self._replace_producer(error.str())
+                self._rewind(done)
+                return 0
             _LOG.warning("transaction aborted (%s); batch will be consumed again", error.str())
-            self._abort(batch)
+            self._abort(done)
             return 0
-        return len(batch)
+        return len(done)
 
     def _abort(self, batch: list[Message]) -> None:
         self.stats.aborts += 1
-        self._producer.abort_transaction(30)
+        try:
+            self._producer.abort_transaction(30)
+        except KafkaException as exc:
+            self._replace_producer(f"abort failed: {exc.args[0].str()}")
         self._rewind(batch)
 
     @staticmethod

@@ -13,6 +13,7 @@ from typing import Protocol
 from pipeline.config.settings import ModelSettings
 from pipeline.core.model import ModelBackend, ModelBackendError
 from pipeline.core.run import ModelCall
+from pipeline.llm.latency import LatencyBackend
 
 
 class BackendFactory(Protocol):
@@ -45,5 +46,8 @@ def factory(name: str) -> BackendFactory:
 
 
 def make_backend(settings: ModelSettings, recorded: Sequence[ModelCall] = ()) -> ModelBackend:
-    """The backend `settings.backend` names, built from the settings."""
-    return factory(settings.backend)(settings, recorded)
+    """The backend `settings.backend` names, built from the settings (slowed down when a latency is set)."""
+    backend = factory(settings.backend)(settings, recorded)
+    if settings.latency_ms or settings.latency_jitter_ms:
+        return LatencyBackend(backend, settings.latency_ms, settings.latency_jitter_ms)
+    return backend

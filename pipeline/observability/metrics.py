@@ -8,6 +8,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
+from pipeline.core.domains import DOMAINS
 from pipeline.core.model import Purpose
 from pipeline.core.run import ModelCall, RunResult
 from pipeline.core.task import Architecture
@@ -16,6 +17,17 @@ from pipeline.wire.rejection import Rejection
 _LOG = logging.getLogger("pipeline.metrics")
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 OTHER_TENANT = "other"
+# Outcome labels come from a fixed set: a trigger's label space is the sender's to choose, and a
+# label value per distinct string would let one sender grow the series without bound.
+KNOWN_OUTCOMES = frozenset(label for rules in DOMAINS.values() for label in rules.label_space) | {
+    "REFER", "PEND", "REVIEW"}  # fmt: skip
+
+
+def outcome_label(label: str | None) -> str:
+    """The decision's label for the outcome label: a known one, else `other` (`failed` when there is none)."""
+    if label is None:
+        return "failed"
+    return label if label in KNOWN_OUTCOMES else "other"
 
 
 class PipelineMetrics:
@@ -69,7 +81,7 @@ class PipelineMetrics:
     ) -> None:
         """Counts a published decision and those of its model calls not counted when they were made."""
         arch = result.architecture.value
-        self.decisions.labels(arch, result.decision.label or "failed", self.tenant_label(tenant)).inc()
+        self.decisions.labels(arch, outcome_label(result.decision.label), self.tenant_label(tenant)).inc()
         memory = [c for c in result.calls if c.request.purpose is not Purpose.DECIDE]
         self.memory_seconds.labels(arch).observe(sum(c.response.latency_s for c in memory))
         self.decision_seconds.labels(arch).observe(result.calls[-1].response.latency_s)
@@ -86,7 +98,7 @@ class PipelineMetrics:
         for partition, lag in lags.items():
             self.lag.labels(group, topic, str(partition)).set(lag)
 
-    def serve(self, port: int, addr: str = "0.0.0.0") -> Any:  # noqa: ANN401, S104 - containers expose the port
+    def serve(self, port: int, addr: str = "127.0.0.1") -> Any:  # noqa: ANN401 - prometheus-client's server
         """Serves /metrics on addr:port; returns the server for shutdown."""
         server, _ = start_http_server(port, addr=addr, registry=self.registry)
         _LOG.info("metrics on %s:%d/metrics", addr, port)

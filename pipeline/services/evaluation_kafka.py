@@ -42,7 +42,8 @@ def evaluate_via_kafka(
     with cluster(settings, say) as bootstrap:
         config = {**settings.kafka.client_config(), "bootstrap.servers": bootstrap}
         create_pipeline_topics(config, names, partitions=3)
-        env = child_env(bootstrap, names.prefix)
+        # The workers accept the domains of the cases at hand (a case file may name any domain).
+        env = child_env(bootstrap, names.prefix, DPM_DOMAINS=",".join(sorted({c.domain for c in cases})))
         commands = [["worker"], ["worker"]] if Architecture.DPM in archs else []
         commands += [["baseline"]] if Architecture.SUMM in archs else []
         with pipeline_processes(commands, env, workdir / "logs"):

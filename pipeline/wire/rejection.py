@@ -19,6 +19,7 @@ class Rejection(StrEnum):
     SEQUENCE_GAP = "sequence-gap"
     CROSS_TENANT = "cross-tenant"
     OVERSIZE = "oversize"
+    DEADLINE = "deadline"
     ERASED = "erased"
     MODEL_ERROR = "model-error"
     INTERNAL = "internal-error"

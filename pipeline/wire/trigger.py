@@ -8,6 +8,7 @@ from typing import Any
 
 import orjson
 
+from pipeline.core.domains import DOMAINS
 from pipeline.core.errors import DpmError
 from pipeline.core.events import CaseRef, LogPosition
 from pipeline.core.task import Architecture, TaskSpec
@@ -15,6 +16,33 @@ from pipeline.wire.limits import MAX_TRIGGER_BYTES
 from pipeline.wire.rejection import RejectedError, Rejection, decode_object
 from pipeline.wire.schema_ids import SchemaId
 from pipeline.wire.validation import SchemaError, validate
+
+
+@dataclass(frozen=True)
+class TriggerLimits:
+    """What a worker accepts beyond the schema: how many positions, which domains (None: any well-formed one)."""
+
+    max_positions: int = 10_000
+    domains: frozenset[str] | None = frozenset(DOMAINS)
+
+    @classmethod
+    def of(cls, max_positions: int, extra_domains: tuple[str, ...]) -> TriggerLimits:
+        """Limits from the settings' values: `extra_domains` adds to the rule-table domains; `*` accepts any."""
+        domains = None if "*" in extra_domains else frozenset(DOMAINS) | frozenset(extra_domains)
+        return cls(max_positions, domains)
+
+    def check(self, request: DecisionRequest) -> None:
+        """Raises RejectedError(SCHEMA) for a request the schema admits but these limits do not."""
+        positions = request.positions or ()
+        if len(positions) > self.max_positions:
+            raise RejectedError(
+                Rejection.SCHEMA, f"{len(positions)} positions exceed the limit of {self.max_positions}"
+            )
+        if request.positions is not None and request.events_count not in (None, len(positions)):
+            raise RejectedError(Rejection.SCHEMA, f"events_count {request.events_count} but {len(positions)} positions")
+        if self.domains is not None and request.task.domain not in self.domains:
+            known = ", ".join(sorted(self.domains))
+            raise RejectedError(Rejection.SCHEMA, f"unknown domain {request.task.domain!r} (accepted: {known})")
 
 
 class InvalidDecisionIdError(DpmError):
@@ -100,8 +128,12 @@ class DecisionRequest:
             raise RejectedError(Rejection.SCHEMA, str(exc)) from exc
 
     @classmethod
-    def decode(cls, data: bytes | None, max_bytes: int = MAX_TRIGGER_BYTES) -> DecisionRequest:
+    def decode(
+        cls, data: bytes | None, max_bytes: int = MAX_TRIGGER_BYTES, limits: TriggerLimits | None = None
+    ) -> DecisionRequest:
         """The request of raw bytes; raises RejectedError (OVERSIZE, NOT_JSON or SCHEMA)."""
         if data is not None and len(data) > max_bytes:
             raise RejectedError(Rejection.OVERSIZE, f"trigger of {len(data)} bytes exceeds {max_bytes}")
-        return cls.from_wire(decode_object(data, "trigger"))
+        request = cls.from_wire(decode_object(data, "trigger"))
+        (limits or TriggerLimits()).check(request)
+        return request

@@ -5,12 +5,16 @@ from __future__ import annotations
 import uuid
 from pathlib import Path
 
+import orjson
+
+from pipeline.core.events import Event
 from pipeline.core.hashing import text_digest
 from pipeline.core.model import Purpose
 from pipeline.core.run import SummVariant, run_summ
 from pipeline.core.task import Architecture, Budget
 from pipeline.kafka.admin import admin_client
 from pipeline.kafka.producer import EventProducer
+from pipeline.kafka.range_reads import read_topic
 from pipeline.kafka.topics import TopicNames
 from pipeline.llm.extractive.backend import ExtractiveBackend
 from pipeline.services.cluster import pipeline_processes as processes
@@ -95,3 +99,23 @@ def test_baseline_honours_the_client_config_and_its_buffered_decisions_verify_fr
     replayed = dpm_cli("replay", "--all", "--verify-recorded", env=env)
     assert replayed.returncode == 0, replayed.stdout + replayed.stderr
     assert "MATCH" in replayed.stdout
+
+
+def test_one_oversize_event_is_a_dead_letter_and_later_cases_are_still_decided(
+    kafka_bootstrap: str, kafka_config: dict[str, str], topic_names: TopicNames, tmp_path: Path
+) -> None:
+    create_topics(kafka_config, topic_names, partitions=1)  # the big event and the next case share a partition
+    big, later = small_cases(per_domain=1)[:2]
+    producer = EventProducer(kafka_config, topic_names)
+    huge = Event(big.ref, 1, "document", "Scanned appendix. " * 28_000)  # about 500 KB, valid
+    producer.append([huge])
+    positions = tuple(producer.append(later.trajectory.events, CaseOpening(later.task, (BUDGET,))))
+    producer.trigger(DecisionRequest("after-big", later.ref, later.task, BUDGET, (Architecture.SUMM,), positions,
+                                     len(positions)))  # fmt: skip
+    producer.close()
+    with processes([["baseline"]], worker_env(kafka_bootstrap, topic_names, tmp_path), tmp_path / "logs") as procs:
+        outputs = await_decisions(kafka_config, topic_names, 1, timeout_s=120)
+        assert procs[0].poll() is None, "the baseline is still running"
+    assert set(outputs.decisions) == {DecisionId("after-big", Architecture.SUMM)}
+    letters = [orjson.loads(r.value or b"") for r in read_topic(kafka_config, topic_names.dlq)]
+    assert [(letter["reason"], letter["source_topic"]) for letter in letters] == [("oversize", topic_names.events)]

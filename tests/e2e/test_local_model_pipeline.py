@@ -35,9 +35,9 @@ BUDGET = 400
 
 
 def _model_env(base: dict[str, str], running: local_model.RunningModel) -> dict[str, str]:
-    """A slow model needs room: one trigger per transaction, minutes before a transaction times out."""
+    """A slow model needs room: two minutes a call, one attempt (2 x 120 s + read deadline < half the poll interval)."""
     return {**base, "DPM_BACKEND": "openai", "DPM_OPENAI_BASE_URL": running.base_url, "DPM_MODEL": running.model,
-            "DPM_TRANSACTION_TIMEOUT_MS": "300000", "DPM_MODEL_TIMEOUT_S": "120"}  # fmt: skip
+            "DPM_MODEL_TIMEOUT_S": "120", "DPM_MODEL_MAX_RETRIES": "0"}  # fmt: skip
 
 
 def _trigger(config: dict[str, str], names: TopicNames, trigger_id: str, archs: tuple[Architecture, ...]) -> None:
@@ -84,7 +84,9 @@ def test_a_model_server_that_dies_gives_retries_then_model_error_dead_letters_ne
     assert running is not None
     assert dpm_cli("model", "status", env=cli_env).returncode == 0
     create_topics(kafka_config, topic_names)
-    env = {**_model_env(worker_env(kafka_bootstrap, topic_names, tmp_path), running), "DPM_MODEL_MAX_RETRIES": "1"}
+    # Two attempts a call: 2 x 120 s x 2 + 30 s must fit in half the poll interval.
+    env = {**_model_env(worker_env(kafka_bootstrap, topic_names, tmp_path), running), "DPM_MODEL_MAX_RETRIES": "1",
+           "DPM_MAX_POLL_INTERVAL_MS": "1200000"}  # fmt: skip
     with pipeline_processes([["worker", "--batch-size", "1"]], env, tmp_path / "logs") as (worker,):
         assert "stopped" in dpm_cli("model", "down", env=cli_env).stdout  # the server dies under a running worker
         _trigger(kafka_config, topic_names, "dead-model", (Architecture.DPM,))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import uuid
 from pathlib import Path
 
@@ -17,6 +19,7 @@ from pipeline.kafka.local_broker import free_cluster_port
 from pipeline.kafka.topics import TopicNames, TopicSpec, ensure_topics, pipeline_topics
 from pipeline.services.cluster import private_cluster
 from tests.kafka_support import unique_prefix
+from tests.processes import dpm_cli
 
 
 def _read_at(config: dict[str, str], topic: str, partition: int, offset: int, committed: bool = False) -> list[bytes]:
@@ -164,3 +167,12 @@ def test_three_node_cluster_replicates_with_min_isr_two(private_home: Path) -> N
         resource = ConfigResource(ResourceType.TOPIC, names.events)
         configs = admin.describe_configs([resource])[resource].result(timeout=10)
         assert configs["min.insync.replicas"].value == "2"
+        # A node that dies is named as down, and the status command fails.
+        os.kill(cluster.pids[1], signal.SIGKILL)
+        health = {n.node_id: n.up for n in local_broker.node_health(cluster)}
+        assert health == {1: True, 2: False, 3: True}
+        status = dpm_cli("broker", "status", env={"DPM_HOME": str(private_home)})
+        assert status.returncode == 2, status.stdout
+        assert "node 2 at" in status.stdout
+        assert "down: process exited" in status.stdout
+        assert "1 of 3 node(s) down: [2]" in status.stdout

@@ -5,6 +5,7 @@ from __future__ import annotations
 import uuid
 
 import orjson
+from confluent_kafka import Producer
 
 from pipeline.core.memory_log import InMemoryEventLog
 from pipeline.core.model import ModelBackendError, ModelRequest, ModelResponse
@@ -56,7 +57,35 @@ def test_a_model_that_keeps_failing_is_retried_then_dead_lettered(
     loop.close()
     assert committed == 1
     assert _Overloaded.calls == 3
-    assert loop.stats.aborts == 3
+    assert (loop.stats.retries, loop.stats.aborts) == (3, 0)  # the model fails before any transaction begins
     letters = [orjson.loads(r.value or b"") for r in read_topic(kafka_config, topic_names.dlq)]
     assert [letter["reason"] for letter in letters] == ["model-error"]
     assert list(read_topic(kafka_config, topic_names.decisions)) == []
+
+
+def test_a_fenced_producer_is_replaced_and_the_batch_consumed_again(
+    kafka_config: dict[str, str], topic_names: TopicNames
+) -> None:
+    create_topics(kafka_config, topic_names)
+    case = load_fixture()
+    log = InMemoryEventLog()
+    positions = tuple(append_events(log, case.trajectory.events))
+    config = LoopConfig(group_id=f"g-{uuid.uuid4().hex}", input_topic=topic_names.triggers,
+                        transactional_id=f"tx-{uuid.uuid4().hex}")  # fmt: skip
+    loop = TransactionalLoop(kafka_config, config, ProjectionHandler(topic_names, log, ExtractiveBackend(), "w"))
+    loop.start()
+    usurper = Producer({**kafka_config, "transactional.id": config.transactional_id})
+    usurper.init_transactions(30)  # a newer instance with the same id: the loop's producer is now fenced
+    producer = EventProducer(kafka_config, topic_names)
+    producer.trigger(DecisionRequest("t-fenced", case.ref, case.task, 700, (Architecture.DPM,), positions))
+    producer.close()
+    committed = 0
+    for _ in range(60):
+        committed += loop.run_once(timeout_s=1.0)
+        if committed:
+            break
+    loop.close()
+    assert committed == 1
+    assert loop.stats.producers_replaced == 1
+    decisions = [orjson.loads(r.value or b"")["decision_id"] for r in read_topic(kafka_config, topic_names.decisions)]
+    assert decisions == ["t-fenced:dpm"]

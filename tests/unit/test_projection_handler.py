@@ -8,7 +8,7 @@ from dataclasses import replace
 import orjson
 import pytest
 
-from pipeline.core.event_log import RawRecord
+from pipeline.core.event_log import RawRecord, ReadDeadlineError, ReadResult
 from pipeline.core.events import CaseRef, Event, LogPosition
 from pipeline.core.memory_log import InMemoryEventLog
 from pipeline.core.model import ModelBackendError, ModelRequest, ModelResponse
@@ -16,6 +16,7 @@ from pipeline.core.task import Architecture
 from pipeline.kafka.topics import TopicNames
 from pipeline.kafka.transactions import Output
 from pipeline.llm.extractive.backend import ExtractiveBackend
+from pipeline.observability.metrics import PipelineMetrics, outcome_label
 from pipeline.wire.dead_letter import DeadLetterRecord
 from pipeline.wire.decision import DecisionRecord, PositionsSource
 from pipeline.wire.event import append_events
@@ -173,3 +174,40 @@ def test_a_failing_model_is_raised_for_the_loop_to_retry(log: InMemoryEventLog) 
     handler = ProjectionHandler(NAMES, log, _Broken(ModelBackendError("HTTP 529")), "unit-worker")
     with pytest.raises(ModelBackendError):
         handler.handle(_trigger(_request(positions)))
+
+
+def _count(metrics: PipelineMetrics, name: str, **labels: str) -> float:
+    return metrics.registry.get_sample_value(name, labels) or 0.0
+
+
+def test_metrics_count_committed_work_only(log: InMemoryEventLog) -> None:
+    metrics = PipelineMetrics()
+    handler = ProjectionHandler(NAMES, log, ExtractiveBackend(), "unit-worker", metrics=metrics)
+    record = _trigger(_request(tuple(append_events(log, CASE.trajectory.events))))
+    handler.handle(record)
+    handler.handle(record)  # consumed again after an aborted batch: still one decision to count
+    decided = {"architecture": "dpm", "outcome": CASE.label, "tenant": "other"}
+    assert _count(metrics, "dpm_decisions_total", **decided) == 0
+    handler.committed([record])
+    assert _count(metrics, "dpm_decisions_total", **decided) == 1
+    handler.dead_letter(record, "model failed")  # the loop's dead letter after the last attempt
+    handler.committed([record])
+    assert _count(metrics, "dpm_dead_letters_total", reason="model-error") == 1
+
+
+def test_outcome_labels_come_from_a_bounded_set(log: InMemoryEventLog) -> None:
+    assert outcome_label("APPROVE") == "APPROVE"
+    assert outcome_label("X" * 64) == "other"
+    assert outcome_label(None) == "failed"
+
+
+def test_a_slow_read_is_a_deadline_dead_letter_and_a_missing_partition_a_schema_one(log: InMemoryEventLog) -> None:
+    class SlowLog(InMemoryEventLog):
+        def read(self, positions: Sequence[LogPosition], deadline: float | None = None) -> ReadResult:
+            raise ReadDeadlineError("deadline passed while reading 10000 positions")
+
+    slow = ProjectionHandler(NAMES, SlowLog(partitions=3), ExtractiveBackend(), "unit-worker", read_deadline_s=0.5)
+    (letter,) = slow.handle(_trigger(_request((LogPosition(0, 1),))))
+    assert DeadLetterRecord.from_wire(orjson.loads(letter.value)).reason is Rejection.DEADLINE
+    (letter,) = _handler(log).handle(_trigger(_request((LogPosition(5, 1),))))
+    assert DeadLetterRecord.from_wire(orjson.loads(letter.value)).reason is Rejection.SCHEMA

@@ -3,7 +3,15 @@
 from __future__ import annotations
 
 from pipeline.core.domains import claim, loan, prior_auth, tax_exam
-from pipeline.core.domains.base import Applies, DomainRules, Provision, Verdict, refer_if_unverified, referral_label
+from pipeline.core.domains.base import (
+    Applies,
+    DomainRules,
+    Limit,
+    Provision,
+    Verdict,
+    refer_if_unverified,
+    referral_label,
+)
 
 DOMAINS: dict[str, DomainRules] = {r.domain: r for r in (loan.RULES, claim.RULES, prior_auth.RULES, tax_exam.RULES)}
 

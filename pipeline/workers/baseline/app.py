@@ -15,11 +15,12 @@ import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import faust
+import orjson
 
 from pipeline.core.domains import rules_for
 from pipeline.core.event_log import RawRecord
@@ -35,13 +36,17 @@ from pipeline.wire.decision import PositionsSource, Provenance
 from pipeline.wire.event import EventRecord
 from pipeline.wire.rejection import RejectedError, Rejection
 from pipeline.wire.run_records import run_records
-from pipeline.wire.trigger import DecisionRequest
+from pipeline.wire.trigger import DecisionRequest, TriggerLimits
 from pipeline.workers.baseline.state import CaseState, SummStep, calls_of, step_key
 from pipeline.workers.publishing import dead_letter, observe_published, run_outputs
 
 _LOG = logging.getLogger("pipeline.workers.baseline")
 _MODEL_ATTEMPTS = 3
 _RETRY_BACKOFF_S = 2.0
+# A step's changelog record holds the event, its prompt and the answer: about three times the event.
+# Kafka refuses records over 1 MiB by default, so larger events are refused here, as dead letters.
+MAX_BASELINE_EVENT_BYTES = 256 * 1024
+MAX_STEP_BYTES = 900 * 1024
 
 
 @dataclass(frozen=True)
@@ -55,6 +60,8 @@ class BaselineOptions:
     variant: SummVariant = SummVariant.REWRITE
     trigger_wait_s: float = 60.0
     session_timeout_s: float = 10.0
+    limits: TriggerLimits = field(default_factory=TriggerLimits)
+    max_event_bytes: int = MAX_BASELINE_EVENT_BYTES
 
 
 def _record(event: Any) -> RawRecord:  # noqa: ANN401 - faust's EventT
@@ -188,6 +195,10 @@ class Baseline:
 
     async def apply_event(self, record: RawRecord) -> None:
         """One Summ-only step per maintained budget; a re-sent event is skipped, a gap refused."""
+        size = len(record.value or b"")
+        if size > self.options.max_event_bytes:
+            limit = self.options.max_event_bytes
+            raise RejectedError(Rejection.OVERSIZE, f"event of {size} bytes exceeds the baseline's {limit}")
         decoded = EventRecord.decode(record.value)
         event = decoded.event
         state = self._case_state(decoded)
@@ -224,8 +235,11 @@ class Baseline:
             call=call,
         )
         memory = await asyncio.get_running_loop().run_in_executor(None, step)
-        self.steps[step_key(case_key, budget, event.seq)] = SummStep(event, record.position, memory,
-                                                                      tuple(calls)).to_json()  # fmt: skip
+        stored = SummStep(event, record.position, memory, tuple(calls)).to_json()
+        size = len(orjson.dumps(stored))
+        if size > MAX_STEP_BYTES:  # never hand the changelog a record it would refuse
+            raise RejectedError(Rejection.OVERSIZE, f"{case_key} step {event.seq} would store {size} bytes")
+        self.steps[step_key(case_key, budget, event.seq)] = stored
         if self.metrics is not None:
             self.metrics.observe_calls(Architecture.SUMM, calls)
 
@@ -233,8 +247,16 @@ class Baseline:
         await self._consume(stream, self.names.triggers, self.decide)
 
     async def decide(self, record: RawRecord) -> RunResult | None:
-        """The decision over the memory after the trigger's last event, published with N+1 audit records."""
-        request = DecisionRequest.decode(record.value)
+        """The decision over the memory after the trigger's last event, published with N+1 audit records.
+
+        A trigger that does not decode is the projection group's to dead-letter (it reads every
+        trigger): one dead letter per bad trigger, not one per group.
+        """
+        try:
+            request = DecisionRequest.decode(record.value, limits=self.options.limits)
+        except RejectedError as exc:
+            _LOG.debug("trigger at %s left to the projection group: %s", record.position, exc)
+            return None
         if Architecture.SUMM not in request.architectures:
             return None
         count, budgets = await self._await_steps(request)

@@ -13,6 +13,7 @@ from pipeline.kafka.topics import TopicNames
 from pipeline.llm.registry import make_backend
 from pipeline.observability.logs import json_logging_config
 from pipeline.observability.metrics import PipelineMetrics
+from pipeline.wire.trigger import TriggerLimits
 from pipeline.workers.baseline.app import Baseline, BaselineOptions
 from pipeline.workers.baseline.connection import faust_connection
 
@@ -40,6 +41,7 @@ def build_baseline(settings: Settings, choices: BaselineChoices, metrics: Pipeli
         default_domain=choices.default_domain,
         variant=choices.variant,
         trigger_wait_s=choices.trigger_wait_s,
+        limits=TriggerLimits.of(settings.worker.max_trigger_positions, settings.worker.domains),
     )
     options.datadir.mkdir(parents=True, exist_ok=True)
     return Baseline(options, names, make_backend(settings.model), faust_connection(settings.kafka), metrics)

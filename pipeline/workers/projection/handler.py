@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
-from dataclasses import dataclass
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 
-from pipeline.core.event_log import EventLog, RawRecord
+from pipeline.core.event_log import EventLog, PositionOutOfRangeError, RawRecord, ReadDeadlineError
 from pipeline.core.events import LogPosition, Trajectory
 from pipeline.core.model import ModelBackend, ModelBackendError
 from pipeline.core.run import run_dpm
@@ -20,7 +21,7 @@ from pipeline.wire.limits import MAX_TRAJECTORY_CHARS
 from pipeline.wire.rejection import RejectedError, Rejection
 from pipeline.wire.run_records import run_records
 from pipeline.wire.trajectory import assemble
-from pipeline.wire.trigger import DecisionRequest
+from pipeline.wire.trigger import DecisionRequest, TriggerLimits
 from pipeline.workers.publishing import dead_letter, observe_published, run_outputs
 
 _LOG = logging.getLogger("pipeline.workers.projection")
@@ -36,13 +37,26 @@ class ProjectionHandler:
     worker_id: str
     max_trajectory_chars: int = MAX_TRAJECTORY_CHARS
     metrics: PipelineMetrics | None = None
+    limits: TriggerLimits = field(default_factory=TriggerLimits)
+    read_deadline_s: float = 30.0
+    # Metric observations of handled records, made only once their outputs are committed: a batch
+    # that is aborted or consumed again must not count twice.
+    _on_commit: dict[LogPosition, Callable[[], None]] = field(default_factory=dict, init=False, repr=False)
+
+    def committed(self, records: Sequence[RawRecord]) -> None:
+        for record in records:
+            observe = self._on_commit.get(record.position)
+            if observe is not None:
+                observe()
+        self._on_commit.clear()  # what is left belongs to records consumed again: they will be handled again
 
     def handle(self, record: RawRecord) -> Sequence[Output]:
+        self._on_commit.pop(record.position, None)
         try:
-            request = DecisionRequest.decode(record.value)
+            request = DecisionRequest.decode(record.value, limits=self.limits)
             if Architecture.DPM not in request.architectures:
                 return []
-            return self._decide(request, record.timestamp_ms)
+            return self._decide(request, record)
         except RejectedError as exc:
             _LOG.warning("trigger at %s rejected: %s", record.position, exc, extra={"worker_id": self.worker_id})
             return [self._refuse(record, exc.reason, exc.detail)]
@@ -53,12 +67,13 @@ class ProjectionHandler:
             return [self._refuse(record, Rejection.INTERNAL, f"{type(exc).__name__}: {exc}")]
 
     def _refuse(self, record: RawRecord, reason: Rejection, detail: str) -> Output:
-        if self.metrics is not None:
-            self.metrics.observe_rejection(reason)
+        metrics = self.metrics
+        if metrics is not None:
+            self._on_commit[record.position] = lambda: metrics.observe_rejection(reason)
         return self._dead_letter(record, reason, detail)
 
     def dead_letter(self, record: RawRecord, detail: str) -> Output:
-        return self._dead_letter(record, Rejection.MODEL_ERROR, detail)
+        return self._refuse(record, Rejection.MODEL_ERROR, detail)
 
     def _dead_letter(self, record: RawRecord, reason: Rejection, detail: str) -> Output:
         return dead_letter(
@@ -66,14 +81,20 @@ class ProjectionHandler:
         )
 
     def _read(self, request: DecisionRequest) -> tuple[Trajectory, tuple[LogPosition, ...], PositionsSource]:
-        if request.positions is not None:
-            read, source = self.log.read(request.positions), PositionsSource.TRIGGER
-        else:
-            read, source = self.log.scan(request.case), PositionsSource.SCAN
+        deadline = time.monotonic() + self.read_deadline_s
+        try:
+            if request.positions is not None:
+                read, source = self.log.read(request.positions, deadline), PositionsSource.TRIGGER
+            else:
+                read, source = self.log.scan(request.case, deadline), PositionsSource.SCAN
+        except ReadDeadlineError as exc:
+            raise RejectedError(Rejection.DEADLINE, f"{exc} (limit {self.read_deadline_s:g} s)") from exc
+        except PositionOutOfRangeError as exc:
+            raise RejectedError(Rejection.SCHEMA, str(exc)) from exc
         trajectory, positions = assemble(request.case, read, request.events_count, self.max_trajectory_chars)
         return trajectory, positions, source
 
-    def _decide(self, request: DecisionRequest, triggered_ms: int | None) -> list[Output]:
+    def _decide(self, request: DecisionRequest, record: RawRecord) -> list[Output]:
         trajectory, positions, source = self._read(request)
         budget = Budget(request.budget_chars)
         result = run_dpm(trajectory, request.task, budget, self.backend)
@@ -83,6 +104,8 @@ class ProjectionHandler:
                    "trace_id": request.trigger_id, "worker_id": self.worker_id}  # fmt: skip
         _LOG.info("decided %s: %s", decision_id, result.decision.label, extra=context)
         published = run_records(result, trajectory, task=request.task, budget=budget, provenance=provenance)
-        if self.metrics is not None:
-            observe_published(self.metrics, result, published, triggered_ms=triggered_ms)
+        metrics = self.metrics
+        if metrics is not None:
+            self._on_commit[record.position] = lambda: observe_published(metrics, result, published,
+                                                                         triggered_ms=record.timestamp_ms)  # fmt: skip
         return run_outputs(published, self.names)

@@ -12,6 +12,7 @@ from pipeline.kafka.topics import TopicNames
 from pipeline.kafka.transactions import LoopConfig, TransactionalLoop
 from pipeline.llm.registry import make_backend
 from pipeline.observability.metrics import PipelineMetrics
+from pipeline.wire.trigger import TriggerLimits
 from pipeline.workers.projection.handler import ProjectionHandler
 
 _LOG = logging.getLogger("pipeline.workers")
@@ -22,25 +23,33 @@ class WorkerOptions:
     """A projection worker's identity, group and batch size (the rest comes from the settings)."""
 
     worker_id: str
-    group_id: str = "dpm-projection"
+    group_id: str | None = None  # None: <topic prefix>-projection, so workers of other topics never share it
     batch_size: int = 8
+
+    def group(self, settings: Settings) -> str:
+        return self.group_id or f"{settings.kafka.topic_prefix}-projection"
 
 
 def build_projection_worker(
     settings: Settings, options: WorkerOptions, metrics: PipelineMetrics | None = None
 ) -> tuple[TransactionalLoop, KafkaEventLog]:
     """The worker's loop, connected but not started, and its event-log reader (to close afterwards)."""
+    settings.worker.check_timing(settings.model)
     names = TopicNames(settings.kafka.topic_prefix)
     client = settings.kafka.client_config()
     log = KafkaEventLog(client, names.events)
-    handler = ProjectionHandler(names, log, make_backend(settings.model), options.worker_id, metrics=metrics)
+    limits = TriggerLimits.of(settings.worker.max_trigger_positions, settings.worker.domains)
+    handler = ProjectionHandler(names, log, make_backend(settings.model), options.worker_id, metrics=metrics,
+                                limits=limits, read_deadline_s=settings.worker.trigger_deadline_s)  # fmt: skip
+    group = options.group(settings)
     config = LoopConfig(
-        group_id=options.group_id,
+        group_id=group,
         input_topic=names.triggers,
-        transactional_id=f"{options.group_id}-{options.worker_id}",
+        transactional_id=f"{group}-{options.worker_id}",
         batch_size=options.batch_size,
         session_timeout_ms=settings.worker.session_timeout_ms,
         transaction_timeout_ms=settings.worker.transaction_timeout_ms,
+        max_poll_interval_ms=settings.worker.max_poll_interval_ms,
     )
     return TransactionalLoop(client, config, handler), log
 
@@ -51,10 +60,10 @@ def serve_projection(settings: Settings, options: WorkerOptions, stop: threading
     server = metrics.serve(settings.metrics.port, settings.metrics.addr) if settings.metrics.port >= 0 else None
     loop, log = build_projection_worker(settings, options, metrics)
     topic = TopicNames(settings.kafka.topic_prefix).triggers
-    _LOG.info("projection worker %s joined %s on %s", options.worker_id, options.group_id,
+    _LOG.info("projection worker %s joined %s on %s", options.worker_id, options.group(settings),
               settings.kafka.bootstrap_servers, extra={"worker_id": options.worker_id})  # fmt: skip
     try:
-        loop.run(stop.is_set, on_idle=lambda: metrics.observe_lag(options.group_id, topic, loop.lag()))
+        loop.run(stop.is_set, on_idle=lambda: metrics.observe_lag(options.group(settings), topic, loop.lag()))
     finally:
         log.close()
         if server is not None:

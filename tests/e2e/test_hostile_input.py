@@ -1,0 +1,117 @@
+"""Hostile triggers and slow models against real worker processes: dead letters, never a stall or a crash loop."""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+from pathlib import Path
+
+import orjson
+from confluent_kafka import Producer
+
+from pipeline.core.events import LogPosition
+from pipeline.core.task import Architecture
+from pipeline.kafka.producer import EventProducer
+from pipeline.kafka.range_reads import read_topic
+from pipeline.kafka.topics import TopicNames
+from pipeline.services.cluster import pipeline_processes as processes
+from pipeline.services.read_outputs import await_decisions
+from pipeline.wire.trigger import DecisionId, DecisionRequest
+from tests.pipeline_support import create_topics, small_cases, worker_env
+
+
+def _dead_letters(config: dict[str, str], names: TopicNames, count: int, timeout_s: float) -> list[tuple[str, str]]:
+    """(reason, trigger id) of the dead letters, once `count` are there or the time is up."""
+    deadline = time.monotonic() + timeout_s
+    letters: list[dict[str, str]] = []
+    while len(letters) < count and time.monotonic() < deadline:
+        letters = [orjson.loads(r.value or b"") for r in read_topic(config, names.dlq)]
+        time.sleep(0.5)
+    originals = [orjson.loads(base64.b64decode(letter["original_value_b64"])) for letter in letters]
+    return [(letter["reason"], original["trigger_id"]) for letter, original in zip(letters, originals, strict=True)]
+
+
+def _produce_raw(config: dict[str, str], names: TopicNames, values: list[dict[str, object]]) -> None:
+    """Trigger values as an outside client might write them, unchecked, to partition 0."""
+    producer = Producer(config)
+    for value in values:
+        # the standard library writes integers of any size (orjson stops at 64 bits)
+        producer.produce(names.triggers, value=json.dumps(value).encode(), key=b"raw", partition=0)
+    assert producer.flush(30) == 0
+
+
+def test_a_poison_trigger_is_dead_lettered_at_its_deadline_and_the_partition_moves_on(
+    kafka_bootstrap: str, kafka_config: dict[str, str], topic_names: TopicNames, tmp_path: Path
+) -> None:
+    create_topics(kafka_config, topic_names, partitions=1)  # poison and honest triggers share one partition
+    producer = EventProducer(kafka_config, topic_names)
+    case = small_cases(per_domain=1)[0]
+    positions = tuple(producer.append(case.trajectory.events))
+    far_apart = tuple(LogPosition(0, 1_000 * n) for n in range(10_000))  # a seek each: ~10k reads
+    producer.trigger(DecisionRequest("poison", case.ref, case.task, 900, (Architecture.DPM,), far_apart))
+    producer.trigger(DecisionRequest("honest", case.ref, case.task, 900, (Architecture.DPM,), positions))
+    producer.close()
+    env = {**worker_env(kafka_bootstrap, topic_names, tmp_path), "DPM_TRIGGER_DEADLINE_S": "2"}
+    started = time.monotonic()
+    with processes([["worker"]], env, tmp_path / "logs") as procs:
+        outputs = await_decisions(kafka_config, topic_names, 1, timeout_s=60)
+        letters = _dead_letters(kafka_config, topic_names, 1, timeout_s=10)
+        assert procs[0].poll() is None, "the worker is still running"
+    assert set(outputs.decisions) == {DecisionId("honest", Architecture.DPM)}
+    assert letters == [("deadline", "poison")]
+    assert time.monotonic() - started < 45
+
+
+def test_out_of_range_and_unknown_input_are_schema_rejections(
+    kafka_bootstrap: str, kafka_config: dict[str, str], topic_names: TopicNames, tmp_path: Path
+) -> None:
+    create_topics(kafka_config, topic_names, partitions=1)
+    producer = EventProducer(kafka_config, topic_names)
+    case = small_cases(per_domain=1)[0]
+    positions = tuple(producer.append(case.trajectory.events))
+    producer.close()
+    good: dict[str, object] = DecisionRequest(
+        "ok", case.ref, case.task, 900, (Architecture.DPM,), positions, len(positions)
+    ).to_wire()
+    hostile = {
+        "huge-budget": {**good, "trigger_id": "huge-budget", "budget_chars": 10**30},
+        "huge-offset": {**good, "trigger_id": "huge-offset", "positions": [[0, 2**70]], "events_count": 1},
+        "huge-partition": {**good, "trigger_id": "huge-partition", "positions": [[2**31, 0]], "events_count": 1},
+        "missing-partition": {**good, "trigger_id": "missing-partition", "positions": [[7, 0]], "events_count": 1},
+        "nuclear": {**good, "trigger_id": "nuclear", "task": {**case.task.wire(), "domain": "nuclear"}},
+        "nul": {**good, "trigger_id": "nul\u0000id"},
+        "count-mismatch": {**good, "trigger_id": "count-mismatch", "events_count": len(positions) + 1},
+    }
+    _produce_raw(kafka_config, topic_names, [*hostile.values(), good])
+    with processes([["worker"]], worker_env(kafka_bootstrap, topic_names, tmp_path), tmp_path / "logs"):
+        outputs = await_decisions(kafka_config, topic_names, 1, timeout_s=60)
+        letters = _dead_letters(kafka_config, topic_names, len(hostile), timeout_s=20)
+    assert set(outputs.decisions) == {DecisionId("ok", Architecture.DPM)}
+    assert sorted(letters) == sorted(("schema", trigger_id) for trigger_id in
+                                     (v["trigger_id"] for v in hostile.values()))  # fmt: skip
+
+
+def test_a_slow_batch_outlasting_the_transaction_timeout_commits_without_fencing(
+    kafka_bootstrap: str, kafka_config: dict[str, str], topic_names: TopicNames, tmp_path: Path
+) -> None:
+    """8 triggers x 2 calls x 1.1 s = a 17.6 s batch against a 5 s transaction timeout."""
+    create_topics(kafka_config, topic_names, partitions=1)
+    producer = EventProducer(kafka_config, topic_names)
+    case = small_cases(per_domain=1)[0]
+    positions = tuple(producer.append(case.trajectory.events))
+    ids = set()
+    for n in range(8):
+        request = DecisionRequest(f"slow{n}", case.ref, case.task, 600 + 50 * n, (Architecture.DPM,), positions)
+        producer.trigger(request)
+        ids.add(request.decision_id(Architecture.DPM))
+    producer.close()
+    env = {**worker_env(kafka_bootstrap, topic_names, tmp_path), "DPM_TRANSACTION_TIMEOUT_MS": "5000",
+           "DPM_MODEL_LATENCY_MS": "1100"}  # fmt: skip
+    with processes([["worker", "--batch-size", "8"]], env, tmp_path / "logs") as procs:
+        outputs = await_decisions(kafka_config, topic_names, len(ids), timeout_s=90)
+        assert procs[0].poll() is None, "the worker did not die"
+    assert set(outputs.decisions) == ids
+    assert outputs.duplicates == 0
+    log = (tmp_path / "logs").glob("*")
+    assert not any("fenced" in p.read_text(errors="replace").lower() for p in log if p.is_file())
