@@ -242,20 +242,18 @@ class TransactionalLoop:
                 _, high = self._consumer.get_watermark_offsets(tp, cached=True)
                 if tp.offset >= 0 and high >= 0:
                     lags[tp.partition] = max(0, high - tp.offset)
-        except KafkaException as exc:
+        except (KafkaException, RuntimeError) as exc:  # RuntimeError: closed while a refresher asked
             _LOG.debug("lag unavailable: %s", exc)
         return lags
 
-    def run(self, should_stop: Callable[[], bool], on_idle: Callable[[], None] | None = None) -> None:
-        """Runs batches until `should_stop()`, calling `on_idle` about every 5 s; then leaves the group cleanly."""
+    def run(self, should_stop: Callable[[], bool], on_turn: Callable[[], None] | None = None) -> None:
+        """Runs batches until `should_stop()`, calling `on_turn` after each; then leaves the group cleanly."""
         self.start()
-        last = 0.0
         try:
             while not should_stop():
                 self.run_once()
-                if on_idle is not None and time.monotonic() - last > 5:
-                    on_idle()
-                    last = time.monotonic()
+                if on_turn is not None:
+                    on_turn()
         finally:
             self.close()
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 import sys
+import time
+from collections.abc import Callable
 
 from pythonjsonlogger.json import JsonFormatter
 
@@ -22,14 +24,44 @@ class _ContextDefaults(logging.Filter):
         return True
 
 
+class RateLimit(logging.Filter):
+    """Lets one record per logger and message template through every `interval_s`, then counts.
+
+    A stuck read or a flapping broker repeats the same warning thousands of times; the first of a
+    run is logged, the rest are counted and the count rides on the next one let through.
+    """
+
+    def __init__(self, interval_s: float = 10.0, clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__()
+        self.interval_s = interval_s
+        self._clock = clock
+        self._last: dict[tuple[str, object], float] = {}
+        self._suppressed: dict[tuple[str, object], int] = {}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno < logging.WARNING:
+            return True
+        key = (record.name, record.msg)
+        now = self._clock()
+        last = self._last.get(key)
+        if last is not None and now - last < self.interval_s:
+            self._suppressed[key] = self._suppressed.get(key, 0) + 1
+            return False
+        self._last[key] = now
+        suppressed = self._suppressed.pop(key, 0)
+        if suppressed:
+            record.msg = f"{record.msg} ({suppressed} similar suppressed in the last {self.interval_s:g} s)"
+        return True
+
+
 def json_logging_config(level: str = "INFO") -> dict[str, object]:
     """The same JSON format as a logging.config.dictConfig (faust's worker takes its logging this way)."""
     return {
         "version": 1,
         "disable_existing_loggers": False,
         "formatters": {"json": {"()": JsonFormatter, "fmt": _FORMAT, "rename_fields": _RENAME}},
-        "filters": {"context": {"()": _ContextDefaults}},
-        "handlers": {"stderr": {"class": "logging.StreamHandler", "formatter": "json", "filters": ["context"]}},
+        "filters": {"context": {"()": _ContextDefaults}, "rate": {"()": RateLimit}},
+        "handlers": {"stderr": {"class": "logging.StreamHandler", "formatter": "json", "filters": ["context", "rate"]}},
         "root": {"handlers": ["stderr"], "level": level},
     }
 
@@ -39,6 +71,7 @@ def configure_json_logging(level: int = logging.INFO, stream: object = None) -> 
     handler = logging.StreamHandler(stream or sys.stderr)  # type: ignore[arg-type]
     handler.setFormatter(JsonFormatter(_FORMAT, rename_fields=_RENAME))
     handler.addFilter(_ContextDefaults())
+    handler.addFilter(RateLimit())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)

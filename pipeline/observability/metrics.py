@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from socketserver import ThreadingMixIn
 from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make_wsgi_app
 
 from pipeline.core.domains import DOMAINS
 from pipeline.core.model import Purpose
@@ -98,8 +102,50 @@ class PipelineMetrics:
         for partition, lag in lags.items():
             self.lag.labels(group, topic, str(partition)).set(lag)
 
-    def serve(self, port: int, addr: str = "127.0.0.1") -> Any:  # noqa: ANN401 - prometheus-client's server
-        """Serves /metrics on addr:port; returns the server for shutdown."""
-        server, _ = start_http_server(port, addr=addr, registry=self.registry)
-        _LOG.info("metrics on %s:%d/metrics", addr, port)
+    def serve(self, port: int, addr: str = "127.0.0.1", health: Callable[[], tuple[bool, str]] | None = None) -> Any:  # noqa: ANN401
+        """Serves /metrics and /healthz (503 when `health` says so) on addr:port; returns the server for shutdown."""
+        metrics_app = make_wsgi_app(self.registry)
+
+        def app(request: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+            # `request` is the WSGI environment of one HTTP request, not the process environment
+            if request.get("PATH_INFO") == "/healthz":
+                ok, detail = health() if health is not None else (True, "ok")
+                start_response("200 OK" if ok else "503 Service Unavailable", [("Content-Type", "text/plain")])
+                return [detail.encode()]
+            body: Iterable[bytes] = metrics_app(request, start_response)
+            return body
+
+        server = make_server(addr, port, app, _ThreadingWSGIServer, handler_class=_QuietHandler)
+        threading.Thread(target=server.serve_forever, name="metrics-http", daemon=True).start()
+        _LOG.info("metrics on %s:%d/metrics, health on /healthz", addr, port)
         return server
+
+
+class _ThreadingWSGIServer(ThreadingMixIn, WSGIServer):
+    daemon_threads = True
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: ANN401 - the base class's signature
+        """Scrapes are not worth a log line each."""
+
+
+class Liveness:
+    """Whether a worker's loop still turns: /healthz fails once one turn has lasted `max_stall_s`.
+
+    An idle loop turns every half second; a batch may legitimately run for half the poll interval,
+    so the stall limit is the poll interval itself by default.
+    """
+
+    def __init__(self, max_stall_s: float) -> None:
+        self.max_stall_s = max_stall_s
+        self._last_turn = time.monotonic()
+
+    def turned(self) -> None:
+        self._last_turn = time.monotonic()
+
+    def check(self) -> tuple[bool, str]:
+        stalled = time.monotonic() - self._last_turn
+        if stalled > self.max_stall_s:
+            return False, f"no progress for {stalled:.0f} s (limit {self.max_stall_s:.0f} s)"
+        return True, f"ok: last turn {stalled:.1f} s ago"

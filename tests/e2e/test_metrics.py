@@ -65,8 +65,11 @@ def test_worker_metrics_move_by_the_expected_amounts(
         )  # a raw bad record, as a buggy agent sends
         producer.close()
         await_decisions(kafka_config, topic_names, DECISIONS, timeout_s=60)
-        time.sleep(6)  # one idle tick of the lag gauge
+        time.sleep(6)  # one tick of the lag gauge
         after = _scrape(port)
+        health = urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5)
+        assert health.status == 200
+        assert health.read().startswith(b"ok")
     assert _total(after, "dpm_decisions_total", architecture="dpm", tenant="e2e") == DECISIONS
     assert _total(after, "dpm_model_calls_total", architecture="dpm", purpose="project") == DECISIONS
     assert _total(after, "dpm_model_calls_total", architecture="dpm", purpose="decide") == DECISIONS

@@ -48,6 +48,11 @@ def test_manifests_parse_and_use_known_settings() -> None:
         assert refs == {"dpm-settings", "dpm-secrets"}
         assert container["readinessProbe"]["httpGet"]["path"] == "/metrics"
         assert container["resources"]["requests"]["cpu"]
+        assert container["resources"]["limits"]["cpu"]
+        assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+        assert container["securityContext"]["readOnlyRootFilesystem"] is True
+        mounts = {m["mountPath"] for m in container["volumeMounts"]}
+        assert {"/var/lib/dpm", "/tmp"} <= mounts
         assert pod["securityContext"]["runAsNonRoot"] is True
     scaled = kinds["ScaledObject/dpm-worker"]["spec"]
     assert scaled["scaleTargetRef"]["name"] == "dpm-worker"

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import orjson
 import pytest
 
-from pipeline.observability.logs import CONTEXT_FIELDS, configure_json_logging
+from pipeline.observability.logs import CONTEXT_FIELDS, RateLimit, configure_json_logging
 
 
 @pytest.fixture
@@ -39,3 +39,21 @@ def test_log_lines_are_json_with_the_decision_context(captured: io.StringIO) -> 
     assert first["level"] == "INFO"
     assert set(CONTEXT_FIELDS) <= set(second)
     assert second["decision_id"] is None
+
+
+def test_repeated_warnings_are_rate_limited_and_counted() -> None:
+    now = [0.0]
+    limit = RateLimit(interval_s=10, clock=lambda: now[0])
+
+    def warning(msg: str, *args: object) -> logging.LogRecord:
+        return logging.LogRecord("pipeline.kafka", logging.WARNING, __file__, 1, msg, args, None)
+
+    first = warning("consumer error: %s", "broker down")
+    assert limit.filter(first)
+    assert not any(limit.filter(warning("consumer error: %s", "broker down")) for _ in range(3000))
+    assert limit.filter(warning("another warning"))  # a different template is its own stream
+    assert limit.filter(logging.LogRecord("x", logging.INFO, __file__, 1, "info", (), None))  # info passes
+    now[0] = 11.0
+    later = warning("consumer error: %s", "broker down")
+    assert limit.filter(later)
+    assert "3000 similar suppressed" in later.getMessage()

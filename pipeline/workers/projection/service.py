@@ -11,7 +11,7 @@ from pipeline.kafka.reader import KafkaEventLog
 from pipeline.kafka.topics import TopicNames
 from pipeline.kafka.transactions import LoopConfig, TransactionalLoop
 from pipeline.llm.registry import make_backend
-from pipeline.observability.metrics import PipelineMetrics
+from pipeline.observability.metrics import Liveness, PipelineMetrics
 from pipeline.wire.trigger import TriggerLimits
 from pipeline.workers.projection.handler import ProjectionHandler
 
@@ -55,16 +55,27 @@ def build_projection_worker(
 
 
 def serve_projection(settings: Settings, options: WorkerOptions, stop: threading.Event) -> None:
-    """Runs the projection worker (and its /metrics endpoint) until `stop` is set."""
+    """Runs the projection worker (and its /metrics and /healthz endpoint) until `stop` is set."""
     metrics = PipelineMetrics(settings.metrics.tenants)
-    server = metrics.serve(settings.metrics.port, settings.metrics.addr) if settings.metrics.port >= 0 else None
+    liveness = Liveness(settings.worker.stall_limit_s())
     loop, log = build_projection_worker(settings, options, metrics)
-    topic = TopicNames(settings.kafka.topic_prefix).triggers
-    _LOG.info("projection worker %s joined %s on %s", options.worker_id, options.group(settings),
-              settings.kafka.bootstrap_servers, extra={"worker_id": options.worker_id})  # fmt: skip
+    server = (metrics.serve(settings.metrics.port, settings.metrics.addr, health=liveness.check)
+              if settings.metrics.port >= 0 else None)  # fmt: skip
+    group, topic = options.group(settings), TopicNames(settings.kafka.topic_prefix).triggers
+    # The lag gauge is refreshed on its own thread, so it keeps moving while a batch takes long.
+    refresher = threading.Thread(target=_refresh_lag, args=(metrics, loop, group, topic, stop), daemon=True)
+    _LOG.info("projection worker %s joined %s on %s", options.worker_id, group, settings.kafka.bootstrap_servers,
+              extra={"worker_id": options.worker_id})  # fmt: skip
+    refresher.start()
     try:
-        loop.run(stop.is_set, on_idle=lambda: metrics.observe_lag(options.group(settings), topic, loop.lag()))
+        loop.run(stop.is_set, on_turn=liveness.turned)
     finally:
         log.close()
         if server is not None:
             server.shutdown()
+
+
+def _refresh_lag(metrics: PipelineMetrics, loop: TransactionalLoop, group: str, topic: str,
+                 stop: threading.Event) -> None:  # fmt: skip
+    while not stop.wait(5.0):
+        metrics.observe_lag(group, topic, loop.lag())
