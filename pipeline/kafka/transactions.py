@@ -94,6 +94,7 @@ class TransactionalLoop:
         self._config = config
         self._handler = handler
         self._attempts: dict[LogPosition, int] = {}
+        self._on_progress: Callable[[], None] | None = None
         self.stats = LoopStats()
         self._consumer = Consumer(
             {
@@ -169,6 +170,8 @@ class TransactionalLoop:
                 break
             outputs.extend(self._outputs(_raw(msg)))
             done.append(msg)
+            if self._on_progress is not None:
+                self._on_progress()
         return done, outputs
 
     def _commit(self, done: list[Message], outputs: list[Output]) -> None:
@@ -246,14 +249,19 @@ class TransactionalLoop:
             _LOG.debug("lag unavailable: %s", exc)
         return lags
 
-    def run(self, should_stop: Callable[[], bool], on_turn: Callable[[], None] | None = None) -> None:
-        """Runs batches until `should_stop()`, calling `on_turn` after each; then leaves the group cleanly."""
+    def run(self, should_stop: Callable[[], bool], on_progress: Callable[[], None] | None = None) -> None:
+        """Runs batches until `should_stop()`; then leaves the group cleanly.
+
+        `on_progress` is called on this thread after every record handled and every loop turn, so
+        liveness and the lag gauge move while a long batch runs (the consumer stays on one thread).
+        """
+        self._on_progress = on_progress
         self.start()
         try:
             while not should_stop():
                 self.run_once()
-                if on_turn is not None:
-                    on_turn()
+                if on_progress is not None:
+                    on_progress()
         finally:
             self.close()
 

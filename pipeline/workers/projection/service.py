@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from dataclasses import dataclass
 
 from pipeline.config.settings import Settings
@@ -62,20 +63,19 @@ def serve_projection(settings: Settings, options: WorkerOptions, stop: threading
     server = (metrics.serve(settings.metrics.port, settings.metrics.addr, health=liveness.check)
               if settings.metrics.port >= 0 else None)  # fmt: skip
     group, topic = options.group(settings), TopicNames(settings.kafka.topic_prefix).triggers
-    # The lag gauge is refreshed on its own thread, so it keeps moving while a batch takes long.
-    refresher = threading.Thread(target=_refresh_lag, args=(metrics, loop, group, topic, stop), daemon=True)
+    last_lag = [0.0]
+
+    def progressed() -> None:  # after every record and every turn: liveness, and the lag gauge every 5 s
+        liveness.turned()
+        if time.monotonic() - last_lag[0] > 5:
+            metrics.observe_lag(group, topic, loop.lag())
+            last_lag[0] = time.monotonic()
+
     _LOG.info("projection worker %s joined %s on %s", options.worker_id, group, settings.kafka.bootstrap_servers,
               extra={"worker_id": options.worker_id})  # fmt: skip
-    refresher.start()
     try:
-        loop.run(stop.is_set, on_turn=liveness.turned)
+        loop.run(stop.is_set, on_progress=progressed)
     finally:
         log.close()
         if server is not None:
             server.shutdown()
-
-
-def _refresh_lag(metrics: PipelineMetrics, loop: TransactionalLoop, group: str, topic: str,
-                 stop: threading.Event) -> None:  # fmt: skip
-    while not stop.wait(5.0):
-        metrics.observe_lag(group, topic, loop.lag())

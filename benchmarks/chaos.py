@@ -1,0 +1,335 @@
+"""The chaos suite: hostile input and faults against real worker, baseline and broker processes.
+
+Scenarios (loopback only, bounded in count and time):
+  fuzz      fuzzed records on the triggers and events topics while two workers and the baseline
+            run, then valid triggers for both architectures
+  kills     triggers while worker processes are SIGKILLed one after another (each replaced)
+  node-loss triggers on a 3-node cluster while one broker node is SIGKILLed
+  poison    a trigger listing 10,000 far-apart positions among valid ones
+  oversize  a 500 KB event before a valid case, at the Summ-only baseline
+
+It prints one table: injected, dead-lettered by reason, decided exactly once, lost, duplicated,
+crashes and seconds to recover; and exits 1 if anything was lost or duplicated or crashed.
+`--reduced` runs smaller counts (the CI run).
+
+    python benchmarks/chaos.py [--reduced]        # or: make chaos
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Producer
+
+from pipeline.bench.generate import GenerationSpec, generate_cases
+from pipeline.config.settings import Settings
+from pipeline.core.case import Case
+from pipeline.core.events import CaseRef, Event, LogPosition
+from pipeline.core.task import Architecture
+from pipeline.kafka.producer import EventProducer
+from pipeline.kafka.range_reads import read_topic
+from pipeline.kafka.topics import TopicNames, create_pipeline_topics
+from pipeline.services.cluster import child_env, cluster, pipeline_processes, private_cluster
+from pipeline.services.read_outputs import load_outputs
+from pipeline.wire.event import CaseOpening, EventRecord
+from pipeline.wire.trigger import DecisionId, DecisionRequest
+
+BUDGET = 900
+SEED = 20261130
+
+
+@dataclass
+class Outcome:
+    """What one scenario did and what came of it."""
+
+    scenario: str
+    injected: int = 0
+    dead_letters: Counter[str] = field(default_factory=Counter)
+    expected: int = 0
+    decided_once: int = 0
+    lost: int = 0
+    duplicated: int = 0
+    crashes: int = 0
+    recover_s: float | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.lost == 0 and self.duplicated == 0 and self.crashes == 0
+
+
+@dataclass
+class Stage:
+    """A cluster, fresh topics on it and the environment of the processes a scenario starts."""
+
+    config: dict[str, str]
+    names: TopicNames
+    env: dict[str, str]
+    logs: Path
+
+
+def _cases(count: int) -> list[Case]:
+    spec = GenerationSpec(per_domain=(count + 3) // 4, events=(24, 30), chars=(6_000, 7_500), tenant="chaos")
+    return generate_cases(spec)[:count]
+
+
+@contextmanager
+def _stage(bootstrap: str, scenario: str, work: Path, replication: int = 1, **env: str) -> Iterator[Stage]:
+    stamp = dt.datetime.now(tz=dt.UTC).strftime("%H%M%S%f")
+    names = TopicNames(f"chaos-{scenario}-{stamp}")
+    config = {"bootstrap.servers": bootstrap}
+    create_pipeline_topics(config, names, partitions=3, replication=replication)
+    home = work / scenario
+    home.mkdir(parents=True, exist_ok=True)
+    settings = {"DPM_HOME": str(home), "DPM_SESSION_TIMEOUT_MS": "6000", "DPM_BACKEND": "extractive", **env}
+    yield Stage(config, names, child_env(bootstrap, names.prefix, **settings), home / "logs")
+
+
+def _append(stage: Stage, cases: list[Case]) -> dict[CaseRef, tuple[LogPosition, ...]]:
+    producer = EventProducer(stage.config, stage.names)
+    positions = {c.ref: tuple(producer.append(c.trajectory.events, CaseOpening(c.task, (BUDGET,)))) for c in cases}
+    producer.close()
+    return positions
+
+
+def _trigger(stage: Stage, requests: list[DecisionRequest]) -> set[DecisionId]:
+    producer = EventProducer(stage.config, stage.names)
+    for request in requests:
+        producer.trigger(request)
+    producer.close()
+    return {r.decision_id(a) for r in requests for a in r.architectures}
+
+
+def _requests(cases: list[Case], positions: dict[CaseRef, tuple[LogPosition, ...]], count: int, prefix: str,
+              archs: tuple[Architecture, ...]) -> list[DecisionRequest]:  # fmt: skip
+    picked = [cases[n % len(cases)] for n in range(count)]
+    return [DecisionRequest(f"{prefix}{n:04d}", c.ref, c.task, BUDGET, archs, positions[c.ref], len(positions[c.ref]))
+            for n, c in enumerate(picked)]  # fmt: skip
+
+
+def _settle(stage: Stage, outcome: Outcome, expected: set[DecisionId], since: float, timeout_s: float) -> None:
+    """Waits for every expected decision (or the timeout), then counts what was published."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        outputs = load_outputs(stage.config, stage.names, with_audits=False)
+        if expected <= set(outputs.decisions) or time.monotonic() > deadline:
+            break
+        time.sleep(1.0)
+    present = expected & set(outputs.decisions)
+    outcome.expected = len(expected)
+    outcome.decided_once = len(present)
+    outcome.lost = len(expected - present)
+    outcome.duplicated = outputs.duplicates
+    outcome.recover_s = round(time.monotonic() - since, 1) if not outcome.lost else None
+    outcome.dead_letters = Counter(json.loads(r.value or b"{}").get("reason", "?")
+                                   for r in read_topic(stage.config, stage.names.dlq))  # fmt: skip
+
+
+def _crashed(procs: list[subprocess.Popen[bytes]], killed: set[int]) -> int:
+    return sum(1 for i, p in enumerate(procs) if i not in killed and p.poll() is not None)
+
+
+# --- fuzzed records -----------------------------------------------------------------------------
+
+
+def _fuzz_value(rng: random.Random, valid: dict[str, Any]) -> bytes:
+    """Random bytes, cut JSON, wrong types, huge numbers, control characters or a mutated valid record."""
+    choice = rng.randrange(6)
+    if choice == 0:
+        return rng.randbytes(rng.randint(0, 400))
+    text = json.dumps(valid)
+    if choice == 1:
+        return text[: rng.randint(0, len(text) - 1)].encode()
+    odd: list[Any] = [None, True, -1, 0, 2**70, 10**30, 1.5, "", "\u0000", "x" * 5000, [], {}, [[2**31, 0]],
+                      {"domain": "nuclear"}]  # fmt: skip
+    mutated = dict(valid)
+    for key in rng.sample(sorted(valid), rng.randint(1, 3)):
+        mutated[key] = rng.choice(odd)
+    if choice == 2:
+        mutated.pop(rng.choice(sorted(valid)), None)
+    if choice == 3:
+        return json.dumps([mutated]).encode()
+    return json.dumps(mutated).encode()
+
+
+def _fuzz(stage: Stage, rng: random.Random, count: int, trigger: dict[str, Any], event: dict[str, Any]) -> None:
+    producer = Producer({**stage.config, "linger.ms": 20})
+    for n in range(count):
+        on_triggers = n % 2 == 0
+        valid = {**trigger, "trigger_id": f"fz-{n}"} if on_triggers else {**event, "case_id": f"fz-{n}"}
+        topic = stage.names.triggers if on_triggers else stage.names.events
+        producer.produce(topic, value=_fuzz_value(rng, valid), key=f"chaos/fz-{n}".encode(), partition=n % 3)
+        producer.poll(0)
+    producer.flush(60)
+
+
+def fuzz(bootstrap: str, work: Path, records: int, valid: int) -> Outcome:
+    outcome = Outcome("fuzz", injected=records)
+    with _stage(bootstrap, "fuzz", work, DPM_TRIGGER_DEADLINE_S="5") as stage:
+        cases = _cases(8)
+        positions = _append(stage, cases)
+        requests = _requests(cases, positions, valid, "ok", (Architecture.DPM, Architecture.SUMM))
+        with pipeline_processes([["worker"], ["worker"], ["baseline", "--trigger-wait", "30"]], stage.env,
+                                stage.logs) as procs:  # fmt: skip
+            event = EventRecord(Event(cases[0].ref, 1, "doc", "text")).to_wire()
+            _fuzz(stage, random.Random(SEED), records, requests[0].to_wire(), event)
+            since = time.monotonic()
+            expected = _trigger(stage, requests)
+            _settle(stage, outcome, expected, since, timeout_s=240)
+            outcome.crashes = _crashed(procs, set())
+    return outcome
+
+
+# --- worker kills, node loss ---------------------------------------------------------------------
+
+
+def kills(bootstrap: str, work: Path, triggers: int, kill_count: int) -> Outcome:
+    outcome = Outcome("kills", injected=kill_count)
+    with _stage(bootstrap, "kills", work) as stage:
+        cases = _cases(8)
+        positions = _append(stage, cases)
+        commands = [["worker", "--batch-size", "2"]] * 3
+        with pipeline_processes(commands, stage.env, stage.logs) as procs:
+            expected = _trigger(stage, _requests(cases, positions, triggers, "k", (Architecture.DPM,)))
+            killed: set[int] = set()
+            for k in range(kill_count):
+                _await_count(stage, triggers * (k + 1) // (kill_count + 1), 180)
+                victim = k % len(procs)
+                procs[victim].send_signal(signal.SIGKILL)
+                killed.add(victim)
+                procs.append(_spawn(stage, ["worker", "--batch-size", "2"], f"replacement-{k}"))
+            since = time.monotonic()
+            _settle(stage, outcome, expected, since, timeout_s=240)
+            outcome.crashes = _crashed(procs, killed)
+    return outcome
+
+
+def _spawn(stage: Stage, command: list[str], name: str) -> subprocess.Popen[bytes]:
+    stage.logs.mkdir(parents=True, exist_ok=True)
+    log = (stage.logs / f"{name}.log").open("wb")
+    return subprocess.Popen([sys.executable, "-m", "pipeline", *command], env=stage.env, stdout=log,
+                            stderr=subprocess.STDOUT)  # fmt: skip
+
+
+def _await_count(stage: Stage, count: int, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while len(load_outputs(stage.config, stage.names, with_audits=False).decisions) < count:
+        if time.monotonic() > deadline:
+            return
+        time.sleep(0.5)
+
+
+def node_loss(work: Path, triggers: int) -> Outcome:
+    outcome = Outcome("node-loss", injected=1)
+    home = work / "node-loss-cluster"
+    with private_cluster(Settings.from_env({}), home, nodes=3) as running:
+        stage_context = _stage(running.bootstrap, "node-loss", work, replication=3)
+        with stage_context as stage, _pipeline(stage, [["worker"], ["worker"]]) as procs:
+            cases = _cases(8)
+            positions = _append(stage, cases)
+            expected = _trigger(stage, _requests(cases, positions, triggers, "n", (Architecture.DPM,)))
+            _await_count(stage, triggers // 3, 180)
+            os.kill(running.pids[1], signal.SIGKILL)
+            since = time.monotonic()
+            _settle(stage, outcome, expected, since, timeout_s=300)
+            outcome.crashes = _crashed(procs, set())
+    return outcome
+
+
+def _pipeline(stage: Stage, commands: list[list[str]]) -> Any:  # noqa: ANN401 - a context manager
+    return pipeline_processes(commands, stage.env, stage.logs)
+
+
+# --- one poison trigger, one oversize event ------------------------------------------------------
+
+
+def poison(bootstrap: str, work: Path) -> Outcome:
+    outcome = Outcome("poison", injected=1)
+    with _stage(bootstrap, "poison", work, DPM_TRIGGER_DEADLINE_S="2") as stage:
+        cases = _cases(4)
+        positions = _append(stage, cases)
+        far_apart = tuple(LogPosition(0, 1_000 * n) for n in range(10_000))
+        bad = DecisionRequest("poison", cases[0].ref, cases[0].task, BUDGET, (Architecture.DPM,), far_apart)
+        with pipeline_processes([["worker"]], stage.env, stage.logs) as procs:
+            _trigger(stage, [bad])
+            since = time.monotonic()
+            expected = _trigger(stage, _requests(cases, positions, 5, "p", (Architecture.DPM,)))
+            _settle(stage, outcome, expected, since, timeout_s=120)
+            outcome.crashes = _crashed(procs, set())
+    return outcome
+
+
+def oversize(bootstrap: str, work: Path) -> Outcome:
+    outcome = Outcome("oversize", injected=1)
+    with _stage(bootstrap, "oversize", work) as stage:
+        big, later = _cases(2)
+        producer = EventProducer(stage.config, stage.names)
+        producer.append([Event(big.ref, 1, "document", "Scanned appendix. " * 28_000)])
+        producer.close()
+        positions = _append(stage, [later])
+        with pipeline_processes([["baseline", "--trigger-wait", "30"]], stage.env, stage.logs) as procs:
+            since = time.monotonic()
+            expected = _trigger(stage, _requests([later], positions, 1, "o", (Architecture.SUMM,)))
+            _settle(stage, outcome, expected, since, timeout_s=120)
+            outcome.crashes = _crashed(procs, set())
+    return outcome
+
+
+# --- the table -----------------------------------------------------------------------------------
+
+
+def _row(o: Outcome) -> str:
+    letters = ", ".join(f"{reason} {n}" for reason, n in sorted(o.dead_letters.items())) or "none"
+    recover = "-" if o.recover_s is None else f"{o.recover_s:.1f}"
+    return (f"| {o.scenario} | {o.injected} | {letters} | {o.decided_once}/{o.expected} | {o.lost} | "
+            f"{o.duplicated} | {o.crashes} | {recover} |")  # fmt: skip
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--reduced", action="store_true", help="smaller counts, for CI")
+    args = parser.parse_args()
+    big = not args.reduced
+    settings = Settings.from_env()
+    scenarios: list[Callable[[str, Path], Outcome]] = [
+        lambda b, w: fuzz(b, w, records=2_000 if big else 400, valid=20 if big else 10),
+        lambda b, w: kills(b, w, triggers=200 if big else 60, kill_count=3 if big else 1),
+        poison,
+        oversize,
+    ]
+    outcomes = []
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="dpm-chaos-") as tmp, cluster(settings, print) as bootstrap:
+        work = Path(tmp)
+        for scenario in scenarios:
+            outcomes.append(scenario(bootstrap, work))
+            print(_row(outcomes[-1]), flush=True)
+        outcomes.append(node_loss(work, triggers=100 if big else 40))
+    print(f"\nchaos suite ({'full' if big else 'reduced'}), {time.monotonic() - started:.0f} s\n")
+    print("| scenario | injected | dead-lettered by reason | decided exactly once | lost | duplicated | crashes "
+          "| seconds to recover |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|")
+    for outcome in outcomes:
+        print(_row(outcome))
+    failed = [o.scenario for o in outcomes if not o.ok]
+    if failed:
+        print(f"\nFAILED: {', '.join(failed)} lost, duplicated or crashed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
