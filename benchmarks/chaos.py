@@ -41,11 +41,12 @@ from pipeline.config.settings import Settings
 from pipeline.core.case import Case
 from pipeline.core.events import CaseRef, Event, LogPosition
 from pipeline.core.task import Architecture
+from pipeline.kafka.errors import KafkaAdapterError
 from pipeline.kafka.producer import EventProducer
 from pipeline.kafka.range_reads import read_topic
 from pipeline.kafka.topics import TopicNames, create_pipeline_topics
 from pipeline.services.cluster import child_env, cluster, pipeline_processes, private_cluster
-from pipeline.services.read_outputs import load_outputs
+from pipeline.services.read_outputs import PublishedOutputs, load_outputs
 from pipeline.wire.event import CaseOpening, EventRecord
 from pipeline.wire.trigger import DecisionId, DecisionRequest
 
@@ -121,13 +122,23 @@ def _requests(cases: list[Case], positions: dict[CaseRef, tuple[LogPosition, ...
             for n, c in enumerate(picked)]  # fmt: skip
 
 
+def _outputs(stage: Stage) -> PublishedOutputs | None:
+    """The published outputs, or None while the cluster cannot answer (a leader just died)."""
+    try:
+        return load_outputs(stage.config, stage.names, with_audits=False)
+    except KafkaAdapterError:
+        return None
+
+
 def _settle(stage: Stage, outcome: Outcome, expected: set[DecisionId], since: float, timeout_s: float) -> None:
     """Waits for every expected decision (or the timeout), then counts what was published."""
     deadline = time.monotonic() + timeout_s
     while True:
-        outputs = load_outputs(stage.config, stage.names, with_audits=False)
-        if expected <= set(outputs.decisions) or time.monotonic() > deadline:
+        outputs = _outputs(stage)
+        if outputs is not None and (expected <= set(outputs.decisions) or time.monotonic() > deadline):
             break
+        if time.monotonic() > deadline + 60:
+            raise KafkaAdapterError(f"outputs of {stage.names.prefix} unreadable for a minute past the deadline")
         time.sleep(1.0)
     present = expected & set(outputs.decisions)
     outcome.expected = len(expected)
@@ -227,8 +238,9 @@ def _spawn(stage: Stage, command: list[str], name: str) -> subprocess.Popen[byte
 
 def _await_count(stage: Stage, count: int, timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
-    while len(load_outputs(stage.config, stage.names, with_audits=False).decisions) < count:
-        if time.monotonic() > deadline:
+    while time.monotonic() < deadline:
+        outputs = _outputs(stage)
+        if outputs is not None and len(outputs.decisions) >= count:
             return
         time.sleep(0.5)
 
