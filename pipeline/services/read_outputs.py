@@ -15,7 +15,7 @@ from pipeline.kafka.topics import TopicNames
 from pipeline.wire.audit import AuditRecord
 from pipeline.wire.decision import DecisionRecord
 from pipeline.wire.rejection import RejectedError, decode_object
-from pipeline.wire.trigger import DecisionId, DecisionRequest
+from pipeline.wire.trigger import DecisionId, DecisionRequest, TriggerLimits
 from pipeline.wire.view import ViewRecord
 
 _LOG = logging.getLogger("pipeline.services.read_outputs")
@@ -34,6 +34,10 @@ class PublishedOutputs:
     unreadable: int = 0
 
 
+# Readers take every trigger the schema admits; what a worker accepts is the worker's business.
+_READ_ANY = TriggerLimits(max_positions=100_000, domains=None)
+
+
 def _records(config: dict[str, str], topic: str, decode: Callable[[Mapping[str, Any]], _Record],
              outputs: PublishedOutputs) -> Iterator[_Record]:  # fmt: skip
     """Decoded records of an output topic; one that does not decode is counted, never crashes the reader.
@@ -50,24 +54,34 @@ def _records(config: dict[str, str], topic: str, decode: Callable[[Mapping[str, 
 
 
 def _decisions(config: dict[str, str], names: TopicNames, outputs: PublishedOutputs) -> None:
+    """The first committed decision of each id; later ones (a trigger id sent twice) are counted, not kept."""
     for decision in _records(config, names.decisions, DecisionRecord.from_wire, outputs):
         if decision.decision_id in outputs.decisions:
             outputs.duplicates += 1
+            continue
         outputs.decisions[decision.decision_id] = decision
 
 
 def load_outputs(client_config: dict[str, str], names: TopicNames, *, with_audits: bool = True) -> PublishedOutputs:
-    """Reads the output topics to their ends; counts decision ids published more than once."""
+    """Reads the output topics to their ends: one decision, view and audit trail per decision id.
+
+    A trigger id sent twice is decided twice (a stateless worker cannot know it saw the id
+    before); readers keep the first committed records of each id, so compare, replay and every
+    report see each decision once, and `duplicates` says how many were set aside.
+    """
     outputs = PublishedOutputs()
     _decisions(client_config, names, outputs)
     for view in _records(client_config, names.views, ViewRecord.from_wire, outputs):
-        outputs.views[view.decision_id] = view
+        outputs.views.setdefault(view.decision_id, view)
     if with_audits:
+        seen: set[tuple[DecisionId, int]] = set()
         for audit in _records(client_config, names.audit, AuditRecord.from_wire, outputs):
-            outputs.audits[audit.decision_id].append(audit)
+            if (audit.decision_id, audit.call_index) not in seen:
+                seen.add((audit.decision_id, audit.call_index))
+                outputs.audits[audit.decision_id].append(audit)
     for raw in read_topic(client_config, names.triggers):
         try:
-            trigger = DecisionRequest.decode(raw.value)
+            trigger = DecisionRequest.decode(raw.value, limits=_READ_ANY)
         except RejectedError:
             continue  # refused triggers are in the dead-letter topic, not decisions
         outputs.triggers[trigger.trigger_id] = trigger

@@ -10,13 +10,17 @@ from pathlib import Path
 import orjson
 from confluent_kafka import Producer
 
+from pipeline.config.settings import Settings
 from pipeline.core.events import LogPosition
 from pipeline.core.task import Architecture
+from pipeline.core.verification import ReplayStatus
 from pipeline.kafka.producer import EventProducer
 from pipeline.kafka.range_reads import read_topic
+from pipeline.kafka.reader import KafkaEventLog
 from pipeline.kafka.topics import TopicNames
 from pipeline.services.cluster import pipeline_processes as processes
-from pipeline.services.read_outputs import await_decisions
+from pipeline.services.read_outputs import await_decisions, load_outputs
+from pipeline.services.replay import registry_backends, replay_many
 from pipeline.wire.trigger import DecisionId, DecisionRequest
 from tests.pipeline_support import create_topics, small_cases, worker_env
 
@@ -115,3 +119,30 @@ def test_a_slow_batch_outlasting_the_transaction_timeout_commits_without_fencing
     assert outputs.duplicates == 0
     log = (tmp_path / "logs").glob("*")
     assert not any("fenced" in p.read_text(errors="replace").lower() for p in log if p.is_file())
+
+
+def test_a_trigger_id_sent_twice_is_seen_once_by_every_reader(
+    kafka_bootstrap: str, kafka_config: dict[str, str], topic_names: TopicNames, tmp_path: Path
+) -> None:
+    create_topics(kafka_config, topic_names, partitions=1)
+    producer = EventProducer(kafka_config, topic_names)
+    case = small_cases(per_domain=1)[0]
+    positions = tuple(producer.append(case.trajectory.events))
+    request = DecisionRequest("twice", case.ref, case.task, 900, (Architecture.DPM,), positions)
+    producer.trigger(request)
+    producer.trigger(request)
+    producer.close()
+    with processes([["worker"]], worker_env(kafka_bootstrap, topic_names, tmp_path), tmp_path / "logs"):
+        deadline = time.monotonic() + 60
+        while len(list(read_topic(kafka_config, topic_names.decisions))) < 2:
+            assert time.monotonic() < deadline, "the worker decided both copies"
+            time.sleep(0.5)
+    outputs = load_outputs(kafka_config, topic_names)
+    assert set(outputs.decisions) == {request.decision_id(Architecture.DPM)}
+    assert outputs.duplicates == 1
+    assert [a.call_index for a in outputs.audits[request.decision_id(Architecture.DPM)]] == [0, 1]
+    log = KafkaEventLog(kafka_config, topic_names.events)
+    lines = replay_many(outputs.decisions.values(), outputs.views, outputs.audits, log,
+                        registry_backends(Settings.from_env({}).model, "extractive"))  # fmt: skip
+    log.close()
+    assert [line.report.status for line in lines] == [ReplayStatus.MATCH]
