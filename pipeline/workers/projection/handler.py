@@ -61,7 +61,7 @@ class ProjectionHandler:
             _LOG.warning("trigger at %s rejected: %s", record.position, exc, extra={"worker_id": self.worker_id})
             return [self._refuse(record, exc.reason, exc.detail)]
         except (ModelBackendError, KafkaAdapterError):
-            raise  # worth retrying: the loop aborts the batch, backs off and tries again
+            raise  # worth retrying: the loop consumes the batch again after a back-off
         except Exception as exc:  # noqa: BLE001 - a bug must not turn one trigger into a crash loop
             _LOG.exception("trigger at %s broke the handler", record.position, extra={"worker_id": self.worker_id})
             return [self._refuse(record, Rejection.INTERNAL, f"{type(exc).__name__}: {exc}")]
