@@ -200,7 +200,7 @@ class WorkerSettings(_Group):
         (projection and decision), every attempt timing out.
         """
         worst = self.trigger_deadline_s + 2 * model.worst_call_s()
-        allowed = self.max_poll_interval_ms / 2000
+        allowed = self.batch_time_s()
         if worst > allowed:
             raise SettingsError(
                 f"DPM_TRIGGER_DEADLINE_S ({self.trigger_deadline_s:g}) + 2 model calls x DPM_MODEL_TIMEOUT_S "

@@ -54,13 +54,9 @@ class LoopConfig:
     session_timeout_ms: int = 10_000
     transaction_timeout_ms: int = 60_000
     max_poll_interval_ms: int = 900_000
+    batch_time_s: float = 450.0  # then a batch takes no more records (WorkerSettings.batch_time_s)
     max_model_attempts: int = 3
     retry_backoff_s: float = 2.0
-
-    @property
-    def batch_time_s(self) -> float:
-        """After this long a batch takes no more records: the rest is consumed again in the next one."""
-        return self.max_poll_interval_ms / 2000
 
 
 @dataclass

@@ -51,6 +51,7 @@ def build_projection_worker(
         session_timeout_ms=settings.worker.session_timeout_ms,
         transaction_timeout_ms=settings.worker.transaction_timeout_ms,
         max_poll_interval_ms=settings.worker.max_poll_interval_ms,
+        batch_time_s=settings.worker.batch_time_s(),
     )
     return TransactionalLoop(client, config, handler), log
 
