@@ -66,10 +66,19 @@ class KafkaEventLog:
         )
         self._partitions: int | None = None
 
-    def _read_run(self, partition: int, first: int, last: int) -> dict[int, RawRecord]:
-        """Records of one partition from `first` through `last` (or the partition's end)."""
-        records = read_range(self._consumer, self._topic, partition, first, last=last, timeout_s=_POLL_S)
-        return {r.position.offset: r for r in records}
+    def _read_run(self, partition: int, first: int, last: int, deadline: float | None) -> dict[int, RawRecord]:
+        """Records of one partition from `first` through `last` (or the partition's end).
+
+        The deadline is checked before the run and every 1,024 records of it (a scan reads a whole partition).
+        """
+        doing = f"reading {self._topic}[{partition}] from offset {first}"
+        _check(deadline, doing)
+        records: dict[int, RawRecord] = {}
+        for record in read_range(self._consumer, self._topic, partition, first, last=last, timeout_s=_POLL_S):
+            records[record.position.offset] = record
+            if len(records) % 1024 == 0:
+                _check(deadline, doing)
+        return records
 
     def read(self, positions: Sequence[LogPosition], deadline: float | None = None) -> ReadResult:
         count = self._partition_count()
@@ -79,8 +88,7 @@ class KafkaEventLog:
         try:
             found: dict[LogPosition, RawRecord] = {}
             for partition, first, last in _runs(positions):
-                _check(deadline, f"reading {len(positions)} positions")
-                for offset, record in self._read_run(partition, first, last).items():
+                for offset, record in self._read_run(partition, first, last, deadline).items():
                     found[LogPosition(partition, offset)] = record
         except KafkaException as exc:
             raise KafkaAdapterError(f"reading {self._topic} failed: {exc}") from exc
@@ -100,11 +108,7 @@ class KafkaEventLog:
             low, high = self._consumer.get_watermark_offsets(TopicPartition(self._topic, partition), timeout=10)
             if high <= low:
                 return ReadResult(())
-            records: dict[int, RawRecord] = {}
-            for record in read_range(self._consumer, self._topic, partition, low, last=high - 1, timeout_s=_POLL_S):
-                records[record.position.offset] = record
-                if len(records) % 1024 == 0:
-                    _check(deadline, f"scanning {self._topic}[{partition}]")
+            records = self._read_run(partition, low, high - 1, deadline)
         except KafkaException as exc:
             raise KafkaAdapterError(f"scanning {self._topic}[{partition}] failed: {exc}") from exc
         prefix = f"{case.key}/".encode()
