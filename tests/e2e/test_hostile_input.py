@@ -11,6 +11,7 @@ import orjson
 from confluent_kafka import Producer
 
 from pipeline.config.settings import Settings
+from pipeline.core.case import Case
 from pipeline.core.events import LogPosition
 from pipeline.core.task import Architecture
 from pipeline.core.verification import ReplayStatus
@@ -23,6 +24,14 @@ from pipeline.services.read_outputs import await_decisions, load_outputs
 from pipeline.services.replay import registry_backends, replay_many
 from pipeline.wire.trigger import DecisionId, DecisionRequest
 from tests.pipeline_support import create_topics, small_cases, worker_env
+
+
+def _one_case(config: dict[str, str], names: TopicNames) -> tuple[EventProducer, Case, tuple[LogPosition, ...]]:
+    """Topics of one partition (every trigger on it, in order) and one short case's events appended."""
+    create_topics(config, names, partitions=1)
+    producer = EventProducer(config, names)
+    case = small_cases(per_domain=1)[0]
+    return producer, case, tuple(producer.append(case.trajectory.events))
 
 
 def _dead_letters(config: dict[str, str], names: TopicNames, count: int, timeout_s: float) -> list[tuple[str, str]]:
@@ -48,10 +57,7 @@ def _produce_raw(config: dict[str, str], names: TopicNames, values: list[dict[st
 def test_a_poison_trigger_is_dead_lettered_at_its_deadline_and_the_partition_moves_on(
     kafka_bootstrap: str, kafka_config: dict[str, str], topic_names: TopicNames, tmp_path: Path
 ) -> None:
-    create_topics(kafka_config, topic_names, partitions=1)  # poison and honest triggers share one partition
-    producer = EventProducer(kafka_config, topic_names)
-    case = small_cases(per_domain=1)[0]
-    positions = tuple(producer.append(case.trajectory.events))
+    producer, case, positions = _one_case(kafka_config, topic_names)  # poison and honest triggers: one partition
     far_apart = tuple(LogPosition(0, 1_000 * n) for n in range(10_000))  # a seek each: ~10k reads
     producer.trigger(DecisionRequest("poison", case.ref, case.task, 900, (Architecture.DPM,), far_apart))
     producer.trigger(DecisionRequest("honest", case.ref, case.task, 900, (Architecture.DPM,), positions))
@@ -70,10 +76,7 @@ def test_a_poison_trigger_is_dead_lettered_at_its_deadline_and_the_partition_mov
 def test_out_of_range_and_unknown_input_are_schema_rejections(
     kafka_bootstrap: str, kafka_config: dict[str, str], topic_names: TopicNames, tmp_path: Path
 ) -> None:
-    create_topics(kafka_config, topic_names, partitions=1)
-    producer = EventProducer(kafka_config, topic_names)
-    case = small_cases(per_domain=1)[0]
-    positions = tuple(producer.append(case.trajectory.events))
+    producer, case, positions = _one_case(kafka_config, topic_names)
     producer.close()
     good: dict[str, object] = DecisionRequest(
         "ok", case.ref, case.task, 900, (Architecture.DPM,), positions, len(positions)
@@ -100,10 +103,7 @@ def test_a_slow_batch_outlasting_the_transaction_timeout_commits_without_fencing
     kafka_bootstrap: str, kafka_config: dict[str, str], topic_names: TopicNames, tmp_path: Path
 ) -> None:
     """8 triggers x 2 calls x 1.1 s = a 17.6 s batch against a 5 s transaction timeout."""
-    create_topics(kafka_config, topic_names, partitions=1)
-    producer = EventProducer(kafka_config, topic_names)
-    case = small_cases(per_domain=1)[0]
-    positions = tuple(producer.append(case.trajectory.events))
+    producer, case, positions = _one_case(kafka_config, topic_names)
     ids = set()
     for n in range(8):
         request = DecisionRequest(f"slow{n}", case.ref, case.task, 600 + 50 * n, (Architecture.DPM,), positions)
@@ -124,10 +124,7 @@ def test_a_slow_batch_outlasting_the_transaction_timeout_commits_without_fencing
 def test_a_trigger_id_sent_twice_is_seen_once_by_every_reader(
     kafka_bootstrap: str, kafka_config: dict[str, str], topic_names: TopicNames, tmp_path: Path
 ) -> None:
-    create_topics(kafka_config, topic_names, partitions=1)
-    producer = EventProducer(kafka_config, topic_names)
-    case = small_cases(per_domain=1)[0]
-    positions = tuple(producer.append(case.trajectory.events))
+    producer, case, positions = _one_case(kafka_config, topic_names)
     request = DecisionRequest("twice", case.ref, case.task, 900, (Architecture.DPM,), positions)
     producer.trigger(request)
     producer.trigger(request)

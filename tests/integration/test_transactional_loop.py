@@ -7,6 +7,8 @@ import uuid
 import orjson
 from confluent_kafka import Producer
 
+from pipeline.core.case import Case
+from pipeline.core.events import LogPosition
 from pipeline.core.memory_log import InMemoryEventLog
 from pipeline.core.model import ModelBackendError, ModelRequest, ModelResponse
 from pipeline.core.task import Architecture
@@ -30,16 +32,39 @@ class _Overloaded(ExtractiveBackend):
         raise ModelBackendError("Messages API answered HTTP 529: overloaded")
 
 
+def _logged_fixture(
+    config: dict[str, str], names: TopicNames
+) -> tuple[InMemoryEventLog, Case, tuple[LogPosition, ...]]:
+    """The pipeline's topics, and the fixture case's events in an in-memory log."""
+    create_topics(config, names)
+    case = load_fixture()
+    log = InMemoryEventLog()
+    return log, case, tuple(append_events(log, case.trajectory.events))
+
+
+def _trigger(config: dict[str, str], names: TopicNames, trigger_id: str, case: Case,
+             positions: tuple[LogPosition, ...]) -> None:  # fmt: skip
+    producer = EventProducer(config, names)
+    producer.trigger(DecisionRequest(trigger_id, case.ref, case.task, 700, (Architecture.DPM,), positions))
+    producer.close()
+
+
+def _run_until_committed(loop: TransactionalLoop) -> int:
+    """Runs batches until one commits (at most about a minute); returns what was committed."""
+    committed = 0
+    for _ in range(60):
+        committed += loop.run_once(timeout_s=1.0)
+        if committed:
+            break
+    loop.close()
+    return committed
+
+
 def test_a_model_that_keeps_failing_is_retried_then_dead_lettered(
     kafka_config: dict[str, str], topic_names: TopicNames
 ) -> None:
-    create_topics(kafka_config, topic_names)
-    case = load_fixture()
-    log = InMemoryEventLog()
-    positions = tuple(append_events(log, case.trajectory.events))
-    producer = EventProducer(kafka_config, topic_names)
-    producer.trigger(DecisionRequest("t-529", case.ref, case.task, 700, (Architecture.DPM,), positions))
-    producer.close()
+    log, case, positions = _logged_fixture(kafka_config, topic_names)
+    _trigger(kafka_config, topic_names, "t-529", case, positions)
     config = LoopConfig(
         group_id=f"g-{uuid.uuid4().hex}",
         input_topic=topic_names.triggers,
@@ -49,13 +74,7 @@ def test_a_model_that_keeps_failing_is_retried_then_dead_lettered(
     )
     loop = TransactionalLoop(kafka_config, config, ProjectionHandler(topic_names, log, _Overloaded(), "w"))
     loop.start()
-    committed = 0
-    for _ in range(60):
-        committed += loop.run_once(timeout_s=1.0)
-        if committed:
-            break
-    loop.close()
-    assert committed == 1
+    assert _run_until_committed(loop) == 1
     assert _Overloaded.calls == 3
     assert (loop.stats.retries, loop.stats.aborts) == (3, 0)  # the model fails before any transaction begins
     letters = [orjson.loads(r.value or b"") for r in read_topic(kafka_config, topic_names.dlq)]
@@ -66,26 +85,15 @@ def test_a_model_that_keeps_failing_is_retried_then_dead_lettered(
 def test_a_fenced_producer_is_replaced_and_the_batch_consumed_again(
     kafka_config: dict[str, str], topic_names: TopicNames
 ) -> None:
-    create_topics(kafka_config, topic_names)
-    case = load_fixture()
-    log = InMemoryEventLog()
-    positions = tuple(append_events(log, case.trajectory.events))
+    log, case, positions = _logged_fixture(kafka_config, topic_names)
     config = LoopConfig(group_id=f"g-{uuid.uuid4().hex}", input_topic=topic_names.triggers,
                         transactional_id=f"tx-{uuid.uuid4().hex}")  # fmt: skip
     loop = TransactionalLoop(kafka_config, config, ProjectionHandler(topic_names, log, ExtractiveBackend(), "w"))
     loop.start()
     usurper = Producer({**kafka_config, "transactional.id": config.transactional_id})
     usurper.init_transactions(30)  # a newer instance with the same id: the loop's producer is now fenced
-    producer = EventProducer(kafka_config, topic_names)
-    producer.trigger(DecisionRequest("t-fenced", case.ref, case.task, 700, (Architecture.DPM,), positions))
-    producer.close()
-    committed = 0
-    for _ in range(60):
-        committed += loop.run_once(timeout_s=1.0)
-        if committed:
-            break
-    loop.close()
-    assert committed == 1
+    _trigger(kafka_config, topic_names, "t-fenced", case, positions)
+    assert _run_until_committed(loop) == 1
     assert loop.stats.producers_replaced == 1
     decisions = [orjson.loads(r.value or b"")["decision_id"] for r in read_topic(kafka_config, topic_names.decisions)]
     assert decisions == ["t-fenced:dpm"]
