@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import base64
+import time
 from pathlib import Path
+
+import orjson
 
 from pipeline.bench.generate import GenerationSpec, generate_cases
 from pipeline.core.case import Case
+from pipeline.kafka.range_reads import read_topic
 from pipeline.kafka.topics import TopicNames, create_pipeline_topics
 from pipeline.services.cluster import child_env
 
@@ -23,3 +28,16 @@ def worker_env(bootstrap: str, names: TopicNames, home: Path) -> dict[str, str]:
     """Environment for `python -m pipeline ...` children: fast failure detection for tests."""
     return child_env(bootstrap, names.prefix, DPM_HOME=str(home), DPM_SESSION_TIMEOUT_MS="6000",
                      DPM_TRANSACTION_TIMEOUT_MS="10000", DPM_BACKEND="extractive")  # fmt: skip
+
+
+def await_dead_letters(
+    config: dict[str, str], names: TopicNames, count: int, timeout_s: float
+) -> list[tuple[str, str]]:
+    """(reason, trigger id) of the dead letters, once `count` are there or the time is up."""
+    deadline = time.monotonic() + timeout_s
+    letters: list[dict[str, str]] = []
+    while len(letters) < count and time.monotonic() < deadline:
+        letters = [orjson.loads(r.value or b"") for r in read_topic(config, names.dlq)]
+        time.sleep(0.5)
+    originals = [orjson.loads(base64.b64decode(letter["original_value_b64"])) for letter in letters]
+    return [(letter["reason"], original["trigger_id"]) for letter, original in zip(letters, originals, strict=True)]

@@ -65,9 +65,10 @@ def _decisions(config: dict[str, str], names: TopicNames, outputs: PublishedOutp
 def load_outputs(client_config: dict[str, str], names: TopicNames, *, with_audits: bool = True) -> PublishedOutputs:
     """Reads the output topics to their ends: one decision, view and audit trail per decision id.
 
-    A trigger id sent twice is decided twice (a stateless worker cannot know it saw the id
-    before); readers keep the first committed records of each id, so compare, replay and every
-    report see each decision once, and `duplicates` says how many were set aside.
+    A worker refuses a trigger id it committed recently (dead letter `duplicate`), but one sent
+    again after a rebalance or beyond that window is decided twice; readers keep the first
+    committed records of each id, so compare, replay and every report see each decision once,
+    and `duplicates` says how many were set aside.
     """
     outputs = PublishedOutputs()
     _decisions(client_config, names, outputs)

@@ -21,6 +21,7 @@ class Rejection(StrEnum):
     OVERSIZE = "oversize"
     DEADLINE = "deadline"
     ERASED = "erased"
+    DUPLICATE = "duplicate"
     MODEL_ERROR = "model-error"
     INTERNAL = "internal-error"
 

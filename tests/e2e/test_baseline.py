@@ -22,7 +22,7 @@ from pipeline.services.read_outputs import await_decisions
 from pipeline.wire.audit import calls_in_order
 from pipeline.wire.event import CaseOpening
 from pipeline.wire.trigger import DecisionId, DecisionRequest
-from tests.pipeline_support import create_topics, small_cases, worker_env
+from tests.pipeline_support import await_dead_letters, create_topics, small_cases, worker_env
 from tests.processes import dpm_cli
 
 BUDGET = 900
@@ -53,9 +53,12 @@ def test_baseline_decides_with_n_plus_one_audits_and_recovers_its_summaries_afte
 
     # The events' offsets are committed: a new member must take the summaries from the changelog.
     trigger("second")
+    trigger("first")  # decided before the restart: the recovered table refuses it (a redelivered record is skipped)
     producer.close()
     with processes([["baseline", "--budgets", "700"]], env, tmp_path / "run2"):
         second = await_decisions(kafka_config, topic_names, 2, timeout_s=120)
+        assert await_dead_letters(kafka_config, topic_names, 1, timeout_s=60) == [("duplicate", "first")]
+    assert second.duplicates == 0
     again = second.decisions[DecisionId("second", Architecture.SUMM)]
     assert again.view_sha256 == record.view_sha256
     assert again.outcome.label == record.outcome.label

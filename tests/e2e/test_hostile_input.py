@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import base64
 import json
 import time
 from pathlib import Path
 
-import orjson
 from confluent_kafka import Producer
 
 from pipeline.config.settings import Settings
@@ -23,7 +21,7 @@ from pipeline.services.cluster import pipeline_processes as processes
 from pipeline.services.read_outputs import await_decisions, load_outputs
 from pipeline.services.replay import registry_backends, replay_many
 from pipeline.wire.trigger import DecisionId, DecisionRequest
-from tests.pipeline_support import create_topics, small_cases, worker_env
+from tests.pipeline_support import await_dead_letters, create_topics, small_cases, worker_env
 
 
 def _one_case(config: dict[str, str], names: TopicNames) -> tuple[EventProducer, Case, tuple[LogPosition, ...]]:
@@ -32,17 +30,6 @@ def _one_case(config: dict[str, str], names: TopicNames) -> tuple[EventProducer,
     producer = EventProducer(config, names)
     case = small_cases(per_domain=1)[0]
     return producer, case, tuple(producer.append(case.trajectory.events))
-
-
-def _dead_letters(config: dict[str, str], names: TopicNames, count: int, timeout_s: float) -> list[tuple[str, str]]:
-    """(reason, trigger id) of the dead letters, once `count` are there or the time is up."""
-    deadline = time.monotonic() + timeout_s
-    letters: list[dict[str, str]] = []
-    while len(letters) < count and time.monotonic() < deadline:
-        letters = [orjson.loads(r.value or b"") for r in read_topic(config, names.dlq)]
-        time.sleep(0.5)
-    originals = [orjson.loads(base64.b64decode(letter["original_value_b64"])) for letter in letters]
-    return [(letter["reason"], original["trigger_id"]) for letter, original in zip(letters, originals, strict=True)]
 
 
 def _produce_raw(config: dict[str, str], names: TopicNames, values: list[dict[str, object]]) -> None:
@@ -66,7 +53,7 @@ def test_a_poison_trigger_is_dead_lettered_at_its_deadline_and_the_partition_mov
     started = time.monotonic()
     with processes([["worker"]], env, tmp_path / "logs") as procs:
         outputs = await_decisions(kafka_config, topic_names, 1, timeout_s=60)
-        letters = _dead_letters(kafka_config, topic_names, 1, timeout_s=10)
+        letters = await_dead_letters(kafka_config, topic_names, 1, timeout_s=10)
         assert procs[0].poll() is None, "the worker is still running"
     assert set(outputs.decisions) == {DecisionId("honest", Architecture.DPM)}
     assert letters == [("deadline", "poison")]
@@ -93,7 +80,7 @@ def test_out_of_range_and_unknown_input_are_schema_rejections(
     _produce_raw(kafka_config, topic_names, [*hostile.values(), good])
     with processes([["worker"]], worker_env(kafka_bootstrap, topic_names, tmp_path), tmp_path / "logs"):
         outputs = await_decisions(kafka_config, topic_names, 1, timeout_s=60)
-        letters = _dead_letters(kafka_config, topic_names, len(hostile), timeout_s=20)
+        letters = await_dead_letters(kafka_config, topic_names, len(hostile), timeout_s=20)
     assert set(outputs.decisions) == {DecisionId("ok", Architecture.DPM)}
     assert sorted(letters) == sorted(("schema", trigger_id) for trigger_id in
                                      (v["trigger_id"] for v in hostile.values()))  # fmt: skip
@@ -121,18 +108,24 @@ def test_a_slow_batch_outlasting_the_transaction_timeout_commits_without_fencing
     assert not any("fenced" in p.read_text(errors="replace").lower() for p in log if p.is_file())
 
 
-def test_a_trigger_id_sent_twice_is_seen_once_by_every_reader(
+def test_a_trigger_id_sent_twice_is_refused_by_its_worker_and_seen_once_by_every_reader(
     kafka_bootstrap: str, kafka_config: dict[str, str], topic_names: TopicNames, tmp_path: Path
 ) -> None:
     producer, case, positions = _one_case(kafka_config, topic_names)
     request = DecisionRequest("twice", case.ref, case.task, 900, (Architecture.DPM,), positions)
+    env = worker_env(kafka_bootstrap, topic_names, tmp_path)
     producer.trigger(request)
+    with processes([["worker"]], env, tmp_path / "logs"):
+        await_decisions(kafka_config, topic_names, 1, timeout_s=60)
+        producer.trigger(request)
+        assert await_dead_letters(kafka_config, topic_names, 1, timeout_s=60) == [("duplicate", "twice")]
+    # A new worker never saw the id: it decides it again, and readers keep the first decision.
     producer.trigger(request)
     producer.close()
-    with processes([["worker"]], worker_env(kafka_bootstrap, topic_names, tmp_path), tmp_path / "logs"):
+    with processes([["worker"]], env, tmp_path / "logs-again"):
         deadline = time.monotonic() + 60
         while len(list(read_topic(kafka_config, topic_names.decisions))) < 2:
-            assert time.monotonic() < deadline, "the worker decided both copies"
+            assert time.monotonic() < deadline, "the new worker did not decide the third copy"
             time.sleep(0.5)
     outputs = load_outputs(kafka_config, topic_names)
     assert set(outputs.decisions) == {request.decision_id(Architecture.DPM)}

@@ -195,6 +195,33 @@ def test_metrics_count_committed_work_only(log: InMemoryEventLog) -> None:
     assert _count(metrics, "dpm_dead_letters_total", reason="model-error") == 1
 
 
+def test_a_trigger_id_decided_already_is_a_duplicate_dead_letter(log: InMemoryEventLog) -> None:
+    metrics = PipelineMetrics()
+    handler = ProjectionHandler(NAMES, log, ExtractiveBackend(), "unit-worker", metrics=metrics)
+    request = _request(tuple(append_events(log, CASE.trajectory.events)))
+    first, same_batch = _trigger(request), replace(_trigger(request), position=LogPosition(0, 8))
+    assert [o.topic for o in handler.handle(first)] == [NAMES.views, NAMES.decisions, NAMES.audit, NAMES.audit]
+    assert _dead_letter(handler.handle(same_batch)).reason is Rejection.DUPLICATE
+    handler.committed([first, same_batch])
+    later = replace(_trigger(request), position=LogPosition(0, 9))
+    assert _dead_letter(handler.handle(later)).reason is Rejection.DUPLICATE
+    handler.committed([later])
+    decided = {"architecture": "dpm", "outcome": CASE.label, "tenant": "other"}
+    assert _count(metrics, "dpm_decisions_total", **decided) == 1
+    assert _count(metrics, "dpm_dead_letters_total", reason="duplicate") == 2
+
+
+def test_an_uncommitted_decision_does_not_refuse_its_retry_nor_another_tenants_id(log: InMemoryEventLog) -> None:
+    handler = _handler(log)
+    request = _request(tuple(append_events(log, CASE.trajectory.events)))
+    handler.handle(_trigger(request))  # its batch aborted: the same record comes back
+    assert _decision(handler.handle(_trigger(request))[1]).decision_id == request.decision_id(Architecture.DPM)
+    handler.committed([_trigger(request)])
+    other = CaseRef("tenant-b", CASE.ref.case_id)
+    outputs = handler.handle(replace(_trigger(_request(None, other)), position=LogPosition(0, 8)))
+    assert _dead_letter(outputs).reason is Rejection.UNKNOWN_CASE  # read and refused, not a duplicate
+
+
 def test_outcome_labels_come_from_a_bounded_set(log: InMemoryEventLog) -> None:
     assert outcome_label("APPROVE") == "APPROVE"
     assert outcome_label("X" * 64) == "other"

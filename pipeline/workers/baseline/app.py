@@ -47,6 +47,8 @@ _RETRY_BACKOFF_S = 2.0
 # Kafka refuses records over 1 MiB by default, so larger events are refused here, as dead letters.
 MAX_BASELINE_EVENT_BYTES = 256 * 1024
 MAX_STEP_BYTES = 900 * 1024
+# Trigger ids decided per case, newest last: a re-sent one is dead-lettered `duplicate`.
+RECENT_TRIGGERS_PER_CASE = 64
 
 
 @dataclass(frozen=True)
@@ -104,6 +106,9 @@ class Baseline:
         # case key -> CaseState.to_json(); step_key(case, budget, seq) -> SummStep.to_json()
         self.cases = self.app.Table("summ-cases", partitions=options.partitions)
         self.steps = self.app.Table("summ-steps", partitions=options.partitions)
+        # case key -> [[trigger id, [partition, offset]], ...]: the case's last RECENT_TRIGGERS_PER_CASE
+        # decided triggers and where each was read (only decide() writes it)
+        self.decided = self.app.Table("summ-decided", partitions=options.partitions)
         self.app.agent(self._raw_topic(names.events), name="summ-events")(self._on_events)
         self.app.agent(self._raw_topic(names.triggers), name="summ-triggers")(self._on_triggers)
         if metrics is not None:
@@ -259,6 +264,12 @@ class Baseline:
             return None
         if Architecture.SUMM not in request.architectures:
             return None
+        read_at = [record.position.partition, record.position.offset]
+        decided = {str(t): list(at) for t, at in self.decided.get(request.case.key, ())}
+        if request.trigger_id in decided:
+            if decided[request.trigger_id] == read_at:
+                return None  # the same record delivered again (at-least-once): decided, nothing to add
+            raise RejectedError(Rejection.DUPLICATE, f"trigger {request.trigger_id!r} was decided already")
         count, budgets = await self._await_steps(request)
         if request.budget_chars not in budgets:
             raise RejectedError(
@@ -279,6 +290,8 @@ class Baseline:
                                 self.backend.name, self.options.worker_id)  # fmt: skip
         published = run_records(result, trajectory, task=request.task, budget=budget, provenance=provenance)
         await self._send(run_outputs(published, self.names))
+        entries = [*([t, at] for t, at in decided.items()), [request.trigger_id, read_at]]
+        self.decided[request.case.key] = entries[-RECENT_TRIGGERS_PER_CASE:]
         if self.metrics is not None:  # the N steps were counted as they ran
             observe_published(self.metrics, result, published, triggered_ms=record.timestamp_ms,
                               calls_counted_already=len(calls))  # fmt: skip

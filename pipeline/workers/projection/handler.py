@@ -7,6 +7,8 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from cachetools import LRUCache
+
 from pipeline.core.event_log import EventLog, PositionOutOfRangeError, RawRecord, ReadDeadlineError
 from pipeline.core.events import LogPosition, Trajectory
 from pipeline.core.model import ModelBackend, ModelBackendError
@@ -21,10 +23,14 @@ from pipeline.wire.limits import MAX_TRAJECTORY_CHARS
 from pipeline.wire.rejection import RejectedError, Rejection
 from pipeline.wire.run_records import run_records
 from pipeline.wire.trajectory import assemble
-from pipeline.wire.trigger import DecisionRequest, TriggerLimits
+from pipeline.wire.trigger import DecisionId, DecisionRequest, TriggerLimits
 from pipeline.workers.publishing import dead_letter, observe_published, run_outputs
 
 _LOG = logging.getLogger("pipeline.workers.projection")
+# Decision ids this worker committed recently (about 100 bytes each): a trigger re-sent with the same
+# id inside this window is dead-lettered `duplicate` instead of decided twice. Beyond it, or on
+# another worker after a rebalance, readers keep the first decision per id (read_outputs).
+RECENT_DECISIONS = 100_000
 
 
 @dataclass
@@ -42,20 +48,34 @@ class ProjectionHandler:
     # Metric observations of handled records, made only once their outputs are committed: a batch
     # that is aborted or consumed again must not count twice.
     _on_commit: dict[LogPosition, Callable[[], None]] = field(default_factory=dict, init=False, repr=False)
+    recent_decisions: int = RECENT_DECISIONS
+    # Keyed by tenant too: one tenant's trigger ids never refuse another's.
+    _decided: LRUCache[tuple[str, DecisionId], None] = field(init=False, repr=False)
+    _deciding: dict[LogPosition, tuple[str, DecisionId]] = field(default_factory=dict, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._decided = LRUCache(maxsize=self.recent_decisions)
 
     def committed(self, records: Sequence[RawRecord]) -> None:
         for record in records:
             observe = self._on_commit.get(record.position)
             if observe is not None:
                 observe()
-        self._on_commit.clear()  # what is left belongs to records consumed again: they will be handled again
+            decided = self._deciding.get(record.position)
+            if decided is not None:
+                self._decided[decided] = None
+        # What is left belongs to records consumed again: they will be handled again.
+        self._on_commit.clear()
+        self._deciding.clear()
 
     def handle(self, record: RawRecord) -> Sequence[Output]:
         self._on_commit.pop(record.position, None)
+        self._deciding.pop(record.position, None)
         try:
             request = DecisionRequest.decode(record.value, limits=self.limits)
             if Architecture.DPM not in request.architectures:
                 return []
+            self._claim((request.case.tenant, request.decision_id(Architecture.DPM)), record.position)
             return self._decide(request, record)
         except RejectedError as exc:
             _LOG.warning("trigger at %s rejected: %s", record.position, exc, extra={"worker_id": self.worker_id})
@@ -65,6 +85,12 @@ class ProjectionHandler:
         except Exception as exc:  # noqa: BLE001 - a bug must not turn one trigger into a crash loop
             _LOG.exception("trigger at %s broke the handler", record.position, extra={"worker_id": self.worker_id})
             return [self._refuse(record, Rejection.INTERNAL, f"{type(exc).__name__}: {exc}")]
+
+    def _claim(self, key: tuple[str, DecisionId], position: LogPosition) -> None:
+        """Refuses a decision id committed recently or taken by an earlier record of this batch."""
+        if key in self._decided or key in self._deciding.values():
+            raise RejectedError(Rejection.DUPLICATE, f"trigger {key[1].trigger_id!r} was decided already")
+        self._deciding[position] = key
 
     def _refuse(self, record: RawRecord, reason: Rejection, detail: str) -> Output:
         metrics = self.metrics
