@@ -193,6 +193,8 @@ class TransactionalLoop:
         batch = [m for m in self._consumer.consume(self._config.batch_size, timeout_s) if self._usable(m)]
         if not batch:
             return 0
+        if self._on_progress is not None:  # positions are known now: the lag probe counts from here
+            self._on_progress()
         try:
             done, outputs = self._process(batch)
         except (ModelBackendError, KafkaAdapterError) as exc:
@@ -233,23 +235,21 @@ class TransactionalLoop:
             return False
         return True
 
-    def lag(self) -> dict[int, int]:
-        """Records between this member's position and the high watermark, per assigned partition."""
-        lags: dict[int, int] = {}
+    def positions(self) -> dict[int, int]:
+        """This member's next offset per assigned partition that has one (call on the loop's thread)."""
         try:
-            for tp in self._consumer.position(self._consumer.assignment()):
-                _, high = self._consumer.get_watermark_offsets(tp, cached=True)
-                if tp.offset >= 0 and high >= 0:
-                    lags[tp.partition] = max(0, high - tp.offset)
-        except (KafkaException, RuntimeError) as exc:  # RuntimeError: closed while a refresher asked
-            _LOG.debug("lag unavailable: %s", exc)
-        return lags
+            assigned = self._consumer.position(self._consumer.assignment())
+        except KafkaException as exc:
+            _LOG.debug("positions unavailable: %s", exc)
+            return {}
+        return {tp.partition: tp.offset for tp in assigned if tp.offset >= 0}
 
     def run(self, should_stop: Callable[[], bool], on_progress: Callable[[], None] | None = None) -> None:
         """Runs batches until `should_stop()`; then leaves the group cleanly.
 
         `on_progress` is called on this thread after every record handled and every loop turn, so
-        liveness and the lag gauge move while a long batch runs (the consumer stays on one thread).
+        liveness and the tracked positions move while a long batch runs (the consumer stays on one
+        thread; a LagProbe turns the positions into the lag gauge from its own).
         """
         self._on_progress = on_progress
         self.start()

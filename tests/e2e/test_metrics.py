@@ -36,6 +36,17 @@ def _total(samples: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: 
     return sum(v for (n, lbls), v in samples.items() if n == name and labels.items() <= dict(lbls).items())
 
 
+def _first_scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """The first answer of an endpoint that is starting."""
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            return _scrape(port)
+        except OSError:
+            assert time.monotonic() < deadline, "metrics endpoint never came up"
+            time.sleep(0.3)
+
+
 def test_worker_metrics_move_by_the_expected_amounts(
     kafka_bootstrap: str, kafka_config: dict[str, str], topic_names: TopicNames, tmp_path: Path
 ) -> None:
@@ -47,14 +58,7 @@ def test_worker_metrics_move_by_the_expected_amounts(
     case = small_cases(per_domain=1)[0]
     positions = tuple(producer.append(case.trajectory.events))
     with pipeline_processes([["worker", "--metrics-port", str(port)]], env, tmp_path / "logs"):
-        deadline = time.monotonic() + 30
-        while True:  # the endpoint is up before any trigger: everything counted below is this run's
-            try:
-                before = _scrape(port)
-                break
-            except OSError:
-                assert time.monotonic() < deadline, "metrics endpoint never came up"
-                time.sleep(0.3)
+        before = _first_scrape(port)  # before any trigger: everything counted below is this run's
         assert _total(before, "dpm_decisions_total") == 0
         for n in range(DECISIONS):
             producer.trigger(DecisionRequest(f"m{n}", case.ref, case.task, 900, (Architecture.DPM,), positions))
@@ -83,6 +87,33 @@ def test_worker_metrics_move_by_the_expected_amounts(
     assert _total(after, "dpm_isolation_violations_total") == 1
     assert any(name == "dpm_consumer_lag" for name, _ in after)
     assert _total(after, "dpm_consumer_lag") == 0
+
+
+def test_the_lag_gauge_grows_while_the_worker_waits_on_one_long_model_call(
+    kafka_bootstrap: str, kafka_config: dict[str, str], topic_names: TopicNames, tmp_path: Path
+) -> None:
+    create_topics(kafka_config, topic_names, partitions=1)
+    port = free_cluster_port(1)
+    env = {**worker_env(kafka_bootstrap, topic_names, tmp_path), "DPM_METRICS_ADDR": "127.0.0.1",
+           "DPM_MODEL_LATENCY_MS": "12000"}  # fmt: skip
+    producer = EventProducer(kafka_config, topic_names)
+    case = small_cases(per_domain=1)[0]
+    positions = tuple(producer.append(case.trajectory.events))
+
+    def trigger(n: int) -> None:
+        producer.trigger(DecisionRequest(f"slow{n}", case.ref, case.task, 900, (Architecture.DPM,), positions))
+
+    trigger(0)
+    with pipeline_processes([["worker", "--metrics-port", str(port), "--batch-size", "1"]], env, tmp_path / "logs"):
+        _first_scrape(port)
+        time.sleep(3)  # the worker is inside its first 12 s model call
+        for n in range(1, 7):
+            trigger(n)
+        time.sleep(7)  # more than one probe interval, less than the call
+        during = _scrape(port)
+    producer.close()
+    assert _total(during, "dpm_decisions_total") == 0, "still inside the first call"
+    assert _total(during, "dpm_consumer_lag", topic=topic_names.triggers) >= 6
 
 
 def test_baseline_metrics_count_every_step_and_the_decision(

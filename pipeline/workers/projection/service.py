@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from dataclasses import dataclass
 
 from pipeline.config.settings import Settings
+from pipeline.kafka.lag import LagProbe
 from pipeline.kafka.reader import KafkaEventLog
 from pipeline.kafka.topics import TopicNames
 from pipeline.kafka.transactions import LoopConfig, TransactionalLoop
@@ -64,19 +64,20 @@ def serve_projection(settings: Settings, options: WorkerOptions, stop: threading
     server = (metrics.serve(settings.metrics.port, settings.metrics.addr, health=liveness.check)
               if settings.metrics.port >= 0 else None)  # fmt: skip
     group, topic = options.group(settings), TopicNames(settings.kafka.topic_prefix).triggers
-    last_lag = [0.0]
+    # The lag gauge is reported from the probe's thread, so it keeps moving during a long model call.
+    probe = LagProbe(settings.kafka.client_config(), topic, lambda lags: metrics.observe_lag(group, topic, lags))
 
-    def progressed() -> None:  # after every record and every turn: liveness, and the lag gauge every 5 s
+    def progressed() -> None:  # on the loop's thread, after every record and every turn
         liveness.turned()
-        if time.monotonic() - last_lag[0] > 5:
-            metrics.observe_lag(group, topic, loop.lag())
-            last_lag[0] = time.monotonic()
+        probe.track(loop.positions())
 
     _LOG.info("projection worker %s joined %s on %s", options.worker_id, group, settings.kafka.bootstrap_servers,
               extra={"worker_id": options.worker_id})  # fmt: skip
+    probe.start()
     try:
         loop.run(stop.is_set, on_progress=progressed)
     finally:
+        probe.stop()
         log.close()
         if server is not None:
             server.shutdown()
