@@ -89,9 +89,17 @@ def summ_step(
         appended = replace(memory.view, facts=(*memory.view.facts, raw))
         if appended.char_length <= budget.chars:
             return replace(memory, view=appended)
-    summary = "" if memory.view == EMPTY_VIEW else memory.view.render()
-    response = call(summarization_request(PromptEvent(index, event.kind, event.text), summary, task, budget))
+    response = call(summ_step_request(memory, index, event, task=task, budget=budget))
     return _view_from(response, budget)
+
+
+def summ_step_request(memory: SummMemory, index: int, event: Event, *, task: TaskSpec, budget: Budget) -> ModelRequest:
+    """The summary update request of one step: a function of the memory before it, the event, task and budget.
+
+    The baseline stores only the answer of each step and rebuilds this request when it audits a decision.
+    """
+    summary = "" if memory.view == EMPTY_VIEW else memory.view.render()
+    return summarization_request(PromptEvent(index, event.kind, event.text), summary, task, budget)
 
 
 @dataclass

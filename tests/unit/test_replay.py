@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -14,9 +15,10 @@ from pipeline.core.events import Event, LogPosition, Trajectory
 from pipeline.core.memory_log import InMemoryEventLog
 from pipeline.core.model import ModelRequest, ModelResponse, Purpose
 from pipeline.core.recorded import RecordedAnswers
-from pipeline.core.run import RunResult, SummMemory, SummVariant, run_dpm, run_summ
+from pipeline.core.run import ModelCall, RunResult, SummMemory, SummVariant, run_dpm, run_summ, summ_step
 from pipeline.core.task import Architecture, Budget
 from pipeline.core.verification import ReplayStatus, verify_recorded, verify_replay
+from pipeline.core.view import EMPTY_VIEW
 from pipeline.llm.anthropic_backend import AnthropicBackend
 from pipeline.llm.extractive.backend import ExtractiveBackend
 from pipeline.llm.openai_backend import OpenAIBackend
@@ -26,7 +28,7 @@ from pipeline.wire.decision import PositionsSource, Provenance
 from pipeline.wire.event import append_events
 from pipeline.wire.run_records import RunRecords, run_records
 from pipeline.wire.trigger import DecisionId
-from pipeline.workers.baseline.state import CaseState, SummStep
+from pipeline.workers.baseline.state import CaseState, StepMismatchError, SummStep, load_steps
 from tests.cases import load_fixture
 from tests.fake_model_apis import messages_api
 
@@ -149,15 +151,47 @@ def test_the_replay_service_reads_the_events_a_buffered_view_needs_and_reports_e
     assert replay() is ReplayStatus.ERASED
 
 
+def _recording(backend: ExtractiveBackend, calls: list[ModelCall]) -> Callable[[ModelRequest], ModelResponse]:
+    def call(request: ModelRequest) -> ModelResponse:
+        response = backend.complete(request)
+        calls.append(ModelCall(request, response))
+        return response
+
+    return call
+
+
+def _stored_steps(events: tuple[Event, ...]) -> list[SummStep]:
+    """Summ-only steps as the baseline takes them, one per event, before they are stored."""
+    steps: list[SummStep] = []
+    for n, event in enumerate(events):
+        calls: list[ModelCall] = []
+        before = steps[-1].memory if steps else SummMemory(EMPTY_VIEW)
+        memory = summ_step(before, event.seq, event, task=CASE.task, budget=BUDGET, variant=SummVariant.REWRITE,
+                           call=_recording(ExtractiveBackend(), calls))  # fmt: skip
+        steps.append(SummStep(event, LogPosition(1, n), memory, tuple(calls)))
+    return steps
+
+
 def test_baseline_state_round_trips_through_its_changelog_form() -> None:
-    result = run_summ(CASE.trajectory, CASE.task, BUDGET, ExtractiveBackend())
     state = CaseState(CASE.task, (700, 1400), last_seq=4)
     assert CaseState.from_json(orjson.loads(orjson.dumps(state.to_json()))) == state
     assert state.after(5).last_seq == 5
-    step = SummStep(CASE.trajectory.events[0], LogPosition(1, 9), SummMemory(result.view, ("p",), 3),
-                    (result.calls[0],))  # fmt: skip
-    assert SummStep.from_json(orjson.loads(orjson.dumps(step.to_json()))) == step
-    assert SummStep.memory_of(step.to_json()) == step.memory
+    steps = _stored_steps(CASE.trajectory.events)
+    stored = [orjson.loads(orjson.dumps(step.to_json())) for step in steps]
+    assert load_steps(stored, task=CASE.task, budget=BUDGET) == steps
+    offline = run_summ(CASE.trajectory, CASE.task, BUDGET, ExtractiveBackend()).calls[:-1]
+    assert [c.request for s in steps for c in s.calls] == [c.request for c in offline]  # as the offline run asks
+    assert SummStep.memory_of(stored[-1]) == steps[-1].memory
+
+
+def test_a_stored_step_keeps_no_prompt_and_refuses_an_answer_to_another_request() -> None:
+    steps = _stored_steps(CASE.trajectory.events[:3])
+    stored = [step.to_json() for step in steps]
+    prompt = steps[2].calls[0].request.prompt
+    assert "request" not in stored[2]["calls"][0]
+    assert prompt not in orjson.dumps(stored[2]).decode()
+    with pytest.raises(StepMismatchError, match="another request"):
+        load_steps(stored, task=replace(CASE.task, task="A different task."), budget=BUDGET)
 
 
 @pytest.mark.parametrize("api", ["anthropic", "openai"])

@@ -37,14 +37,15 @@ from pipeline.wire.event import EventRecord
 from pipeline.wire.rejection import RejectedError, Rejection
 from pipeline.wire.run_records import run_records
 from pipeline.wire.trigger import DecisionRequest, TriggerLimits
-from pipeline.workers.baseline.state import CaseState, SummStep, calls_of, step_key
+from pipeline.workers.baseline.state import CaseState, SummStep, calls_of, load_steps, step_key
 from pipeline.workers.publishing import dead_letter, observe_published, run_outputs
 
 _LOG = logging.getLogger("pipeline.workers.baseline")
 _MODEL_ATTEMPTS = 3
 _RETRY_BACKOFF_S = 2.0
-# A step's changelog record holds the event, its prompt and the answer: about three times the event.
-# Kafka refuses records over 1 MiB by default, so larger events are refused here, as dead letters.
+# A step's changelog record holds the event, the memory after it and the raw answer (the prompt is
+# rebuilt from these when a decision is audited). Kafka refuses records over 1 MiB by default, so
+# larger events are refused here, as dead letters, and a step over MAX_STEP_BYTES is never stored.
 MAX_BASELINE_EVENT_BYTES = 256 * 1024
 MAX_STEP_BYTES = 900 * 1024
 # Trigger ids decided per case, newest last: a re-sent one is dead-lettered `duplicate`.
@@ -270,17 +271,18 @@ class Baseline:
             if decided[request.trigger_id] == read_at:
                 return None  # the same record delivered again (at-least-once): decided, nothing to add
             raise RejectedError(Rejection.DUPLICATE, f"trigger {request.trigger_id!r} was decided already")
-        count, budgets = await self._await_steps(request)
+        count, state = await self._await_steps(request)
+        budgets = state.budgets
         if request.budget_chars not in budgets:
             raise RejectedError(
                 Rejection.UNKNOWN_CASE,
                 f"{request.case.key}: no Summ-only memory at {request.budget_chars} characters "
                 f"(maintained: {list(budgets)}); declare it in the case's first event",
             )
-        steps = [SummStep.from_json(self.steps[step_key(request.case.key, request.budget_chars, s)])
-                 for s in range(1, count + 1)]  # fmt: skip
-        trajectory = Trajectory(request.case, tuple(s.event for s in steps))
         budget = Budget(request.budget_chars)
+        stored = [self.steps[step_key(request.case.key, request.budget_chars, s)] for s in range(1, count + 1)]
+        steps = load_steps(stored, task=state.task, budget=budget)  # the task the steps summarized for
+        trajectory = Trajectory(request.case, tuple(s.event for s in steps))
         calls = calls_of(steps)
         decide = functools.partial(finish_summ, trajectory, request.task, budget, self.backend, steps[-1].memory,
                                    calls=calls, variant=self.options.variant)  # fmt: skip
@@ -301,8 +303,8 @@ class Baseline:
                          "worker_id": self.options.worker_id})  # fmt: skip
         return result
 
-    async def _await_steps(self, request: DecisionRequest) -> tuple[int, tuple[int, ...]]:
-        """Waits until the case's memory covers the trigger's events; returns that count and the budgets kept."""
+    async def _await_steps(self, request: DecisionRequest) -> tuple[int, CaseState]:
+        """Waits until the case's memory covers the trigger's events; returns that count and the case's state."""
         deadline = time.monotonic() + self.options.trigger_wait_s
         wanted = request.events_count or (len(request.positions) if request.positions else None)
         while True:
@@ -310,7 +312,7 @@ class Baseline:
             state = CaseState.from_json(stored) if stored is not None else None
             have = state.last_seq if state is not None else 0
             if state is not None and have and (wanted is None or have >= wanted):
-                return wanted or have, state.budgets
+                return wanted or have, state
             if time.monotonic() > deadline:
                 reason = Rejection.UNKNOWN_CASE if have == 0 else Rejection.SEQUENCE_GAP
                 raise RejectedError(reason, f"{request.case.key}: {have} events summarized, trigger needs {wanted}")

@@ -10,10 +10,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from pipeline.core.errors import DpmError
 from pipeline.core.events import Event, LogPosition
-from pipeline.core.run import ModelCall, SummMemory
-from pipeline.core.task import TaskSpec
-from pipeline.core.view import Fact, MemoryView
+from pipeline.core.run import ModelCall, SummMemory, summ_step_request
+from pipeline.core.task import Budget, TaskSpec
+from pipeline.core.view import EMPTY_VIEW, Fact, MemoryView
 from pipeline.wire.audit import call_from_wire, call_to_wire
 from pipeline.wire.event import EventRecord
 
@@ -59,6 +60,16 @@ def memory_from_json(raw: Mapping[str, Any]) -> SummMemory:
     return SummMemory(view, tuple(raw["problems"]), int(raw["cut"]))
 
 
+class StepMismatchError(DpmError):
+    """A stored step's answer does not belong to the request rebuilt for it (the stored state is not ours)."""
+
+
+# What a stored step keeps of each call: the answer and its figures. The request (the prompt holds the
+# event and the previous summary, both stored already) is rebuilt when a decision is audited, and
+# checked against the digest kept here; the answer's text is re-read from the raw bytes.
+_NOT_STORED = ("request", "response_text")
+
+
 @dataclass(frozen=True)
 class SummStep:
     """One Summ-only step: the event, where it was read, the memory after it and the call it made (if any)."""
@@ -69,11 +80,12 @@ class SummStep:
     calls: tuple[ModelCall, ...]
 
     def to_json(self) -> dict[str, Any]:
+        """The changelog value: bounded by the event, the budget and the answer, not by the prompt."""
         return {
             "event": EventRecord(self.event).to_wire(),
             "position": [self.position.partition, self.position.offset],
             "memory": memory_to_json(self.memory),
-            "calls": [call_to_wire(c) for c in self.calls],
+            "calls": [{k: v for k, v in call_to_wire(c).items() if k not in _NOT_STORED} for c in self.calls],
         }
 
     @staticmethod
@@ -82,13 +94,25 @@ class SummStep:
         return memory_from_json(raw["memory"])
 
     @classmethod
-    def from_json(cls, raw: Mapping[str, Any]) -> SummStep:
-        return cls(
-            EventRecord.from_wire(raw["event"]).event,
-            LogPosition(*raw["position"]),
-            memory_from_json(raw["memory"]),
-            tuple(call_from_wire(c) for c in raw["calls"]),
-        )
+    def from_json(cls, raw: Mapping[str, Any], previous: SummMemory, *, task: TaskSpec, budget: Budget) -> SummStep:
+        """The step stored by to_json, its request rebuilt from the memory before it, the task and budget."""
+        event = EventRecord.from_wire(raw["event"]).event
+        request = summ_step_request(previous, event.seq, event, task=task, budget=budget)
+        calls = []
+        for stored in raw["calls"]:
+            if stored["request_sha256"] != request.digest:
+                raise StepMismatchError(f"{event.case.key} step {event.seq}: the stored answer is for another request")
+            calls.append(call_from_wire({**stored, "request": request.wire()}))
+        return cls(event, LogPosition(*raw["position"]), memory_from_json(raw["memory"]), tuple(calls))
+
+
+def load_steps(raws: Sequence[Mapping[str, Any]], *, task: TaskSpec, budget: Budget) -> list[SummStep]:
+    """Stored steps 1..n of one case and budget, in order, each call's request rebuilt."""
+    steps: list[SummStep] = []
+    for raw in raws:
+        previous = steps[-1].memory if steps else SummMemory(EMPTY_VIEW)
+        steps.append(SummStep.from_json(raw, previous, task=task, budget=budget))
+    return steps
 
 
 def step_key(case_key: str, budget: int, seq: int) -> str:
