@@ -42,9 +42,11 @@ from pipeline.core.case import Case
 from pipeline.core.events import CaseRef, Event, LogPosition
 from pipeline.core.task import Architecture
 from pipeline.kafka.errors import KafkaAdapterError
+from pipeline.kafka.keystore import kafka_case_keys
 from pipeline.kafka.producer import EventProducer
 from pipeline.kafka.range_reads import read_topic
 from pipeline.kafka.topics import TopicNames, create_pipeline_topics
+from pipeline.keys.providers import LocalFileKeyProvider
 from pipeline.services.cluster import child_env, cluster, pipeline_processes, private_cluster
 from pipeline.services.read_outputs import PublishedOutputs, load_outputs
 from pipeline.wire.event import CaseOpening, EventRecord
@@ -96,7 +98,8 @@ def _stage(bootstrap: str, scenario: str, work: Path, replication: int = 1, **en
     create_pipeline_topics(config, names, partitions=3, replication=replication)
     home = work / scenario
     home.mkdir(parents=True, exist_ok=True)
-    settings = {"DPM_HOME": str(home), "DPM_SESSION_TIMEOUT_MS": "6000", "DPM_BACKEND": "extractive", **env}
+    settings = {"DPM_HOME": str(home), "DPM_KEYS_DIR": str(home / "keys"), "DPM_SESSION_TIMEOUT_MS": "6000",
+                "DPM_BACKEND": "extractive", **env}  # fmt: skip
     yield Stage(config, names, child_env(bootstrap, names.prefix, **settings), home / "logs")
 
 
@@ -124,10 +127,13 @@ def _requests(cases: list[Case], positions: dict[CaseRef, tuple[LogPosition, ...
 
 def _outputs(stage: Stage) -> PublishedOutputs | None:
     """The published outputs, or None while the cluster cannot answer (a leader just died)."""
+    keys = kafka_case_keys(stage.config, stage.names.keys, LocalFileKeyProvider(Path(stage.env["DPM_KEYS_DIR"])))
     try:
-        return load_outputs(stage.config, stage.names, with_audits=False)
+        return load_outputs(stage.config, stage.names, cipher=keys, with_audits=False)
     except KafkaAdapterError:
         return None
+    finally:
+        keys.close()
 
 
 def _settle(stage: Stage, outcome: Outcome, expected: set[DecisionId], since: float, timeout_s: float) -> None:

@@ -24,14 +24,15 @@ from pipeline.config.settings import Settings
 from pipeline.core.events import CaseRef, Event
 from pipeline.core.task import Architecture
 from pipeline.kafka.admin import admin_client
+from pipeline.kafka.keystore import kafka_case_keys
 from pipeline.kafka.producer import EventProducer
 from pipeline.kafka.range_reads import read_topic
 from pipeline.kafka.reader import KafkaEventLog
 from pipeline.kafka.topics import TopicNames, TopicSpec, create_pipeline_topics, ensure_topics
+from pipeline.keys.providers import LocalFileKeyProvider
 from pipeline.services.cluster import child_env, pipeline_processes, private_cluster
 from pipeline.services.read_outputs import await_decisions
-from pipeline.wire.decision import DecisionRecord
-from pipeline.wire.trigger import DecisionRequest
+from pipeline.wire.trigger import DecisionId, DecisionRequest
 
 # Short cases (24 to 30 events), so a run measures the pipeline rather than the projection of long texts.
 SHORT_CASES = GenerationSpec(per_domain=3, events=(24, 30), chars=(6_000, 7_500), tenant="bench")
@@ -48,20 +49,23 @@ def broker() -> Iterator[str]:
 
 
 def throughput(
-    bootstrap: str, workers: int, triggers: int, workdir: Path, rate: float | None = None
+    bootstrap: str, workers: int, triggers: int, workdir: Path, rate: float | None = None, *, encryption: bool = True
 ) -> tuple[float, list[float]]:
     """Decisions per second and trigger-to-decision latencies (ms) with `workers` worker processes.
 
     rate None sends every trigger at once (a backlog: throughput); a rate paces them (latency).
+    With `encryption` (the default setting) events and outputs are sealed under per-case keys.
     """
     config = {"bootstrap.servers": bootstrap}
     names = TopicNames(f"bench-{uuid.uuid4().hex[:8]}")
     create_pipeline_topics(config, names, partitions=6)
-    producer = EventProducer(config, names)
+    keys = kafka_case_keys(config, names.keys, LocalFileKeyProvider(workdir / "keys"))
+    producer = EventProducer(config, names, keys if encryption else None)
     cases = generate_cases(SHORT_CASES)
     positions = {c.ref: tuple(producer.append(c.trajectory.events)) for c in cases}
     env = child_env(bootstrap, names.prefix, DPM_HOME=str(workdir), DPM_BACKEND="extractive",
-                    DPM_SESSION_TIMEOUT_MS="6000", DPM_TRANSACTION_TIMEOUT_MS="10000")  # fmt: skip
+                    DPM_SESSION_TIMEOUT_MS="6000", DPM_TRANSACTION_TIMEOUT_MS="10000",
+                    DPM_KEYS_DIR=str(workdir / "keys"), DPM_ENCRYPTION="on" if encryption else "off")  # fmt: skip
     with pipeline_processes([["worker"]] * workers, env, workdir / f"logs-{workers}"):
         time.sleep(8)  # let the group form before the clock starts
         started = time.monotonic()
@@ -82,13 +86,14 @@ def throughput(
                 producer.close()  # flushes: the trigger is on the broker now
                 time.sleep(1 / rate)
         producer.close()
-        outputs = await_decisions(config, names, triggers, timeout_s=600)
+        outputs = await_decisions(config, names, triggers, timeout_s=600, cipher=keys)
         elapsed = time.monotonic() - started
+    keys.close()
     if len(outputs.decisions) < triggers:
         raise SystemExit(f"only {len(outputs.decisions)} of {triggers} decisions arrived")
     sent = {DecisionRequest.decode(r.value).trigger_id: r.timestamp_ms for r in read_topic(config, names.triggers)}
-    done = {
-        DecisionRecord.from_wire(orjson.loads(r.value or b"")).decision_id.trigger_id: r.timestamp_ms
+    done = {  # decision ids are in clear in sealed records too
+        DecisionId.parse(orjson.loads(r.value or b"")["decision_id"]).trigger_id: r.timestamp_ms
         for r in read_topic(config, names.decisions)
     }
     latencies = [float(done[t] - sent[t]) for t in done if sent.get(t) and done[t]]  # type: ignore[operator]
@@ -131,11 +136,13 @@ def main() -> None:
     with broker() as bootstrap, tempfile.TemporaryDirectory() as tmp:
         alone, ten, hundred, thousand = read_cost(bootstrap)
         one, _ = throughput(bootstrap, 1, args.triggers, Path(tmp))
+        clear, _ = throughput(bootstrap, 1, args.triggers, Path(tmp), encryption=False)
         two, _ = throughput(bootstrap, 2, args.triggers, Path(tmp))
         _, paced = throughput(bootstrap, 1, 60, Path(tmp), rate=4.0)
     print(
         f"decisions/s, 1 worker : {one:8.1f}   (backlog of {args.triggers} triggers, 2-core machine, broker included)"
     )
+    print(f"decisions/s, 1 worker, encryption off: {clear:8.1f}   (sealing costs {(1 - one / clear) * 100:.1f}%)")
     print(f"decisions/s, 2 workers: {two:8.1f}   (x{two / one:.2f})")
     q = statistics.quantiles(paced, n=100)
     print(

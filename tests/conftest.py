@@ -11,10 +11,37 @@ import pytest
 
 from pipeline.config.settings import Settings
 from pipeline.kafka.admin import fetch_metadata
+from pipeline.kafka.keystore import kafka_case_keys
 from pipeline.kafka.topics import TopicNames
+from pipeline.keys.providers import LocalFileKeyProvider
+from pipeline.keys.store import CaseKeys
 from pipeline.llm import local_model
 from pipeline.services.cluster import private_cluster
 from tests.kafka_support import unique_prefix
+
+
+@pytest.fixture(scope="session", autouse=True)
+def keys_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """One folder of tenant key-encryption keys for the session, shared with every child process.
+
+    Workers seal what they publish under case keys wrapped by these; the test process reads with them.
+    """
+    path = tmp_path_factory.mktemp("keys")
+    before = os.environ.get("DPM_KEYS_DIR")
+    os.environ["DPM_KEYS_DIR"] = str(path)
+    yield path
+    if before is None:
+        os.environ.pop("DPM_KEYS_DIR", None)
+    else:
+        os.environ["DPM_KEYS_DIR"] = before
+
+
+@pytest.fixture
+def case_keys(kafka_config: dict[str, str], topic_names: TopicNames, keys_dir: Path) -> Iterator[CaseKeys]:
+    """The case keys of this test's topics (the same key folder its workers use)."""
+    keys = kafka_case_keys(kafka_config, topic_names.keys, LocalFileKeyProvider(keys_dir))
+    yield keys
+    keys.close()
 
 
 @pytest.fixture(scope="session")

@@ -12,7 +12,7 @@ from pipeline.config.settings import Settings
 from pipeline.core.errors import DpmError
 from pipeline.core.events import CaseRef
 from pipeline.core.task import TaskSpec, parse_architectures
-from pipeline.services.erase import erase_case
+from pipeline.services.erase import erase_case, erase_tenant
 from pipeline.services.ingest import (
     case_request,
     manifest_requests,
@@ -87,9 +87,13 @@ def trigger(
 
 def erase(
     tenant: str = typer.Option(..., "--tenant"),
-    case_id: str = typer.Option(..., "--case"),
+    case_id: str | None = typer.Option(None, "--case", help="One case (default: every case of the tenant)."),
 ) -> None:
-    """Erase a case's events (tombstones; compaction removes them): its decisions then replay as ERASED."""
-    case = CaseRef(tenant, case_id)
-    count = erase_case(Settings.from_env(), case)
-    _out.print(f"wrote {count} tombstone(s) for {case.key}; compaction removes the events")
+    """Erase a case (or a whole tenant): its data key destroyed, its events tombstoned.
+
+    Every reader treats it as erased at once; compaction removes the records within DPM_ERASURE_LAG_MS.
+    """
+    settings = Settings.from_env()
+    done = erase_case(settings, CaseRef(tenant, case_id)) if case_id else erase_tenant(settings, tenant)
+    _out.print(f"erased {done.subject}: {done.keys_destroyed} data key(s) destroyed, "
+               f"{done.event_tombstones} event tombstone(s) written; compaction removes the records")  # fmt: skip

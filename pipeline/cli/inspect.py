@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from contextlib import closing
+
 import typer
 from rich.console import Console
 
@@ -9,11 +11,12 @@ from pipeline.cli.render import print_comparison, print_replays
 from pipeline.config.settings import Settings
 from pipeline.core.errors import DpmError
 from pipeline.core.verification import ReplayStatus
+from pipeline.kafka.keystore import case_keys_from
 from pipeline.kafka.reader import KafkaEventLog
 from pipeline.kafka.topics import TopicNames
 from pipeline.services.compare import compare as compare_outputs
 from pipeline.services.read_outputs import load_outputs
-from pipeline.services.replay import registry_backends, replay_many, select_decisions
+from pipeline.services.replay import registry_backends, replay_many, select_decisions, select_erased
 
 _out = Console()
 
@@ -21,9 +24,14 @@ _out = Console()
 def compare() -> None:
     """Compare DPM and Summ-only on the triggers both decided: agreement, accuracy, calls, tokens, latency, cost."""
     settings = Settings.from_env()
-    outputs = load_outputs(settings.kafka.client_config(), TopicNames(settings.kafka.topic_prefix), with_audits=False)
+    with closing(case_keys_from(settings)) as keys:
+        outputs = load_outputs(settings.kafka.client_config(), TopicNames(settings.kafka.topic_prefix), cipher=keys,
+                               with_audits=False)  # fmt: skip
     result = compare_outputs(outputs.decisions, outputs.triggers)
     print_comparison(_out, result, outputs.duplicates)
+    if outputs.erased:
+        _out.print(f"{len(outputs.erased)} decision(s) of erased cases left out (content destroyed): "
+                   + ", ".join(sorted({c.key for c in outputs.erased.values()})))  # fmt: skip
 
 
 def replay(
@@ -41,17 +49,16 @@ def replay(
     """Re-read each decision's recorded offsets, re-derive its view and report MATCH, DRIFT, LOG-CHANGED or ERASED."""
     settings = Settings.from_env()
     names = TopicNames(settings.kafka.topic_prefix)
-    outputs = load_outputs(settings.kafka.client_config(), names)
-    records = select_decisions(outputs.decisions.values(), decision=decision, tenant=tenant, case_id=case_id,
-                               every=all_decisions)  # fmt: skip
-    if not records:
-        raise DpmError("no published decision matches")
-    log = KafkaEventLog(settings.kafka.client_config(), names.events)
-    try:
+    with closing(case_keys_from(settings)) as keys, closing(KafkaEventLog(settings.kafka.client_config(),
+                                                                          names.events)) as log:  # fmt: skip
+        outputs = load_outputs(settings.kafka.client_config(), names, cipher=keys)
+        records = select_decisions(outputs.decisions.values(), decision=decision, tenant=tenant, case_id=case_id,
+                                   every=all_decisions)  # fmt: skip
+        erased = select_erased(outputs.erased, decision=decision, tenant=tenant, case_id=case_id, every=all_decisions)
+        if not records and not erased:
+            raise DpmError("no published decision matches")
         lines = replay_many(records, outputs.views, outputs.audits, log, registry_backends(settings.model, backend),
-                            recorded_only=verify_recorded)  # fmt: skip
-    finally:
-        log.close()
+                            recorded_only=verify_recorded, cipher=keys, erased=erased)  # fmt: skip
     print_replays(_out, lines)
     if any(line.report.status is not ReplayStatus.MATCH for line in lines):
         raise typer.Exit(2)

@@ -6,7 +6,7 @@ import typer
 from rich.console import Console
 
 from pipeline.config.settings import Settings
-from pipeline.kafka.topics import TopicNames, create_pipeline_topics
+from pipeline.kafka.topics import ErasureBound, TopicNames, create_pipeline_topics
 
 app = typer.Typer(help="The pipeline's Kafka topics.", no_args_is_help=True)
 _out = Console()
@@ -22,8 +22,13 @@ def create(
     """Create the topics of the pipeline idempotently; refuse existing topics with conflicting settings."""
     settings = Settings.from_env()
     names = TopicNames(settings.kafka.topic_prefix)
-    report = create_pipeline_topics(settings.kafka.client_config(), names, partitions, replication)
+    bound = ErasureBound(settings.keys.erasure_lag_ms, settings.keys.tombstone_retention_ms)
+    report = create_pipeline_topics(settings.kafka.client_config(), names, partitions, replication, bound)
     for name in report.created:
         _out.print(f"created {name}")
+    drifted = {line.split(": ", 1)[0]: line.split(": ", 1)[1] for line in report.drift}
     for name in report.existing:
-        _out.print(f"exists  {name} (settings match)")
+        if name in drifted:
+            _out.print(f"exists  {name} (drift: {drifted[name]}; alter the topic's configs to apply)")
+        else:
+            _out.print(f"exists  {name} (settings match)")

@@ -235,6 +235,31 @@ class MetricsSettings(_Group):
         return _comma_list(value)
 
 
+class KeySettings(_Group):
+    """Envelope encryption of case content and how soon erased records are physically gone."""
+
+    encryption: bool = Field(
+        True, validation_alias="DPM_ENCRYPTION", description="seal case content under per-case data keys (on/off)"
+    )
+    keys_dir: Path | None = Field(
+        None,
+        validation_alias="DPM_KEYS_DIR",
+        description="the local key provider's folder of tenant key-encryption keys (unset: $DPM_HOME/keys)",
+    )
+    erasure_lag_ms: int = Field(
+        3_600_000,
+        ge=1_000,
+        validation_alias="DPM_ERASURE_LAG_MS",
+        description="events and key topics: segment.ms and max.compaction.lag.ms (bound on physical removal)",
+    )
+    tombstone_retention_ms: int = Field(
+        3_600_000,
+        ge=0,
+        validation_alias="DPM_TOMBSTONE_RETENTION_MS",
+        description="events and key topics: delete.retention.ms (how long tombstones stay after compaction)",
+    )
+
+
 class Settings(BaseModel):
     """All settings of a process, read once by `from_env`."""
 
@@ -245,6 +270,10 @@ class Settings(BaseModel):
     model: ModelSettings = Field(default_factory=lambda: ModelSettings.model_validate({}))
     worker: WorkerSettings = Field(default_factory=lambda: WorkerSettings.model_validate({}))
     metrics: MetricsSettings = Field(default_factory=lambda: MetricsSettings.model_validate({}))
+    keys: KeySettings = Field(default_factory=lambda: KeySettings.model_validate({}))
+
+    def keys_dir(self) -> Path:
+        return self.keys.keys_dir or self.paths.home / "keys"
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -270,6 +299,7 @@ _GROUPS: dict[str, type[_Group]] = {
     "model": ModelSettings,
     "worker": WorkerSettings,
     "metrics": MetricsSettings,
+    "keys": KeySettings,
 }
 
 

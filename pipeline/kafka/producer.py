@@ -17,6 +17,7 @@ from pipeline.kafka.topics import TopicNames
 from pipeline.wire.event import CaseOpening, opened
 from pipeline.wire.headers import TENANT_HEADER
 from pipeline.wire.schema_ids import SchemaId
+from pipeline.wire.sealing import CaseCipher, seal_body
 from pipeline.wire.trigger import DecisionRequest
 from pipeline.wire.validation import validate
 
@@ -30,8 +31,9 @@ class EventProducer:
     `tenant/case/seq`, with the tenant in a header too; appends return delivery positions.
     """
 
-    def __init__(self, client_config: dict[str, str], names: TopicNames) -> None:
+    def __init__(self, client_config: dict[str, str], names: TopicNames, cipher: CaseCipher | None = None) -> None:
         self._names = names
+        self._cipher = cipher  # seals each event's text under its case's data key (None: in clear)
         self._producer = Producer(
             {**client_config, "enable.idempotence": True, "acks": "all", "linger.ms": 5, "compression.type": "lz4"},
             logger=_LOG,
@@ -87,7 +89,10 @@ class EventProducer:
         values = [r.to_wire() for r in records]
         for value in values:
             validate(SchemaId.EVENT, value)  # nothing is sent unless every event is valid
-        keyed = [(r.event.key, case_partition(r.event.case, count), orjson.dumps(v), r.event.case.tenant)
+        if self._cipher is not None:
+            self._cipher.sync()  # a case erased since the last append starts again under a new key
+        keyed = [(r.event.key, case_partition(r.event.case, count), orjson.dumps(seal_body(v, self._cipher)),
+                  r.event.case.tenant)
                  for r, v in zip(records, values, strict=True)]  # fmt: skip
         return self._send(topic, keyed)
 

@@ -46,6 +46,10 @@ class TopicNames:
     def dlq(self) -> str:
         return f"{self.prefix}.dlq"
 
+    @property
+    def keys(self) -> str:
+        return f"{self.prefix}.keys"
+
 
 @dataclass(frozen=True)
 class TopicSpec:
@@ -54,22 +58,51 @@ class TopicSpec:
     name: str
     partitions: int
     configs: Mapping[str, str] = field(default_factory=dict)
+    # Settings an operator may tune on a live topic: a difference is reported as drift, not refused.
+    tunable: Mapping[str, str] = field(default_factory=dict)
 
 
-def pipeline_topics(names: TopicNames, partitions: int = 6) -> tuple[TopicSpec, ...]:
-    """The six topics with the configs the pipeline's guarantees depend on."""
+@dataclass(frozen=True)
+class ErasureBound:
+    """How soon erased records are physically gone from the compacted events and key topics.
+
+    A record replaced by a tombstone is compacted away at most `max_lag_ms` after it was written
+    (the segment holding it rolls by then, and the cleaner must clean it), and the tombstone itself
+    `tombstone_ms` after that; the cleaner's own back-off (15 s by default) comes on top.
+    """
+
+    max_lag_ms: int = 3_600_000
+    tombstone_ms: int = 3_600_000
+
+    def configs(self) -> dict[str, str]:
+        return {
+            "segment.ms": str(self.max_lag_ms),
+            "max.compaction.lag.ms": str(self.max_lag_ms),
+            "delete.retention.ms": str(self.tombstone_ms),
+        }
+
+
+def pipeline_topics(
+    names: TopicNames, partitions: int = 6, erasure: ErasureBound | None = None
+) -> tuple[TopicSpec, ...]:
+    """The seven topics with the configs the pipeline's guarantees depend on."""
     # A unique key per event (tenant/case/seq) means compaction never drops a live event; no time
     # retention, because replay months later must find the very offsets a decision recorded.
-    events = {"cleanup.policy": "compact", "retention.ms": _KEEP_FOREVER, "retention.bytes": "-1"}
-    # Outputs are the audit trail: kept until an operator decides otherwise.
+    compacted = {"cleanup.policy": "compact", "retention.ms": _KEEP_FOREVER, "retention.bytes": "-1"}
+    bound = (erasure or ErasureBound()).configs()
+    # Outputs are the audit trail: kept until an operator decides otherwise (their case content is
+    # sealed under the case's data key, so erasing the key erases them too).
     outputs = {"cleanup.policy": "delete", "retention.ms": _KEEP_FOREVER}
     return (
-        TopicSpec(names.events, partitions, events),
+        TopicSpec(names.events, partitions, compacted, bound),
         TopicSpec(names.triggers, partitions, {"cleanup.policy": "delete"}),
         TopicSpec(names.views, partitions, outputs),
         TopicSpec(names.decisions, partitions, outputs),
         TopicSpec(names.audit, partitions, outputs),
         TopicSpec(names.dlq, partitions, outputs),
+        # Keyed tenant/case on the case's partition, like the events, so the baseline sees its cases'
+        # key tombstones on the partitions it owns.
+        TopicSpec(names.keys, partitions, compacted, bound),
     )
 
 
@@ -79,6 +112,7 @@ class TopicReport:
 
     created: tuple[str, ...]
     existing: tuple[str, ...]
+    drift: tuple[str, ...] = ()  # tunable settings of existing topics that differ from the spec
 
 
 def _describe_existing(
@@ -98,13 +132,14 @@ def _describe_existing(
     return described
 
 
+def _differences(wanted: Mapping[str, str], configs: dict[str, str], verb: str = "needs") -> list[str]:
+    return [f"{key}={configs.get(key)} ({verb} {value})" for key, value in wanted.items() if configs.get(key) != value]
+
+
 def _conflicts(spec: TopicSpec, partitions: int, configs: dict[str, str]) -> list[str]:
-    found = []
+    found = _differences(spec.configs, configs)
     if partitions != spec.partitions:
-        found.append(f"partitions={partitions} (needs {spec.partitions})")
-    for key, wanted in spec.configs.items():
-        if configs.get(key) != wanted:
-            found.append(f"{key}={configs.get(key)} (needs {wanted})")
+        found.insert(0, f"partitions={partitions} (needs {spec.partitions})")
     return found
 
 
@@ -129,9 +164,15 @@ def ensure_topics(
         ]
         if problems:
             raise TopicConflictError("existing topics conflict with the pipeline's layout: " + "; ".join(problems))
+        drift = tuple(
+            f"{s.name}: " + ", ".join(diff)
+            for s in specs
+            if s.name in existing and (diff := _differences(s.tunable, existing[s.name][1], "wants"))
+        )
         missing = [s for s in specs if s.name not in existing]
         if missing:
-            new = [NewTopic(s.name, s.partitions, replication_factor, config=dict(s.configs)) for s in missing]
+            new = [NewTopic(s.name, s.partitions, replication_factor, config={**s.configs, **s.tunable})
+                   for s in missing]  # fmt: skip
             for future in admin.create_topics(new, request_timeout=timeout_s).values():
                 _created_or_raced(future, timeout_s)
             _await_leaders(admin, [s.name for s in missing], timeout_s)
@@ -140,6 +181,7 @@ def ensure_topics(
     return TopicReport(
         created=tuple(s.name for s in missing),
         existing=tuple(s.name for s in specs if s.name in existing),
+        drift=drift,
     )
 
 
@@ -187,8 +229,12 @@ def _created_or_raced(future: Future[None], timeout_s: float) -> None:
 
 
 def create_pipeline_topics(
-    client_config: dict[str, str], names: TopicNames, partitions: int = 6, replication: int | None = None
+    client_config: dict[str, str],
+    names: TopicNames,
+    partitions: int = 6,
+    replication: int | None = None,
+    erasure: ErasureBound | None = None,
 ) -> TopicReport:
-    """Creates (or checks) the six topics; replication defaults to min(3, brokers in the cluster)."""
+    """Creates (or checks) the seven topics; replication defaults to min(3, brokers in the cluster)."""
     factor = replication or min(3, len(fetch_metadata(client_config).broker_ids))
-    return ensure_topics(admin_client(client_config), pipeline_topics(names, partitions), factor)
+    return ensure_topics(admin_client(client_config), pipeline_topics(names, partitions, erasure), factor)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable
+from contextlib import ExitStack, closing
 from dataclasses import dataclass
 from pathlib import Path
 from statistics import fmean
@@ -17,6 +18,7 @@ from pipeline.config.settings import Settings
 from pipeline.core.case import Case
 from pipeline.core.errors import DpmError
 from pipeline.core.task import Architecture, resolve_budget
+from pipeline.kafka.keystore import case_keys_from
 from pipeline.kafka.producer import EventProducer
 from pipeline.kafka.range_reads import read_topic
 from pipeline.kafka.reader import KafkaEventLog
@@ -59,15 +61,16 @@ def run_demo(
         write_case(case, workdir / "cases")
     _, budget = resolve_budget("moderate", fmean(c.trajectory.char_length for c in cases))
     say(f"generated {len(cases)} cases in {workdir / 'cases'}; moderate budget {budget.chars} characters")
-    with cluster(settings, say) as bootstrap:
+    with cluster(settings, say) as bootstrap, ExitStack() as stack:
         config = {**settings.kafka.client_config(), "bootstrap.servers": bootstrap}
         create_pipeline_topics(config, names, partitions=3)
         say(f"topics {prefix}.* created")
         env = child_env(bootstrap, prefix, DPM_BACKEND="extractive")
         summ = ["baseline", "--budgets", str(budget.chars)]
+        keys = stack.enter_context(closing(case_keys_from(settings, client_config=config, names=names)))
         with pipeline_processes([["worker"], ["worker"], summ], env, workdir):
             say("started 2 projection workers and the Summ-only baseline")
-            producer = EventProducer(config, names)
+            producer = EventProducer(config, names, keys if settings.keys.encryption else None)
             for case in cases:
                 positions = producer.append(case.trajectory.events, CaseOpening(case.task, (budget.chars,)))
                 producer.trigger(DecisionRequest(f"{prefix}-{case.ref.case_id}", case.ref, case.task, budget.chars,
@@ -76,16 +79,17 @@ def run_demo(
             producer.close()
             say(f"produced {sum(len(c.trajectory) for c in cases)} events and {len(cases)} triggers (dpm + summ)")
             expected = 2 * len(cases)
-            outputs = await_decisions(config, names, expected, timeout_s, lambda n: progress(n, expected))
-        if len(outputs.decisions) < expected:
-            raise DpmError(f"only {len(outputs.decisions)} of {expected} decisions arrived; logs in {workdir}")
-        full = load_outputs(config, names)
+            outputs = await_decisions(config, names, expected, timeout_s, cipher=keys,
+                                      progress=lambda n: progress(n, expected))  # fmt: skip
+            if len(outputs.decisions) < expected:
+                raise DpmError(f"only {len(outputs.decisions)} of {expected} decisions arrived; logs in {workdir}")
+            full = load_outputs(config, names, cipher=keys)
         log = KafkaEventLog(config, names.events)
         try:
             ordered = sorted(full.decisions.values(), key=lambda r: r.decision_id)
             sample = [r for arch in Architecture for r in [x for x in ordered if x.architecture is arch][:3]]
             backends = registry_backends(settings.model, "extractive")
-            replays = replay_many(sample, full.views, full.audits, log, backends)
+            replays = replay_many(sample, full.views, full.audits, log, backends, cipher=keys)
         finally:
             log.close()
         dead_letters = sum(1 for _ in read_topic(config, names.dlq))

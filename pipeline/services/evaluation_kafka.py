@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ from pipeline.core.case import Case
 from pipeline.core.errors import DpmError
 from pipeline.core.scoring import Judge
 from pipeline.core.task import Architecture
+from pipeline.kafka.keystore import case_keys_from
 from pipeline.kafka.producer import EventProducer
 from pipeline.kafka.topics import TopicNames, create_pipeline_topics
 from pipeline.services.cluster import child_env, cluster, pipeline_processes
@@ -46,8 +48,9 @@ def evaluate_via_kafka(
         env = child_env(bootstrap, names.prefix, DPM_DOMAINS=",".join(sorted({c.domain for c in cases})))
         commands = [["worker"], ["worker"]] if Architecture.DPM in archs else []
         commands += [["baseline"]] if Architecture.SUMM in archs else []
-        with pipeline_processes(commands, env, workdir / "logs"):
-            producer = EventProducer(config, names)
+        keys = case_keys_from(settings, client_config=config, names=names)
+        with pipeline_processes(commands, env, workdir / "logs"), closing(keys):
+            producer = EventProducer(config, names, keys if settings.keys.encryption else None)
             for case in cases:
                 case_points = points[case.ref.key]
                 opening = CaseOpening(case.task, tuple(sorted({p.budget.chars for p in case_points})))
@@ -58,7 +61,8 @@ def evaluate_via_kafka(
             producer.close()
             expected = sum(len(points[c.ref.key]) for c in cases) * len(archs)
             say(f"produced {len(cases)} cases to {names.prefix}.*; waiting for {expected} decisions")
-            outputs = await_decisions(config, names, expected, timeout_s, lambda n: progress(n, expected))
+            outputs = await_decisions(config, names, expected, timeout_s, cipher=keys,
+                                      progress=lambda n: progress(n, expected))  # fmt: skip
     if len(outputs.decisions) < expected:
         raise DpmError(f"only {len(outputs.decisions)} of {expected} decisions arrived; logs in {workdir / 'logs'}")
     rows = []

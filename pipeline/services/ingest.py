@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import ExitStack, closing, contextmanager
 from dataclasses import dataclass
 from statistics import fmean
 from typing import Any
@@ -15,6 +16,7 @@ from pipeline.core.case import Case
 from pipeline.core.errors import DpmError
 from pipeline.core.events import CaseRef, Event, LogPosition
 from pipeline.core.task import Architecture, TaskSpec, resolve_budget
+from pipeline.kafka.keystore import case_keys_from
 from pipeline.kafka.producer import EventProducer
 from pipeline.kafka.topics import TopicNames
 from pipeline.wire.event import CaseOpening
@@ -53,30 +55,30 @@ def read_manifest(data: bytes) -> list[ManifestEntry]:
         raise ManifestError(f"not a manifest of `dpm produce --manifest`: {exc}") from exc
 
 
-def _producer(settings: Settings) -> EventProducer:
-    return EventProducer(settings.kafka.client_config(), TopicNames(settings.kafka.topic_prefix))
+@contextmanager
+def _producer(settings: Settings) -> Iterator[EventProducer]:
+    """A producer that seals events under their cases' data keys unless DPM_ENCRYPTION is off."""
+    with ExitStack() as stack:
+        keys = stack.enter_context(closing(case_keys_from(settings))) if settings.keys.encryption else None
+        producer = EventProducer(settings.kafka.client_config(), TopicNames(settings.kafka.topic_prefix), keys)
+        stack.callback(producer.close)
+        yield producer
 
 
 def produce_cases(settings: Settings, cases: Sequence[Case], summ_budgets: tuple[int, ...]) -> list[ManifestEntry]:
     """Appends every case's events (its task and the baseline's budgets ride on seq 1)."""
-    producer = _producer(settings)
-    try:
+    with _producer(settings) as producer:
         return [
             ManifestEntry(case.ref, case.task, case.label, case.trajectory.char_length,
                           tuple(producer.append(case.trajectory.events, CaseOpening(case.task, summ_budgets))))
             for case in cases
         ]  # fmt: skip
-    finally:
-        producer.close()
 
 
 def produce_events(settings: Settings, events: Sequence[Event]) -> list[LogPosition]:
     """Appends loose events (no case opening); returns their positions."""
-    producer = _producer(settings)
-    try:
+    with _producer(settings) as producer:
         return producer.append(events)
-    finally:
-        producer.close()
 
 
 def manifest_requests(
@@ -105,9 +107,6 @@ def case_request(
 
 def send_triggers(settings: Settings, requests: Sequence[DecisionRequest]) -> None:
     """Publishes each request on the triggers topic, in order."""
-    producer = _producer(settings)
-    try:
+    with _producer(settings) as producer:
         for request in requests:
             producer.trigger(request)
-    finally:
-        producer.close()

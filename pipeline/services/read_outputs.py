@@ -10,11 +10,13 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from pipeline.core.errors import DpmError
+from pipeline.core.events import CaseRef
 from pipeline.kafka.range_reads import read_topic
 from pipeline.kafka.topics import TopicNames
 from pipeline.wire.audit import AuditRecord
 from pipeline.wire.decision import DecisionRecord
 from pipeline.wire.rejection import RejectedError, decode_object
+from pipeline.wire.sealing import CaseCipher, CaseErasedError, case_of, open_body
 from pipeline.wire.trigger import DecisionId, DecisionRequest, TriggerLimits
 from pipeline.wire.view import ViewRecord
 
@@ -30,6 +32,8 @@ class PublishedOutputs:
     views: dict[DecisionId, ViewRecord] = field(default_factory=dict)
     audits: dict[DecisionId, list[AuditRecord]] = field(default_factory=lambda: defaultdict(list))
     triggers: dict[str, DecisionRequest] = field(default_factory=dict)
+    # Decisions of erased cases: their content is sealed under a destroyed key; only ids remain.
+    erased: dict[DecisionId, CaseRef] = field(default_factory=dict)
     duplicates: int = 0
     unreadable: int = 0
 
@@ -39,44 +43,53 @@ _READ_ANY = TriggerLimits(max_positions=100_000, domains=None)
 
 
 def _records(config: dict[str, str], topic: str, decode: Callable[[Mapping[str, Any]], _Record],
-             outputs: PublishedOutputs) -> Iterator[_Record]:  # fmt: skip
-    """Decoded records of an output topic; one that does not decode is counted, never crashes the reader.
+             outputs: PublishedOutputs, cipher: CaseCipher | None) -> Iterator[_Record]:  # fmt: skip
+    """Decoded records of an output topic, opened; one that does not decode is counted, never crashes the reader.
 
     The workers built these records from typed objects, so a reader only decodes: validating every
-    audit record against its schema would cost more CPU than making the decision.
+    audit record against its schema would cost more CPU than making the decision. A record of an
+    erased case is listed in `outputs.erased` by its clear decision id, without content.
     """
     for raw in read_topic(config, topic):
+        body: dict[str, Any] = {}
         try:
-            yield decode(decode_object(raw.value, f"record at {topic} {raw.position}"))
+            body = decode_object(raw.value, f"record at {topic} {raw.position}")
+            yield decode(open_body(body, cipher))
+        except CaseErasedError as exc:
+            outputs.erased.setdefault(DecisionId.parse(str(body.get("decision_id"))), exc.case or case_of(body))
         except (DpmError, KeyError, TypeError, ValueError) as exc:
             _LOG.warning("skipped an unreadable record at %s %s: %r", topic, raw.position, exc)
             outputs.unreadable += 1
 
 
-def _decisions(config: dict[str, str], names: TopicNames, outputs: PublishedOutputs) -> None:
+def _decisions(config: dict[str, str], names: TopicNames, outputs: PublishedOutputs, cipher: CaseCipher | None) -> None:
     """The first committed decision of each id; later ones (a trigger id sent twice) are counted, not kept."""
-    for decision in _records(config, names.decisions, DecisionRecord.from_wire, outputs):
+    for decision in _records(config, names.decisions, DecisionRecord.from_wire, outputs, cipher):
         if decision.decision_id in outputs.decisions:
             outputs.duplicates += 1
             continue
         outputs.decisions[decision.decision_id] = decision
 
 
-def load_outputs(client_config: dict[str, str], names: TopicNames, *, with_audits: bool = True) -> PublishedOutputs:
+def load_outputs(
+    client_config: dict[str, str], names: TopicNames, *, cipher: CaseCipher | None, with_audits: bool = True
+) -> PublishedOutputs:
     """Reads the output topics to their ends: one decision, view and audit trail per decision id.
 
     A worker refuses a trigger id it committed recently (dead letter `duplicate`), but one sent
     again after a rebalance or beyond that window is decided twice; readers keep the first
     committed records of each id, so compare, replay and every report see each decision once,
-    and `duplicates` says how many were set aside.
+    and `duplicates` says how many were set aside. Sealed content is opened with `cipher`.
     """
     outputs = PublishedOutputs()
-    _decisions(client_config, names, outputs)
-    for view in _records(client_config, names.views, ViewRecord.from_wire, outputs):
+    if cipher is not None:
+        cipher.sync()
+    _decisions(client_config, names, outputs, cipher)
+    for view in _records(client_config, names.views, ViewRecord.from_wire, outputs, cipher):
         outputs.views.setdefault(view.decision_id, view)
     if with_audits:
         seen: set[tuple[DecisionId, int]] = set()
-        for audit in _records(client_config, names.audit, AuditRecord.from_wire, outputs):
+        for audit in _records(client_config, names.audit, AuditRecord.from_wire, outputs, cipher):
             if (audit.decision_id, audit.call_index) not in seen:
                 seen.add((audit.decision_id, audit.call_index))
                 outputs.audits[audit.decision_id].append(audit)
@@ -94,6 +107,8 @@ def await_decisions(
     names: TopicNames,
     expected: int,
     timeout_s: float,
+    *,
+    cipher: CaseCipher | None,
     progress: Callable[[int], None] | None = None,
 ) -> PublishedOutputs:
     """Polls the decisions topic (read_committed) until `expected` distinct decisions, or the timeout.
@@ -103,9 +118,11 @@ def await_decisions(
     deadline = time.monotonic() + timeout_s
     while True:
         decided = PublishedOutputs()
-        _decisions(client_config, names, decided)
+        if cipher is not None:
+            cipher.sync()
+        _decisions(client_config, names, decided, cipher)
         if progress is not None:
             progress(len(decided.decisions))
         if len(decided.decisions) >= expected or time.monotonic() > deadline:
-            return load_outputs(client_config, names)
+            return load_outputs(client_config, names, cipher=cipher)
         time.sleep(1.0)

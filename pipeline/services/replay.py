@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from pipeline.config.settings import ModelSettings
 from pipeline.core.event_log import EventLog
-from pipeline.core.events import Trajectory
+from pipeline.core.events import CaseRef, Trajectory
 from pipeline.core.model import ModelBackend
 from pipeline.core.recorded import RECORDED_BACKEND
 from pipeline.core.run import ModelCall
@@ -17,6 +17,7 @@ from pipeline.llm.registry import make_backend
 from pipeline.wire.audit import AuditRecord, calls_in_order
 from pipeline.wire.decision import DecisionRecord
 from pipeline.wire.rejection import RejectedError, Rejection
+from pipeline.wire.sealing import CaseCipher
 from pipeline.wire.trajectory import assemble
 from pipeline.wire.trigger import DecisionId
 from pipeline.wire.view import ViewRecord
@@ -39,10 +40,10 @@ class LogChangedError(RejectedError):
     """The recorded offsets now hold other records than the decision read."""
 
 
-def read_recorded_events(record: DecisionRecord, log: EventLog) -> Trajectory | None:
-    """The events at the record's offsets; None when they are gone (ERASED). Other damage raises."""
+def read_recorded_events(record: DecisionRecord, log: EventLog, cipher: CaseCipher | None) -> Trajectory | None:
+    """The events at the record's offsets; None when they are gone or their key is (ERASED). Other damage raises."""
     try:
-        trajectory, _ = assemble(record.case, log.read(record.positions), len(record.positions))
+        trajectory, _ = assemble(record.case, log.read(record.positions), len(record.positions), cipher=cipher)
     except RejectedError as exc:
         if exc.reason is Rejection.ERASED:
             return None
@@ -58,6 +59,7 @@ def replay_one(
     backend_for: BackendFor,
     *,
     recorded_only: bool,
+    cipher: CaseCipher | None,
 ) -> ReplayReport:
     """One decision's replay: `recorded_only` checks the recorded answers; otherwise re-runs a backend."""
     calls = calls_in_order(audits)
@@ -65,7 +67,7 @@ def replay_one(
     if recorded_only and not target.view_needs_events:
         return verify_recorded(target, calls)
     try:
-        trajectory = read_recorded_events(record, log)
+        trajectory = read_recorded_events(record, log, cipher)
     except LogChangedError as exc:
         return ReplayReport(ReplayStatus.LOG_CHANGED, f"the recorded offsets now hold other records: {exc}")
     if recorded_only:
@@ -81,8 +83,12 @@ def replay_many(
     backend_for: BackendFor,
     *,
     recorded_only: bool = False,
+    cipher: CaseCipher | None,
+    erased: Mapping[DecisionId, CaseRef] | None = None,
 ) -> list[ReplayLine]:
-    """Replays each record; the report per decision, in the order given."""
+    """Replays each record, in the order given, then lists each decision of an erased case as ERASED."""
+    gone = [ReplayLine(d, ReplayReport(ReplayStatus.ERASED, f"case {case.key} is erased: its data key is destroyed"))
+            for d, case in sorted((erased or {}).items(), key=lambda item: item[0])]  # fmt: skip
     return [
         ReplayLine(
             r.decision_id,
@@ -93,10 +99,11 @@ def replay_many(
                 log,
                 backend_for,
                 recorded_only=recorded_only,
+                cipher=cipher,
             ),
         )
         for r in records
-    ]
+    ] + gone
 
 
 def registry_backends(settings: ModelSettings, chosen: str | None) -> BackendFor:
@@ -127,11 +134,31 @@ def select_decisions(
     every: bool = False,
 ) -> list[DecisionRecord]:
     """Every record, or the one with this id, or a tenant's (and case's), in decision-id order."""
+    chosen = _selection(decision, tenant, case_id, every)
+    return sorted((r for r in records if chosen(r.decision_id, r.case)), key=lambda r: r.decision_id)
+
+
+def select_erased(
+    erased: Mapping[DecisionId, CaseRef],
+    *,
+    decision: str | None = None,
+    tenant: str | None = None,
+    case_id: str | None = None,
+    every: bool = False,
+) -> dict[DecisionId, CaseRef]:
+    """The decisions of erased cases that the same selection as select_decisions names."""
+    chosen = _selection(decision, tenant, case_id, every)
+    return {d: case for d, case in erased.items() if chosen(d, case)}
+
+
+def _selection(
+    decision: str | None, tenant: str | None, case_id: str | None, every: bool
+) -> Callable[[DecisionId, CaseRef], bool]:
     wanted = DecisionId.parse(decision) if decision else None
 
-    def chosen(record: DecisionRecord) -> bool:
-        if every or record.decision_id == wanted:
+    def chosen(decision_id: DecisionId, case: CaseRef) -> bool:
+        if every or decision_id == wanted:
             return True
-        return bool(tenant) and record.case.tenant == tenant and case_id in (None, record.case.case_id)
+        return bool(tenant) and case.tenant == tenant and case_id in (None, case.case_id)
 
-    return sorted(filter(chosen, records), key=lambda r: r.decision_id)
+    return chosen

@@ -13,6 +13,7 @@ from pipeline.core.memory_log import InMemoryEventLog
 from pipeline.core.task import TaskSpec
 from pipeline.wire.rejection import RejectedError, Rejection, decode_object
 from pipeline.wire.schema_ids import SchemaId
+from pipeline.wire.sealing import CaseCipher, open_body
 from pipeline.wire.validation import SchemaError, validate
 
 
@@ -65,9 +66,9 @@ class EventRecord:
         return cls(event, opening)
 
     @classmethod
-    def decode(cls, data: bytes | None, what: str = "event") -> EventRecord:
-        """The record of raw bytes; raises RejectedError (NOT_JSON or SCHEMA)."""
-        return cls.from_wire(decode_object(data, what))
+    def decode(cls, data: bytes | None, what: str = "event", cipher: CaseCipher | None = None) -> EventRecord:
+        """The record of raw bytes, opened if sealed; raises RejectedError (NOT_JSON, SCHEMA or ERASED)."""
+        return cls.from_wire(open_body(decode_object(data, what), cipher))
 
 
 def opened(events: Iterable[Event], opening: CaseOpening | None) -> list[EventRecord]:

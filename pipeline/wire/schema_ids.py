@@ -15,6 +15,7 @@ class SchemaId(StrEnum):
     DECISION = "dpm.decision.v1"
     AUDIT = "dpm.audit.v1"
     DEAD_LETTER = "dpm.dlq.v1"
+    KEY = "dpm.key.v1"
 
     @property
     def file_stem(self) -> str:

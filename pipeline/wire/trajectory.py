@@ -7,6 +7,7 @@ from pipeline.core.events import CaseRef, Event, InvalidEventError, LogPosition,
 from pipeline.wire.event import EventRecord
 from pipeline.wire.limits import MAX_TRAJECTORY_CHARS
 from pipeline.wire.rejection import RejectedError, Rejection
+from pipeline.wire.sealing import CaseCipher
 
 
 def assemble(
@@ -14,10 +15,12 @@ def assemble(
     read: ReadResult,
     expected_count: int | None,
     max_chars: int = MAX_TRAJECTORY_CHARS,
+    cipher: CaseCipher | None = None,
 ) -> tuple[Trajectory, tuple[LogPosition, ...]]:
     """The case's trajectory (seq 1..n, gap-free) and the positions it was read from, in seq order.
 
-    Raises RejectedError: ERASED when asked-for positions hold nothing; CROSS_TENANT when a record
+    Raises RejectedError: ERASED when asked-for positions hold nothing or the case's data key is
+    destroyed (sealed events are opened with `cipher`); CROSS_TENANT when a record
     belongs to another tenant or case (isolation); SEQUENCE_GAP for gaps, duplicates or a count
     other than expected; UNKNOWN_CASE when there are no events; OVERSIZE past max_chars.
     """
@@ -27,7 +30,7 @@ def assemble(
         raise RejectedError(Rejection.UNKNOWN_CASE, f"no events found for case {case.key}")
     events: list[tuple[Event, LogPosition]] = []
     for record in read.records:
-        event = EventRecord.decode(record.value, f"event at {record.position}").event
+        event = EventRecord.decode(record.value, f"event at {record.position}", cipher).event
         if event.case != case:
             raise RejectedError(
                 Rejection.CROSS_TENANT,

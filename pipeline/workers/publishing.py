@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import time
+from typing import Any
+
+import orjson
 
 from pipeline.core.event_log import RawRecord
 from pipeline.core.run import RunResult
@@ -13,15 +16,23 @@ from pipeline.wire.dead_letter import DeadLetterRecord
 from pipeline.wire.headers import REASON_HEADER
 from pipeline.wire.rejection import Rejection
 from pipeline.wire.run_records import RunRecords
+from pipeline.wire.sealing import CaseCipher, seal_body
 
 
-def run_outputs(published: RunRecords, names: TopicNames) -> list[Output]:
-    """The view, the decision and the audit records as output messages, keyed by decision id."""
+def run_outputs(published: RunRecords, names: TopicNames, cipher: CaseCipher | None) -> list[Output]:
+    """The view, the decision and the audit records as output messages, keyed by decision id.
+
+    With a cipher, their case content is sealed under the case's data key (digests stay in clear).
+    """
     key = str(published.decision_id).encode()
+
+    def value(body: dict[str, Any]) -> bytes:
+        return orjson.dumps(seal_body(body, cipher))
+
     return [
-        Output(names.views, key, published.view.encode()),
-        Output(names.decisions, key, published.decision.encode()),
-        *(Output(names.audit, key, a.encode()) for a in published.audits),
+        Output(names.views, key, value(published.view.to_wire())),
+        Output(names.decisions, key, value(published.decision.to_wire())),
+        *(Output(names.audit, key, value(a.to_wire())) for a in published.audits),
     ]
 
 

@@ -16,6 +16,7 @@ from pipeline.kafka.admin import admin_client
 from pipeline.kafka.producer import EventProducer
 from pipeline.kafka.range_reads import read_topic
 from pipeline.kafka.topics import TopicNames
+from pipeline.keys.store import CaseKeys
 from pipeline.llm.extractive.backend import ExtractiveBackend
 from pipeline.services.cluster import pipeline_processes as processes
 from pipeline.services.read_outputs import await_decisions
@@ -29,7 +30,7 @@ BUDGET = 900
 
 
 def test_baseline_decides_with_n_plus_one_audits_and_recovers_its_summaries_after_restart(
-    kafka_bootstrap: str, kafka_config: dict[str, str], topic_names: TopicNames, tmp_path: Path
+    kafka_bootstrap: str, kafka_config: dict[str, str], topic_names: TopicNames, tmp_path: Path, case_keys: CaseKeys
 ) -> None:
     create_topics(kafka_config, topic_names)
     case = small_cases(per_domain=1)[0]
@@ -43,7 +44,7 @@ def test_baseline_decides_with_n_plus_one_audits_and_recovers_its_summaries_afte
     env = worker_env(kafka_bootstrap, topic_names, tmp_path)
     trigger("first")
     with processes([["baseline", "--budgets", "700"]], env, tmp_path / "run1"):
-        first = await_decisions(kafka_config, topic_names, 1, timeout_s=120)
+        first = await_decisions(kafka_config, topic_names, 1, timeout_s=120, cipher=case_keys)
     record = first.decisions[DecisionId("first", Architecture.SUMM)]
     assert record.llm_calls == len(case.trajectory) + 1
     purposes = [c.request.purpose for c in calls_in_order(first.audits[record.decision_id])]
@@ -56,7 +57,7 @@ def test_baseline_decides_with_n_plus_one_audits_and_recovers_its_summaries_afte
     trigger("first")  # decided before the restart: the recovered table refuses it (a redelivered record is skipped)
     producer.close()
     with processes([["baseline", "--budgets", "700"]], env, tmp_path / "run2"):
-        second = await_decisions(kafka_config, topic_names, 2, timeout_s=120)
+        second = await_decisions(kafka_config, topic_names, 2, timeout_s=120, cipher=case_keys)
         assert await_dead_letters(kafka_config, topic_names, 1, timeout_s=60) == [("duplicate", "first")]
     assert second.duplicates == 0
     again = second.decisions[DecisionId("second", Architecture.SUMM)]
@@ -78,7 +79,7 @@ def _member_client_ids(config: dict[str, str], group: str) -> set[str]:
 
 
 def test_baseline_honours_the_client_config_and_its_buffered_decisions_verify_from_the_record(
-    kafka_bootstrap: str, kafka_config: dict[str, str], topic_names: TopicNames, tmp_path: Path
+    kafka_bootstrap: str, kafka_config: dict[str, str], topic_names: TopicNames, tmp_path: Path, case_keys: CaseKeys
 ) -> None:
     """DPM_KAFKA_CONFIG reaches the baseline's own clients; buffered views replay MATCH without a model."""
     create_topics(kafka_config, topic_names)
@@ -94,7 +95,7 @@ def test_baseline_honours_the_client_config_and_its_buffered_decisions_verify_fr
     producer.close()
     env = {**worker_env(kafka_bootstrap, topic_names, tmp_path), "DPM_KAFKA_CONFIG": str(properties)}
     with processes([["baseline", "--budgets", str(loose), "--variant", "buffered"]], env, tmp_path / "logs"):
-        outputs = await_decisions(kafka_config, topic_names, 1, timeout_s=120)
+        outputs = await_decisions(kafka_config, topic_names, 1, timeout_s=120, cipher=case_keys)
         assert _member_client_ids(kafka_config, f"{topic_names.prefix}-baseline") == {probe}
     record = outputs.decisions[DecisionId("buffered", Architecture.SUMM)]
     assert record.variant is SummVariant.BUFFERED
@@ -105,7 +106,7 @@ def test_baseline_honours_the_client_config_and_its_buffered_decisions_verify_fr
 
 
 def test_one_oversize_event_is_a_dead_letter_and_later_cases_are_still_decided(
-    kafka_bootstrap: str, kafka_config: dict[str, str], topic_names: TopicNames, tmp_path: Path
+    kafka_bootstrap: str, kafka_config: dict[str, str], topic_names: TopicNames, tmp_path: Path, case_keys: CaseKeys
 ) -> None:
     create_topics(kafka_config, topic_names, partitions=1)  # the big event and the next case share a partition
     big, later = small_cases(per_domain=1)[:2]
@@ -117,7 +118,7 @@ def test_one_oversize_event_is_a_dead_letter_and_later_cases_are_still_decided(
                                      len(positions)))  # fmt: skip
     producer.close()
     with processes([["baseline"]], worker_env(kafka_bootstrap, topic_names, tmp_path), tmp_path / "logs") as procs:
-        outputs = await_decisions(kafka_config, topic_names, 1, timeout_s=120)
+        outputs = await_decisions(kafka_config, topic_names, 1, timeout_s=120, cipher=case_keys)
         assert procs[0].poll() is None, "the baseline is still running"
     assert set(outputs.decisions) == {DecisionId("after-big", Architecture.SUMM)}
     letters = [orjson.loads(r.value or b"") for r in read_topic(kafka_config, topic_names.dlq)]

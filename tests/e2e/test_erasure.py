@@ -10,6 +10,7 @@ from pipeline.kafka.admin import admin_client
 from pipeline.kafka.producer import EventProducer
 from pipeline.kafka.reader import KafkaEventLog
 from pipeline.kafka.topics import TopicNames, TopicSpec, ensure_topics
+from pipeline.keys.store import CaseKeys
 from pipeline.services.cluster import pipeline_processes
 from pipeline.services.read_outputs import await_decisions
 from pipeline.wire.trigger import DecisionRequest
@@ -28,7 +29,7 @@ FAST_COMPACTION = {
 
 
 def test_an_erased_case_replays_as_erased(
-    kafka_bootstrap: str, kafka_config: dict[str, str], topic_names: TopicNames, tmp_path: Path
+    kafka_bootstrap: str, kafka_config: dict[str, str], topic_names: TopicNames, tmp_path: Path, case_keys: CaseKeys
 ) -> None:
     ensure_topics(admin_client(kafka_config), (TopicSpec(topic_names.events, 3, FAST_COMPACTION),), 1)
     create_topics(kafka_config, topic_names)
@@ -39,11 +40,11 @@ def test_an_erased_case_replays_as_erased(
         producer.trigger(DecisionRequest(case.ref.case_id, case.ref, case.task, 900, (Architecture.DPM,),
                                          positions[case.ref]))  # fmt: skip
     with pipeline_processes([["worker"]], worker_env(kafka_bootstrap, topic_names, tmp_path), tmp_path / "logs"):
-        await_decisions(kafka_config, topic_names, 2, timeout_s=60)
+        await_decisions(kafka_config, topic_names, 2, timeout_s=60, cipher=case_keys)
     env = {"DPM_BOOTSTRAP": kafka_bootstrap, "DPM_TOPIC_PREFIX": topic_names.prefix}
     erased = dpm_cli("erase", "--tenant", gone.ref.tenant, "--case", gone.ref.case_id, env=env)
     assert erased.returncode == 0, erased.stderr
-    assert f"wrote {len(gone.trajectory)} tombstone(s)" in erased.stdout
+    assert f"1 data key(s) destroyed, {len(gone.trajectory)} event tombstone(s) written" in erased.stdout
     log = KafkaEventLog(kafka_config, topic_names.events)
     deadline = time.monotonic() + 60
     while not log.read(positions[gone.ref]).missing:  # new records roll segments, so the cleaner can run

@@ -16,6 +16,7 @@ from pipeline.kafka.producer import EventProducer
 from pipeline.kafka.range_reads import read_topic
 from pipeline.kafka.reader import KafkaEventLog
 from pipeline.kafka.topics import TopicNames
+from pipeline.keys.store import CaseKeys
 from pipeline.services.cluster import pipeline_processes as processes
 from pipeline.services.read_outputs import await_decisions
 from pipeline.services.replay import registry_backends, replay_many
@@ -41,8 +42,10 @@ def _produce_triggers(config: dict[str, str], names: TopicNames, count: int) -> 
     return ids
 
 
-def _assert_exactly_once(config: dict[str, str], names: TopicNames, ids: set[str], timeout_s: float) -> None:
-    outputs = await_decisions(config, names, len(ids), timeout_s)
+def _assert_exactly_once(
+    config: dict[str, str], names: TopicNames, ids: set[str], timeout_s: float, keys: CaseKeys
+) -> None:
+    outputs = await_decisions(config, names, len(ids), timeout_s, cipher=keys)
     published = [orjson.loads(r.value or b"")["decision_id"] for r in read_topic(config, names.decisions)]
     assert sorted(published) == sorted(ids), "every trigger has exactly one committed decision"
     assert outputs.duplicates == 0
@@ -53,24 +56,24 @@ def _assert_exactly_once(config: dict[str, str], names: TopicNames, ids: set[str
 
 
 def test_three_workers_give_exactly_one_decision_per_trigger_and_every_replay_matches(
-    kafka_bootstrap: str, kafka_config: dict[str, str], topic_names: TopicNames, tmp_path: Path
+    kafka_bootstrap: str, kafka_config: dict[str, str], topic_names: TopicNames, tmp_path: Path, case_keys: CaseKeys
 ) -> None:
     create_topics(kafka_config, topic_names)
     env = worker_env(kafka_bootstrap, topic_names, tmp_path)
     with processes([["worker"], ["worker"], ["worker"]], env, tmp_path / "logs"):
         ids = _produce_triggers(kafka_config, topic_names, TRIGGERS)
-        _assert_exactly_once(kafka_config, topic_names, ids, timeout_s=180)
-    outputs = await_decisions(kafka_config, topic_names, len(ids), 10)
+        _assert_exactly_once(kafka_config, topic_names, ids, 180, case_keys)
+    outputs = await_decisions(kafka_config, topic_names, len(ids), 10, cipher=case_keys)
     log = KafkaEventLog(kafka_config, topic_names.events)
     lines = replay_many(outputs.decisions.values(), outputs.views, outputs.audits, log,
-                        registry_backends(Settings.from_env({}).model, "extractive"))  # fmt: skip
+                        registry_backends(Settings.from_env({}).model, "extractive"), cipher=case_keys)  # fmt: skip
     log.close()
     assert {line.report.status for line in lines} == {ReplayStatus.MATCH}
     assert len({r.worker_id for r in outputs.decisions.values()}) >= 2, "the group shared the work"
 
 
 def test_a_worker_killed_mid_run_loses_nothing_and_duplicates_nothing(
-    kafka_bootstrap: str, kafka_config: dict[str, str], topic_names: TopicNames, tmp_path: Path
+    kafka_bootstrap: str, kafka_config: dict[str, str], topic_names: TopicNames, tmp_path: Path, case_keys: CaseKeys
 ) -> None:
     create_topics(kafka_config, topic_names)
     env = worker_env(kafka_bootstrap, topic_names, tmp_path)
@@ -81,12 +84,12 @@ def test_a_worker_killed_mid_run_loses_nothing_and_duplicates_nothing(
             assert time.monotonic() < deadline, "workers made no progress"
             time.sleep(0.5)
         procs[0].send_signal(signal.SIGKILL)
-        _assert_exactly_once(kafka_config, topic_names, ids, timeout_s=180)
+        _assert_exactly_once(kafka_config, topic_names, ids, 180, case_keys)
     assert procs[0].returncode == -signal.SIGKILL
 
 
 def test_a_trigger_naming_another_tenants_offsets_gets_no_decision_and_a_dead_letter(
-    kafka_bootstrap: str, kafka_config: dict[str, str], topic_names: TopicNames, tmp_path: Path
+    kafka_bootstrap: str, kafka_config: dict[str, str], topic_names: TopicNames, tmp_path: Path, case_keys: CaseKeys
 ) -> None:
     create_topics(kafka_config, topic_names)
     producer = EventProducer(kafka_config, topic_names)
@@ -97,7 +100,7 @@ def test_a_trigger_naming_another_tenants_offsets_gets_no_decision_and_a_dead_le
     producer.trigger(DecisionRequest("honest", victim.ref, victim.task, 800, (Architecture.DPM,), positions))
     producer.close()
     with processes([["worker"]], worker_env(kafka_bootstrap, topic_names, tmp_path), tmp_path / "logs"):
-        outputs = await_decisions(kafka_config, topic_names, 1, timeout_s=60)
+        outputs = await_decisions(kafka_config, topic_names, 1, timeout_s=60, cipher=case_keys)
         deadline = time.monotonic() + 30
         letters: list[dict[str, object]] = []
         while not letters and time.monotonic() < deadline:

@@ -17,6 +17,7 @@ from pipeline.kafka.producer import EventProducer
 from pipeline.kafka.range_reads import read_topic
 from pipeline.kafka.reader import KafkaEventLog
 from pipeline.kafka.topics import TopicNames
+from pipeline.keys.store import CaseKeys
 from pipeline.services.cluster import pipeline_processes as processes
 from pipeline.services.read_outputs import await_decisions, load_outputs
 from pipeline.services.replay import registry_backends, replay_many
@@ -42,7 +43,7 @@ def _produce_raw(config: dict[str, str], names: TopicNames, values: list[dict[st
 
 
 def test_a_poison_trigger_is_dead_lettered_at_its_deadline_and_the_partition_moves_on(
-    kafka_bootstrap: str, kafka_config: dict[str, str], topic_names: TopicNames, tmp_path: Path
+    kafka_bootstrap: str, kafka_config: dict[str, str], topic_names: TopicNames, tmp_path: Path, case_keys: CaseKeys
 ) -> None:
     producer, case, positions = _one_case(kafka_config, topic_names)  # poison and honest triggers: one partition
     far_apart = tuple(LogPosition(0, 1_000 * n) for n in range(10_000))  # a seek each: ~10k reads
@@ -52,7 +53,7 @@ def test_a_poison_trigger_is_dead_lettered_at_its_deadline_and_the_partition_mov
     env = {**worker_env(kafka_bootstrap, topic_names, tmp_path), "DPM_TRIGGER_DEADLINE_S": "2"}
     started = time.monotonic()
     with processes([["worker"]], env, tmp_path / "logs") as procs:
-        outputs = await_decisions(kafka_config, topic_names, 1, timeout_s=60)
+        outputs = await_decisions(kafka_config, topic_names, 1, timeout_s=60, cipher=case_keys)
         letters = await_dead_letters(kafka_config, topic_names, 1, timeout_s=10)
         assert procs[0].poll() is None, "the worker is still running"
     assert set(outputs.decisions) == {DecisionId("honest", Architecture.DPM)}
@@ -61,7 +62,7 @@ def test_a_poison_trigger_is_dead_lettered_at_its_deadline_and_the_partition_mov
 
 
 def test_out_of_range_and_unknown_input_are_schema_rejections(
-    kafka_bootstrap: str, kafka_config: dict[str, str], topic_names: TopicNames, tmp_path: Path
+    kafka_bootstrap: str, kafka_config: dict[str, str], topic_names: TopicNames, tmp_path: Path, case_keys: CaseKeys
 ) -> None:
     producer, case, positions = _one_case(kafka_config, topic_names)
     producer.close()
@@ -79,7 +80,7 @@ def test_out_of_range_and_unknown_input_are_schema_rejections(
     }
     _produce_raw(kafka_config, topic_names, [*hostile.values(), good])
     with processes([["worker"]], worker_env(kafka_bootstrap, topic_names, tmp_path), tmp_path / "logs"):
-        outputs = await_decisions(kafka_config, topic_names, 1, timeout_s=60)
+        outputs = await_decisions(kafka_config, topic_names, 1, timeout_s=60, cipher=case_keys)
         letters = await_dead_letters(kafka_config, topic_names, len(hostile), timeout_s=20)
     assert set(outputs.decisions) == {DecisionId("ok", Architecture.DPM)}
     assert sorted(letters) == sorted(("schema", trigger_id) for trigger_id in
@@ -87,7 +88,7 @@ def test_out_of_range_and_unknown_input_are_schema_rejections(
 
 
 def test_a_slow_batch_outlasting_the_transaction_timeout_commits_without_fencing(
-    kafka_bootstrap: str, kafka_config: dict[str, str], topic_names: TopicNames, tmp_path: Path
+    kafka_bootstrap: str, kafka_config: dict[str, str], topic_names: TopicNames, tmp_path: Path, case_keys: CaseKeys
 ) -> None:
     """8 triggers x 2 calls x 1.1 s = a 17.6 s batch against a 5 s transaction timeout."""
     producer, case, positions = _one_case(kafka_config, topic_names)
@@ -100,7 +101,7 @@ def test_a_slow_batch_outlasting_the_transaction_timeout_commits_without_fencing
     env = {**worker_env(kafka_bootstrap, topic_names, tmp_path), "DPM_TRANSACTION_TIMEOUT_MS": "5000",
            "DPM_MODEL_LATENCY_MS": "1100"}  # fmt: skip
     with processes([["worker", "--batch-size", "8"]], env, tmp_path / "logs") as procs:
-        outputs = await_decisions(kafka_config, topic_names, len(ids), timeout_s=90)
+        outputs = await_decisions(kafka_config, topic_names, len(ids), timeout_s=90, cipher=case_keys)
         assert procs[0].poll() is None, "the worker did not die"
     assert set(outputs.decisions) == ids
     assert outputs.duplicates == 0
@@ -109,14 +110,14 @@ def test_a_slow_batch_outlasting_the_transaction_timeout_commits_without_fencing
 
 
 def test_a_trigger_id_sent_twice_is_refused_by_its_worker_and_seen_once_by_every_reader(
-    kafka_bootstrap: str, kafka_config: dict[str, str], topic_names: TopicNames, tmp_path: Path
+    kafka_bootstrap: str, kafka_config: dict[str, str], topic_names: TopicNames, tmp_path: Path, case_keys: CaseKeys
 ) -> None:
     producer, case, positions = _one_case(kafka_config, topic_names)
     request = DecisionRequest("twice", case.ref, case.task, 900, (Architecture.DPM,), positions)
     env = worker_env(kafka_bootstrap, topic_names, tmp_path)
     producer.trigger(request)
     with processes([["worker"]], env, tmp_path / "logs"):
-        await_decisions(kafka_config, topic_names, 1, timeout_s=60)
+        await_decisions(kafka_config, topic_names, 1, timeout_s=60, cipher=case_keys)
         producer.trigger(request)
         assert await_dead_letters(kafka_config, topic_names, 1, timeout_s=60) == [("duplicate", "twice")]
     # A new worker never saw the id: it decides it again, and readers keep the first decision.
@@ -127,12 +128,12 @@ def test_a_trigger_id_sent_twice_is_refused_by_its_worker_and_seen_once_by_every
         while len(list(read_topic(kafka_config, topic_names.decisions))) < 2:
             assert time.monotonic() < deadline, "the new worker did not decide the third copy"
             time.sleep(0.5)
-    outputs = load_outputs(kafka_config, topic_names)
+    outputs = load_outputs(kafka_config, topic_names, cipher=case_keys)
     assert set(outputs.decisions) == {request.decision_id(Architecture.DPM)}
     assert outputs.duplicates == 1
     assert [a.call_index for a in outputs.audits[request.decision_id(Architecture.DPM)]] == [0, 1]
     log = KafkaEventLog(kafka_config, topic_names.events)
     lines = replay_many(outputs.decisions.values(), outputs.views, outputs.audits, log,
-                        registry_backends(Settings.from_env({}).model, "extractive"))  # fmt: skip
+                        registry_backends(Settings.from_env({}).model, "extractive"), cipher=case_keys)  # fmt: skip
     log.close()
     assert [line.report.status for line in lines] == [ReplayStatus.MATCH]

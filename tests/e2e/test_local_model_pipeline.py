@@ -17,6 +17,7 @@ from pipeline.core.task import Architecture
 from pipeline.kafka.producer import EventProducer
 from pipeline.kafka.range_reads import read_topic
 from pipeline.kafka.topics import TopicNames
+from pipeline.keys.store import CaseKeys
 from pipeline.llm import local_model
 from pipeline.services.cluster import pipeline_processes
 from pipeline.services.read_outputs import await_decisions
@@ -49,7 +50,7 @@ def _trigger(config: dict[str, str], names: TopicNames, trigger_id: str, archs: 
 
 
 def test_both_architectures_decide_through_kafka_and_replay_from_the_record(
-    kafka_bootstrap: str, kafka_config: dict[str, str], topic_names: TopicNames, tmp_path: Path,
+    kafka_bootstrap: str, kafka_config: dict[str, str], topic_names: TopicNames, tmp_path: Path, case_keys: CaseKeys,
     local_llm: local_model.RunningModel,
 ) -> None:  # fmt: skip
     create_topics(kafka_config, topic_names)
@@ -57,7 +58,7 @@ def test_both_architectures_decide_through_kafka_and_replay_from_the_record(
     _trigger(kafka_config, topic_names, "local", (Architecture.DPM, Architecture.SUMM))
     summ = ["baseline", "--budgets", str(BUDGET), "--trigger-wait", "300"]
     with pipeline_processes([["worker", "--batch-size", "1"], summ], env, tmp_path / "logs"):
-        outputs = await_decisions(kafka_config, topic_names, 2, timeout_s=480)
+        outputs = await_decisions(kafka_config, topic_names, 2, timeout_s=480, cipher=case_keys)
     assert set(outputs.decisions) == {DecisionId("local", a) for a in Architecture}, "both decided"
     for record in outputs.decisions.values():
         assert (record.backend, record.model) == ("openai", local_llm.model)
@@ -70,7 +71,7 @@ def test_both_architectures_decide_through_kafka_and_replay_from_the_record(
 
 
 def test_a_model_server_that_dies_gives_retries_then_model_error_dead_letters_never_a_crash(
-    kafka_bootstrap: str, kafka_config: dict[str, str], topic_names: TopicNames, tmp_path: Path,
+    kafka_bootstrap: str, kafka_config: dict[str, str], topic_names: TopicNames, tmp_path: Path, case_keys: CaseKeys,
 ) -> None:  # fmt: skip
     model_home = tmp_path / "model-home"
     cli_env = {"DPM_HOME": str(model_home)}
@@ -101,6 +102,6 @@ def test_a_model_server_that_dies_gives_retries_then_model_error_dead_letters_ne
         assert worker.poll() is None, "the worker survived"
         assert dpm_cli("model", "up", "--port", port, env=cli_env).returncode == 0  # the server comes back
         _trigger(kafka_config, topic_names, "back", (Architecture.DPM,))
-        outputs = await_decisions(kafka_config, topic_names, 1, timeout_s=240)
+        outputs = await_decisions(kafka_config, topic_names, 1, timeout_s=240, cipher=case_keys)
         dpm_cli("model", "down", env=cli_env)
     assert set(outputs.decisions) == {DecisionId("back", Architecture.DPM)}

@@ -14,6 +14,7 @@ from pipeline.kafka.local_broker import free_cluster_port
 from pipeline.kafka.partitioning import case_partition
 from pipeline.kafka.producer import EventProducer
 from pipeline.kafka.topics import TopicNames
+from pipeline.keys.store import CaseKeys
 from pipeline.services.cluster import pipeline_processes
 from pipeline.services.read_outputs import await_decisions
 from pipeline.wire.event import CaseOpening
@@ -48,7 +49,7 @@ def _first_scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], fl
 
 
 def test_worker_metrics_move_by_the_expected_amounts(
-    kafka_bootstrap: str, kafka_config: dict[str, str], topic_names: TopicNames, tmp_path: Path
+    kafka_bootstrap: str, kafka_config: dict[str, str], topic_names: TopicNames, tmp_path: Path, case_keys: CaseKeys
 ) -> None:
     create_topics(kafka_config, topic_names)
     port = free_cluster_port(1)
@@ -68,7 +69,7 @@ def test_worker_metrics_move_by_the_expected_amounts(
             topic_names.triggers, value=b"{not json", key=b"x/y", partition=case_partition(case.ref, 3)
         )  # a raw bad record, as a buggy agent sends
         producer.close()
-        await_decisions(kafka_config, topic_names, DECISIONS, timeout_s=60)
+        await_decisions(kafka_config, topic_names, DECISIONS, timeout_s=60, cipher=case_keys)
         time.sleep(6)  # one tick of the lag gauge
         after = _scrape(port)
         health = urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5)
@@ -117,7 +118,7 @@ def test_the_lag_gauge_grows_while_the_worker_waits_on_one_long_model_call(
 
 
 def test_baseline_metrics_count_every_step_and_the_decision(
-    kafka_bootstrap: str, kafka_config: dict[str, str], topic_names: TopicNames, tmp_path: Path
+    kafka_bootstrap: str, kafka_config: dict[str, str], topic_names: TopicNames, tmp_path: Path, case_keys: CaseKeys
 ) -> None:
     create_topics(kafka_config, topic_names)
     port = free_cluster_port(1)
@@ -128,7 +129,7 @@ def test_baseline_metrics_count_every_step_and_the_decision(
     producer.trigger(DecisionRequest("b1", case.ref, case.task, 900, (Architecture.SUMM,), positions, len(positions)))
     producer.close()
     with pipeline_processes([["baseline", "--budgets", "900", "--metrics-port", str(port)]], env, tmp_path / "logs"):
-        await_decisions(kafka_config, topic_names, 1, timeout_s=90)
+        await_decisions(kafka_config, topic_names, 1, timeout_s=90, cipher=case_keys)
         time.sleep(6)  # one tick of the lag timer
         after = _scrape(port)
     steps = len(case.trajectory)

@@ -9,6 +9,7 @@ import orjson
 from pipeline.core.events import CaseRef
 from pipeline.kafka.reader import KafkaEventLog
 from pipeline.kafka.topics import TopicNames
+from pipeline.keys.store import CaseKeys
 from pipeline.services.cluster import pipeline_processes
 from pipeline.services.read_outputs import await_decisions
 from pipeline.wire.case_files import write_case
@@ -18,7 +19,7 @@ from tests.processes import dpm_cli
 
 
 def test_a_bad_file_sends_nothing_and_a_good_run_is_decided(
-    kafka_bootstrap: str, kafka_config: dict[str, str], topic_names: TopicNames, tmp_path: Path
+    kafka_bootstrap: str, kafka_config: dict[str, str], topic_names: TopicNames, tmp_path: Path, case_keys: CaseKeys
 ) -> None:
     create_topics(kafka_config, topic_names)
     env = {"DPM_BOOTSTRAP": kafka_bootstrap, "DPM_TOPIC_PREFIX": topic_names.prefix}
@@ -53,7 +54,7 @@ def test_a_bad_file_sends_nothing_and_a_good_run_is_decided(
     assert triggered.returncode == 0, triggered.stderr
     assert triggered.stdout.count("triggered") == 2
     with pipeline_processes([["worker"]], worker_env(kafka_bootstrap, topic_names, tmp_path), tmp_path / "logs"):
-        outputs = await_decisions(kafka_config, topic_names, 2, timeout_s=60)
+        outputs = await_decisions(kafka_config, topic_names, 2, timeout_s=60, cipher=case_keys)
     assert {d.positions_source for d in outputs.decisions.values()} == {PositionsSource.TRIGGER}
     labels = {c.ref.case_id: c.label for c in cases[:2]}
     assert {d.case.case_id: d.outcome.label for d in outputs.decisions.values()} == labels

@@ -16,7 +16,7 @@ from pipeline.kafka import local_broker
 from pipeline.kafka.admin import admin_client, fetch_metadata
 from pipeline.kafka.errors import LocalBrokerError, TopicConflictError
 from pipeline.kafka.local_broker import free_cluster_port
-from pipeline.kafka.topics import TopicNames, TopicSpec, ensure_topics, pipeline_topics
+from pipeline.kafka.topics import ErasureBound, TopicNames, TopicSpec, ensure_topics, pipeline_topics
 from pipeline.services.cluster import private_cluster
 from tests.kafka_support import unique_prefix
 from tests.processes import dpm_cli
@@ -78,9 +78,14 @@ def test_ensure_topics_is_idempotent_and_refuses_conflicts(kafka_config: dict[st
     names = TopicNames(unique_prefix())
     first = ensure_topics(admin, pipeline_topics(names, partitions=2), replication_factor=1)
     second = ensure_topics(admin, pipeline_topics(names, partitions=2), replication_factor=1)
-    assert len(first.created) == 6
+    assert len(first.created) == 7
     assert second.created == ()
-    assert len(second.existing) == 6
+    assert len(second.existing) == 7
+    assert second.drift == ()
+    tighter = pipeline_topics(names, partitions=2, erasure=ErasureBound(max_lag_ms=60_000, tombstone_ms=1_000))
+    drift = ensure_topics(admin, tighter, replication_factor=1).drift  # reported, not refused
+    assert [d.split(":")[0] for d in drift] == [names.events, names.keys]
+    assert "max.compaction.lag.ms=3600000 (wants 60000)" in drift[0]
     with pytest.raises(TopicConflictError, match=r"partitions=2 \(needs 4\)"):
         ensure_topics(admin, pipeline_topics(names, partitions=4), replication_factor=1)
     delete_policy = (TopicSpec(names.events, 2, {"cleanup.policy": "delete"}),)

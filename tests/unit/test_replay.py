@@ -144,7 +144,7 @@ def test_the_replay_service_reads_the_events_a_buffered_view_needs_and_reports_e
 
     def replay() -> ReplayStatus:
         return replay_one(published.decision, published.view, published.audits, log, backends,
-                          recorded_only=True).status  # fmt: skip
+                          recorded_only=True, cipher=None).status  # fmt: skip
 
     assert replay() is ReplayStatus.MATCH
     log.erase(positions[3])

@@ -24,7 +24,7 @@ import orjson
 
 from pipeline.core.domains import rules_for
 from pipeline.core.event_log import RawRecord
-from pipeline.core.events import Event, LogPosition, Trajectory
+from pipeline.core.events import CaseRef, Event, LogPosition, Trajectory
 from pipeline.core.model import ModelBackend, ModelBackendError, ModelRequest, ModelResponse
 from pipeline.core.run import ModelCall, RunResult, SummMemory, SummVariant, finish_summ, summ_step
 from pipeline.core.task import Architecture, Budget, TaskSpec
@@ -36,6 +36,7 @@ from pipeline.wire.decision import PositionsSource, Provenance
 from pipeline.wire.event import EventRecord
 from pipeline.wire.rejection import RejectedError, Rejection
 from pipeline.wire.run_records import run_records
+from pipeline.wire.sealing import CaseCipher, open_state, seal_state
 from pipeline.wire.trigger import DecisionRequest, TriggerLimits
 from pipeline.workers.baseline.state import CaseState, SummStep, calls_of, load_steps, step_key
 from pipeline.workers.publishing import dead_letter, observe_published, run_outputs
@@ -87,8 +88,13 @@ class Baseline:
         backend: ModelBackend,
         connection: Mapping[str, Any],
         metrics: PipelineMetrics | None = None,
+        *,
+        cipher: CaseCipher | None = None,
+        seal: bool = False,
     ) -> None:
         self.options, self.names, self.backend, self.metrics = options, names, backend, metrics
+        # Opens sealed events and state; seals outputs and state when `seal` (DPM_ENCRYPTION) is on.
+        self.cipher, self.sealing = cipher, cipher if seal else None
         self.app = faust.App(
             options.app_id,
             **connection,
@@ -112,6 +118,7 @@ class Baseline:
         self.decided = self.app.Table("summ-decided", partitions=options.partitions)
         self.app.agent(self._raw_topic(names.events), name="summ-events")(self._on_events)
         self.app.agent(self._raw_topic(names.triggers), name="summ-triggers")(self._on_triggers)
+        self.app.agent(self._raw_topic(names.keys), name="summ-keys")(self._on_keys)
         if metrics is not None:
             self.app.timer(interval=5.0, name="summ-lag")(self._report_lag)
 
@@ -205,7 +212,7 @@ class Baseline:
         if size > self.options.max_event_bytes:
             limit = self.options.max_event_bytes
             raise RejectedError(Rejection.OVERSIZE, f"event of {size} bytes exceeds the baseline's {limit}")
-        decoded = EventRecord.decode(record.value)
+        decoded = EventRecord.decode(record.value, cipher=self.cipher)
         event = decoded.event
         state = self._case_state(decoded)
         if event.seq <= state.last_seq:
@@ -219,7 +226,7 @@ class Baseline:
     async def _step(self, record: RawRecord, event: Event, task: TaskSpec, budget: int) -> None:
         case_key = event.case.key
         previous = (
-            SummStep.memory_of(self.steps[step_key(case_key, budget, event.seq - 1)])
+            SummStep.memory_of(self._stored_step(event.case, step_key(case_key, budget, event.seq - 1)))
             if event.seq > 1
             else SummMemory(EMPTY_VIEW)
         )
@@ -241,13 +248,39 @@ class Baseline:
             call=call,
         )
         memory = await asyncio.get_running_loop().run_in_executor(None, step)
-        stored = SummStep(event, record.position, memory, tuple(calls)).to_json()
+        slot = step_key(case_key, budget, event.seq)
+        stored = seal_state(event.case, SummStep(event, record.position, memory, tuple(calls)).to_json(),
+                            self.sealing, slot)  # fmt: skip
         size = len(orjson.dumps(stored))
         if size > MAX_STEP_BYTES:  # never hand the changelog a record it would refuse
             raise RejectedError(Rejection.OVERSIZE, f"{case_key} step {event.seq} would store {size} bytes")
-        self.steps[step_key(case_key, budget, event.seq)] = stored
+        self.steps[slot] = stored
         if self.metrics is not None:
             self.metrics.observe_calls(Architecture.SUMM, calls)
+
+    def _stored_step(self, case: CaseRef, slot: str) -> dict[str, Any]:
+        """One stored step, opened; raises CaseErasedError once the case's data key is destroyed."""
+        opened: dict[str, Any] = open_state(case, self.steps[slot], self.cipher, slot)
+        return opened
+
+    async def _on_keys(self, stream: Any) -> None:  # noqa: ANN401 - faust's StreamT
+        """A key tombstone (the case or its tenant erased) drops everything kept for the case."""
+        async for event in stream.events():
+            if event.message.value is None and event.message.key:
+                self.forget(event.message.key.decode("utf-8", "replace"))
+
+    def forget(self, case_key: str) -> int:
+        """Deletes the case's state, steps and decided triggers (tombstones on the changelogs); returns steps."""
+        stored = self.cases.pop(case_key, None)
+        self.decided.pop(case_key, None)
+        if stored is None:
+            return 0
+        state = CaseState.from_json(stored)
+        slots = [step_key(case_key, b, seq) for b in state.budgets for seq in range(1, state.last_seq + 1)]
+        for slot in slots:
+            self.steps.pop(slot, None)
+        _LOG.info("forgot erased case %s (%d steps)", case_key, len(slots), extra={"worker_id": self.options.worker_id})
+        return len(slots)
 
     async def _on_triggers(self, stream: Any) -> None:  # noqa: ANN401 - faust's StreamT
         await self._consume(stream, self.names.triggers, self.decide)
@@ -280,7 +313,10 @@ class Baseline:
                 f"(maintained: {list(budgets)}); declare it in the case's first event",
             )
         budget = Budget(request.budget_chars)
-        stored = [self.steps[step_key(request.case.key, request.budget_chars, s)] for s in range(1, count + 1)]
+        if self.cipher is not None:
+            self.cipher.sync()  # an erasure published before this trigger is seen by it
+        stored = [self._stored_step(request.case, step_key(request.case.key, request.budget_chars, s))
+                  for s in range(1, count + 1)]  # fmt: skip
         steps = load_steps(stored, task=state.task, budget=budget)  # the task the steps summarized for
         trajectory = Trajectory(request.case, tuple(s.event for s in steps))
         calls = calls_of(steps)
@@ -291,7 +327,7 @@ class Baseline:
         provenance = Provenance(request.decision_id(Architecture.SUMM), positions, PositionsSource.TRIGGER,
                                 self.backend.name, self.options.worker_id)  # fmt: skip
         published = run_records(result, trajectory, task=request.task, budget=budget, provenance=provenance)
-        await self._send(run_outputs(published, self.names))
+        await self._send(run_outputs(published, self.names, self.sealing))
         entries = [*([t, at] for t, at in decided.items()), [request.trigger_id, read_at]]
         self.decided[request.case.key] = entries[-RECENT_TRIGGERS_PER_CASE:]
         if self.metrics is not None:  # the N steps were counted as they ran

@@ -9,6 +9,7 @@ import faust
 from pipeline.config.settings import Settings
 from pipeline.core.run import SummVariant
 from pipeline.kafka.admin import topic_partitions
+from pipeline.kafka.keystore import case_keys_from
 from pipeline.kafka.topics import TopicNames
 from pipeline.llm.registry import make_backend
 from pipeline.observability.logs import json_logging_config
@@ -44,7 +45,8 @@ def build_baseline(settings: Settings, choices: BaselineChoices, metrics: Pipeli
         limits=TriggerLimits.of(settings.worker.max_trigger_positions, settings.worker.domains),
     )
     options.datadir.mkdir(parents=True, exist_ok=True)
-    return Baseline(options, names, make_backend(settings.model), faust_connection(settings.kafka), metrics)
+    return Baseline(options, names, make_backend(settings.model), faust_connection(settings.kafka), metrics,
+                    cipher=case_keys_from(settings), seal=settings.keys.encryption)  # fmt: skip
 
 
 def serve_baseline(settings: Settings, choices: BaselineChoices) -> None:

@@ -22,6 +22,7 @@ from pipeline.wire.decision import PositionsSource, Provenance
 from pipeline.wire.limits import MAX_TRAJECTORY_CHARS
 from pipeline.wire.rejection import RejectedError, Rejection
 from pipeline.wire.run_records import run_records
+from pipeline.wire.sealing import CaseCipher
 from pipeline.wire.trajectory import assemble
 from pipeline.wire.trigger import DecisionId, DecisionRequest, TriggerLimits
 from pipeline.workers.publishing import dead_letter, observe_published, run_outputs
@@ -45,6 +46,8 @@ class ProjectionHandler:
     metrics: PipelineMetrics | None = None
     limits: TriggerLimits = field(default_factory=TriggerLimits)
     read_deadline_s: float = 30.0
+    cipher: CaseCipher | None = None  # opens sealed events (and seals outputs when `seal` is on)
+    seal: bool = False
     # Metric observations of handled records, made only once their outputs are committed: a batch
     # that is aborted or consumed again must not count twice.
     _on_commit: dict[LogPosition, Callable[[], None]] = field(default_factory=dict, init=False, repr=False)
@@ -76,6 +79,8 @@ class ProjectionHandler:
             if Architecture.DPM not in request.architectures:
                 return []
             self._claim((request.case.tenant, request.decision_id(Architecture.DPM)), record.position)
+            if self.cipher is not None:
+                self.cipher.sync()  # an erasure published before this trigger is seen by it
             return self._decide(request, record)
         except RejectedError as exc:
             _LOG.warning("trigger at %s rejected: %s", record.position, exc, extra={"worker_id": self.worker_id})
@@ -117,7 +122,8 @@ class ProjectionHandler:
             raise RejectedError(Rejection.DEADLINE, f"{exc} (limit {self.read_deadline_s:g} s)") from exc
         except PositionOutOfRangeError as exc:
             raise RejectedError(Rejection.SCHEMA, str(exc)) from exc
-        trajectory, positions = assemble(request.case, read, request.events_count, self.max_trajectory_chars)
+        trajectory, positions = assemble(request.case, read, request.events_count, self.max_trajectory_chars,
+                                         self.cipher)  # fmt: skip
         return trajectory, positions, source
 
     def _decide(self, request: DecisionRequest, record: RawRecord) -> list[Output]:
@@ -134,4 +140,4 @@ class ProjectionHandler:
         if metrics is not None:
             self._on_commit[record.position] = lambda: observe_published(metrics, result, published,
                                                                          triggered_ms=record.timestamp_ms)  # fmt: skip
-        return run_outputs(published, self.names)
+        return run_outputs(published, self.names, self.cipher if self.seal else None)

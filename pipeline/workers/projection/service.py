@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import logging
 import threading
+from contextlib import ExitStack
 from dataclasses import dataclass
 
 from pipeline.config.settings import Settings
+from pipeline.kafka.keystore import case_keys_from
 from pipeline.kafka.lag import LagProbe
 from pipeline.kafka.reader import KafkaEventLog
 from pipeline.kafka.topics import TopicNames
@@ -33,15 +35,20 @@ class WorkerOptions:
 
 def build_projection_worker(
     settings: Settings, options: WorkerOptions, metrics: PipelineMetrics | None = None
-) -> tuple[TransactionalLoop, KafkaEventLog]:
-    """The worker's loop, connected but not started, and its event-log reader (to close afterwards)."""
+) -> tuple[TransactionalLoop, ExitStack]:
+    """The worker's loop, connected but not started, and what to close afterwards (event log, key topic)."""
     settings.worker.check_timing(settings.model)
     names = TopicNames(settings.kafka.topic_prefix)
     client = settings.kafka.client_config()
+    resources = ExitStack()
     log = KafkaEventLog(client, names.events)
+    resources.callback(log.close)
+    keys = case_keys_from(settings)
+    resources.callback(keys.close)
     limits = TriggerLimits.of(settings.worker.max_trigger_positions, settings.worker.domains)
     handler = ProjectionHandler(names, log, make_backend(settings.model), options.worker_id, metrics=metrics,
-                                limits=limits, read_deadline_s=settings.worker.trigger_deadline_s)  # fmt: skip
+                                limits=limits, read_deadline_s=settings.worker.trigger_deadline_s,
+                                cipher=keys, seal=settings.keys.encryption)  # fmt: skip
     group = options.group(settings)
     config = LoopConfig(
         group_id=group,
@@ -53,14 +60,14 @@ def build_projection_worker(
         max_poll_interval_ms=settings.worker.max_poll_interval_ms,
         batch_time_s=settings.worker.batch_time_s(),
     )
-    return TransactionalLoop(client, config, handler), log
+    return TransactionalLoop(client, config, handler), resources
 
 
 def serve_projection(settings: Settings, options: WorkerOptions, stop: threading.Event) -> None:
     """Runs the projection worker (and its /metrics and /healthz endpoint) until `stop` is set."""
     metrics = PipelineMetrics(settings.metrics.tenants)
     liveness = Liveness(settings.worker.stall_limit_s())
-    loop, log = build_projection_worker(settings, options, metrics)
+    loop, resources = build_projection_worker(settings, options, metrics)
     server = (metrics.serve(settings.metrics.port, settings.metrics.addr, health=liveness.check)
               if settings.metrics.port >= 0 else None)  # fmt: skip
     group, topic = options.group(settings), TopicNames(settings.kafka.topic_prefix).triggers
@@ -78,6 +85,6 @@ def serve_projection(settings: Settings, options: WorkerOptions, stop: threading
         loop.run(stop.is_set, on_progress=progressed)
     finally:
         probe.stop()
-        log.close()
+        resources.close()
         if server is not None:
             server.shutdown()

@@ -1,0 +1,112 @@
+"""The key topic (`dpm.keys`, compacted, key `tenant/case`): wrapped data keys and their tombstones."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+
+from pipeline.config.settings import Settings
+from pipeline.core.events import CaseRef
+from pipeline.kafka.admin import topic_partitions
+from pipeline.kafka.errors import KafkaAdapterError
+from pipeline.kafka.partitioning import case_partition
+from pipeline.kafka.range_reads import read_range
+from pipeline.kafka.topics import TopicNames
+from pipeline.keys.providers import KeyProvider, LocalFileKeyProvider
+from pipeline.keys.ring import KeyRing
+from pipeline.keys.store import CaseKeys
+from pipeline.wire.headers import TENANT_HEADER
+from pipeline.wire.key import KeyRecord
+from pipeline.wire.rejection import RejectedError
+
+_LOG = logging.getLogger("pipeline.kafka.librdkafka")
+_APP_LOG = logging.getLogger("pipeline.kafka.keystore")
+
+
+class KafkaKeyTopic:
+    """Publishes key records (waiting for each) and reads the topic on from where it last stopped."""
+
+    def __init__(self, client_config: dict[str, str], topic: str) -> None:
+        self._topic = topic
+        self._config = client_config
+        self._consumer = Consumer(
+            {**client_config, "group.id": f"dpm-keys-{uuid.uuid4().hex}", "enable.auto.commit": False,
+             "isolation.level": "read_committed", "enable.partition.eof": True, "fetch.wait.max.ms": 5},
+            logger=_LOG,
+        )  # fmt: skip
+        self._producer: Producer | None = None
+        self._next: dict[int, int] = {}
+        self._partitions: int | None = None
+
+    def _partition_count(self) -> int:
+        if self._partitions is None:
+            self._partitions = topic_partitions(self._config, self._topic)
+        return self._partitions
+
+    def publish(self, case: CaseRef, record: KeyRecord | None) -> None:
+        if self._producer is None:
+            self._producer = Producer({**self._config, "enable.idempotence": True, "acks": "all"}, logger=_LOG)
+        failures: list[str] = []
+
+        def delivered(err: KafkaError | None, _msg: Message) -> None:
+            if err is not None:
+                failures.append(err.str())
+
+        try:
+            value = None if record is None else record.encode()
+            self._producer.produce(self._topic, key=case.key.encode(), value=value,
+                                   partition=case_partition(case, self._partition_count()),
+                                   headers=[(TENANT_HEADER, case.tenant.encode())], on_delivery=delivered)  # fmt: skip
+            remaining = self._producer.flush(30)
+        except (KafkaException, BufferError) as exc:
+            raise KafkaAdapterError(f"writing the key of {case.key} failed: {exc}") from exc
+        if failures or remaining:
+            raise KafkaAdapterError(f"the key record of {case.key} was not stored: {failures or remaining}")
+
+    def sync(self, ring: KeyRing) -> None:
+        try:
+            for partition in range(self._partition_count()):
+                low, high = self._consumer.get_watermark_offsets(TopicPartition(self._topic, partition), timeout=10)
+                start = max(self._next.get(partition, low), low)
+                if start >= high:
+                    continue
+                for raw in read_range(self._consumer, self._topic, partition, start, last=high - 1, timeout_s=10):
+                    self._apply(ring, raw.key, raw.value)
+                self._next[partition] = high
+        except KafkaException as exc:
+            raise KafkaAdapterError(f"reading {self._topic} failed: {exc}") from exc
+
+    @staticmethod
+    def _apply(ring: KeyRing, key: bytes | None, value: bytes | None) -> None:
+        tenant, _, case_id = (key or b"").decode("utf-8", "replace").partition("/")
+        if not tenant or not case_id:
+            _APP_LOG.warning("key record without a tenant/case key skipped: %r", key)
+            return
+        try:
+            ring.apply(CaseRef(tenant, case_id), None if value is None else KeyRecord.decode(value))
+        except RejectedError as exc:
+            _APP_LOG.warning("unreadable key record for %s skipped: %s", key, exc)
+
+    def close(self) -> None:
+        if self._producer is not None:
+            self._producer.flush(10)
+        self._consumer.close()
+
+
+def kafka_case_keys(client_config: dict[str, str], topic: str, provider: KeyProvider) -> CaseKeys:
+    """The pipeline's case keys over the real key topic."""
+    return CaseKeys(KeyRing(provider), KafkaKeyTopic(client_config, topic))
+
+
+def case_keys_from(
+    settings: Settings, *, client_config: dict[str, str] | None = None, names: TopicNames | None = None
+) -> CaseKeys:
+    """The case keys the settings name (local file provider), whether or not new content is sealed.
+
+    `client_config` and `names` override the settings' cluster and topics (a private demo cluster).
+    """
+    config = client_config or settings.kafka.client_config()
+    topic = (names or TopicNames(settings.kafka.topic_prefix)).keys
+    return kafka_case_keys(config, topic, LocalFileKeyProvider(settings.keys_dir()))

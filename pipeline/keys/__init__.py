@@ -1,0 +1,1 @@
+"""Per-case data keys, key-encryption keys per tenant, and envelope encryption (crypto-shredding)."""

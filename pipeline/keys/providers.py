@@ -1,0 +1,129 @@
+"""Key-encryption keys per tenant behind one interface: a local file provider, shaped for a KMS or Vault.
+
+A provider never hands out a key-encryption key (KEK); it wraps and unwraps data keys under the
+tenant's current KEK version, the way a cloud KMS (Encrypt/Decrypt with a key per tenant) or
+Vault's transit engine (`transit/encrypt/<tenant>`, key versions, `min_decryption_version`) does.
+To plug one in, implement KeyProvider with its client and name it in `key_provider()`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+from pipeline.core.errors import DpmError
+
+
+class KeyDestroyedError(DpmError):
+    """The tenant's key-encryption key (that version, or all of them) is destroyed: the data key is gone."""
+
+
+@dataclass(frozen=True)
+class WrappedKey:
+    """A data key encrypted under one KEK version."""
+
+    kek_id: str
+    blob: bytes
+
+
+class KeyProvider(Protocol):
+    """Wraps data keys under a tenant's KEK; the KEK itself never leaves the provider."""
+
+    def wrap(self, tenant: str, secret: bytes) -> WrappedKey:
+        """`secret` encrypted under the tenant's current KEK version (created on first use)."""
+        ...
+
+    def unwrap(self, tenant: str, wrapped: WrappedKey) -> bytes:
+        """The data key; raises KeyDestroyedError when that KEK version no longer exists."""
+        ...
+
+    def rotate(self, tenant: str) -> str:
+        """Makes a new KEK version current for the tenant; returns its id (old versions still unwrap)."""
+        ...
+
+    def retire(self, tenant: str, kek_id: str) -> None:
+        """Destroys one KEK version (after every data key it wrapped was wrapped again)."""
+        ...
+
+    def destroy(self, tenant: str) -> int:
+        """Destroys every KEK version of the tenant (crypto-shreds all its data); returns how many."""
+        ...
+
+
+_VERSION = re.compile(r"^v(\d+)\.key$")
+
+
+class LocalFileKeyProvider:
+    """KEKs as 32-byte files, one folder per tenant (`<root>/<sha256(tenant)[:32]>/v<N>.key`, mode 0600).
+
+    For development and tests: a deleted file is gone from this machine's view, but a file system
+    gives no guarantee that its blocks are overwritten. Production keys belong in a KMS or HSM.
+    """
+
+    def __init__(self, root: Path) -> None:
+        self._root = root
+
+    def _folder(self, tenant: str) -> Path:
+        return self._root / hashlib.sha256(tenant.encode()).hexdigest()[:32]
+
+    def _versions(self, tenant: str) -> list[int]:
+        folder = self._folder(tenant)
+        if not folder.is_dir():
+            return []
+        return sorted(int(m.group(1)) for p in folder.iterdir() if (m := _VERSION.match(p.name)))
+
+    def _create(self, tenant: str, version: int) -> None:
+        folder = self._folder(tenant)
+        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        try:  # exclusive: two processes creating the same version keep the first one's key
+            fd = os.open(folder / f"v{version}.key", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            return
+        with os.fdopen(fd, "wb") as out:
+            out.write(AESGCM.generate_key(bit_length=256))
+
+    def _kek(self, tenant: str, kek_id: str) -> bytes:
+        try:
+            return (self._folder(tenant) / f"{kek_id}.key").read_bytes()
+        except FileNotFoundError as exc:
+            raise KeyDestroyedError(f"key-encryption key {kek_id} of tenant {tenant!r} is destroyed") from exc
+
+    def current(self, tenant: str) -> str:
+        versions = self._versions(tenant)
+        if not versions:
+            self._create(tenant, 1)
+            versions = self._versions(tenant)
+        return f"v{versions[-1]}"
+
+    def wrap(self, tenant: str, secret: bytes) -> WrappedKey:
+        kek_id = self.current(tenant)
+        nonce = os.urandom(12)
+        return WrappedKey(kek_id, nonce + AESGCM(self._kek(tenant, kek_id)).encrypt(nonce, secret, tenant.encode()))
+
+    def unwrap(self, tenant: str, wrapped: WrappedKey) -> bytes:
+        kek = self._kek(tenant, wrapped.kek_id)
+        try:
+            return AESGCM(kek).decrypt(wrapped.blob[:12], wrapped.blob[12:], tenant.encode())
+        except InvalidTag as exc:
+            raise KeyDestroyedError(f"data key does not unwrap under {wrapped.kek_id} of {tenant!r}") from exc
+
+    def rotate(self, tenant: str) -> str:
+        versions = self._versions(tenant)
+        self._create(tenant, (versions[-1] if versions else 0) + 1)
+        return f"v{self._versions(tenant)[-1]}"
+
+    def retire(self, tenant: str, kek_id: str) -> None:
+        (self._folder(tenant) / f"{kek_id}.key").unlink(missing_ok=True)
+
+    def destroy(self, tenant: str) -> int:
+        versions = self._versions(tenant)
+        for version in versions:
+            self.retire(tenant, f"v{version}")
+        return len(versions)

@@ -1,0 +1,82 @@
+"""The data keys a process knows, as the key topic told it: unwrapped on first use, forgotten on a tombstone."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from pipeline.core.events import CaseRef
+from pipeline.keys.envelope import DataKey, TamperedError
+from pipeline.keys.providers import KeyDestroyedError, KeyProvider, WrappedKey
+from pipeline.wire.key import KeyRecord
+from pipeline.wire.rejection import RejectedError, Rejection
+from pipeline.wire.sealing import CaseErasedError
+
+
+class KeyRing:
+    """Wrapped data keys by case and key id (a case has one, or more after concurrent first writes)."""
+
+    def __init__(self, provider: KeyProvider) -> None:
+        self.provider = provider
+        self._records: dict[CaseRef, dict[str, KeyRecord]] = {}
+        self._latest: dict[CaseRef, str] = {}
+        self._secrets: dict[tuple[CaseRef, str], DataKey] = {}
+
+    def apply(self, case: CaseRef, record: KeyRecord | None) -> None:
+        """One key-topic record: a wrapped key (kept beside earlier ones) or a tombstone (forgets the case)."""
+        if record is None:
+            self._records.pop(case, None)
+            self._latest.pop(case, None)
+            for cached in [k for k in self._secrets if k[0] == case]:
+                del self._secrets[cached]
+            return
+        self._records.setdefault(case, {})[record.kid] = record
+        self._latest[case] = record.kid
+        self._secrets.pop((case, record.kid), None)  # re-wrapped (rotation): unwrap the new record next time
+
+    def records(self, tenant: str | None = None) -> list[KeyRecord]:
+        """The latest record of every case (of one tenant)."""
+        return [self._records[c][kid] for c, kid in self._latest.items() if tenant is None or c.tenant == tenant]
+
+    def knows(self, case: CaseRef) -> bool:
+        return case in self._latest
+
+    def key(self, case: CaseRef, kid: str | None = None) -> DataKey | None:
+        """The case's data key `kid` (default: the latest), unwrapped; None when destroyed or unknown."""
+        kid = kid or self._latest.get(case)
+        record = self._records.get(case, {}).get(kid or "")
+        if record is None or kid is None:
+            return None
+        cached = self._secrets.get((case, kid))
+        if cached is None:
+            try:
+                secret = self.provider.unwrap(case.tenant, WrappedKey(record.kek_id, record.wrapped))
+            except KeyDestroyedError:
+                return None
+            cached = self._secrets[(case, kid)] = DataKey(kid, secret)
+        return cached
+
+    def wrap_new(self, case: CaseRef) -> tuple[DataKey, KeyRecord]:
+        """A fresh data key for `case` and its record to publish (not applied until read back)."""
+        key = DataKey.generate()
+        wrapped = self.provider.wrap(case.tenant, key.secret)
+        return key, KeyRecord(case, key.kid, wrapped.kek_id, wrapped.blob, int(time.time() * 1000))
+
+    def rewrapped(self, record: KeyRecord) -> KeyRecord | None:
+        """The record wrapped again under the tenant's current KEK version; None when it no longer unwraps."""
+        key = self.key(record.case, record.kid)
+        if key is None:
+            return None
+        wrapped = self.provider.wrap(record.case.tenant, key.secret)
+        return KeyRecord(record.case, record.kid, wrapped.kek_id, wrapped.blob, record.created_ms)
+
+    def open(self, case: CaseRef, sealed: Mapping[str, Any], aad: bytes) -> bytes:
+        """Opens with the key the record names; raises CaseErasedError or RejectedError(SCHEMA)."""
+        key = self.key(case, str(sealed.get("kid", "")))
+        if key is None:
+            raise CaseErasedError.of(case)
+        try:
+            return key.open(sealed, aad)
+        except TamperedError as exc:
+            raise RejectedError(Rejection.SCHEMA, f"{case.key}: {exc}") from exc

@@ -1,0 +1,159 @@
+"""Envelope encryption per case: data keys, key providers, sealed records, erasure and rotation (no broker)."""
+
+from __future__ import annotations
+
+import stat
+from pathlib import Path
+
+import orjson
+import pytest
+
+from pipeline.core.event_log import RawRecord
+from pipeline.core.events import CaseRef, Event, LogPosition
+from pipeline.core.memory_log import InMemoryEventLog
+from pipeline.core.task import Architecture
+from pipeline.kafka.topics import TopicNames
+from pipeline.keys.envelope import DataKey, TamperedError
+from pipeline.keys.providers import KeyDestroyedError, LocalFileKeyProvider
+from pipeline.keys.ring import KeyRing
+from pipeline.keys.store import CaseKeys, MemoryKeyTopic
+from pipeline.llm.extractive.backend import ExtractiveBackend
+from pipeline.wire.dead_letter import DeadLetterRecord
+from pipeline.wire.event import EventRecord
+from pipeline.wire.rejection import RejectedError, Rejection
+from pipeline.wire.sealing import CaseErasedError, open_body, open_state, seal_body, seal_state
+from pipeline.wire.trigger import DecisionRequest
+from pipeline.workers.projection.handler import ProjectionHandler
+from tests.cases import load_fixture
+
+CASE = load_fixture()
+MARKER = "ZEBRA-7731-MARKER"
+
+
+@pytest.fixture
+def keys(tmp_path: Path) -> CaseKeys:
+    return CaseKeys(KeyRing(LocalFileKeyProvider(tmp_path / "keks")), MemoryKeyTopic())
+
+
+def _event_body(case: CaseRef = CASE.ref, seq: int = 1) -> dict[str, object]:
+    return EventRecord(Event(case, seq, "note", f"Applicant {MARKER} earns 5,000 a month.")).to_wire()
+
+
+def test_a_data_key_seals_and_refuses_altered_metadata_or_another_key() -> None:
+    key = DataKey.generate()
+    sealed = key.seal(b"secret text", b"clear metadata")
+    assert key.open(sealed, b"clear metadata") == b"secret text"
+    assert b"secret" not in orjson.dumps(sealed)
+    with pytest.raises(TamperedError):
+        key.open(sealed, b"other metadata")
+    with pytest.raises(TamperedError):
+        DataKey.generate().open(sealed, b"clear metadata")
+    assert "secret" not in repr(key)
+    assert key.kid in repr(key)
+
+
+def test_the_local_provider_wraps_rotates_retires_and_destroys(tmp_path: Path) -> None:
+    provider = LocalFileKeyProvider(tmp_path)
+    wrapped = provider.wrap("bank-a", b"k" * 32)
+    assert provider.unwrap("bank-a", wrapped) == b"k" * 32
+    kek_files = list(tmp_path.rglob("*.key"))
+    assert len(kek_files) == 1
+    assert stat.S_IMODE(kek_files[0].stat().st_mode) == 0o600
+    with pytest.raises(KeyDestroyedError):
+        provider.unwrap("bank-b", wrapped)  # another tenant's KEK does not unwrap it
+    assert provider.rotate("bank-a") == "v2"
+    assert provider.unwrap("bank-a", wrapped) == b"k" * 32  # old versions unwrap until retired
+    assert provider.wrap("bank-a", b"k" * 32).kek_id == "v2"
+    provider.retire("bank-a", wrapped.kek_id)
+    with pytest.raises(KeyDestroyedError):
+        provider.unwrap("bank-a", wrapped)
+    assert provider.destroy("bank-a") == 1
+    assert not list(tmp_path.rglob("*.key"))
+
+
+def test_a_sealed_event_hides_its_text_keeps_routing_in_clear_and_opens_to_the_same_record(keys: CaseKeys) -> None:
+    body = _event_body()
+    sealed = seal_body(body, keys)
+    assert MARKER not in orjson.dumps(sealed).decode()
+    assert {k: sealed[k] for k in ("tenant", "case_id", "seq", "kind")} == {
+        k: body[k] for k in ("tenant", "case_id", "seq", "kind")
+    }
+    assert open_body(sealed, keys) == body
+    assert EventRecord.decode(orjson.dumps(sealed), cipher=keys) == EventRecord.decode(orjson.dumps(body))
+    moved = {**sealed, "seq": 2}  # a sealed text carried to another position does not open
+    with pytest.raises(RejectedError) as refused:
+        open_body(moved, keys)
+    assert refused.value.reason is Rejection.SCHEMA
+    with pytest.raises(CaseErasedError):
+        open_body(sealed, None)  # a reader without keys learns the content is sealed, nothing more
+
+
+def test_each_case_has_its_own_key_and_erasing_one_leaves_the_other(keys: CaseKeys) -> None:
+    other = CaseRef(CASE.ref.tenant, "another-case")
+    mine, theirs = seal_body(_event_body(), keys), seal_body(_event_body(other), keys)
+    assert mine["sealed"]["kid"] != theirs["sealed"]["kid"]
+    assert keys.erase_case(CASE.ref)
+    with pytest.raises(CaseErasedError) as erased:
+        open_body(mine, keys)
+    assert erased.value.reason is Rejection.ERASED
+    assert open_body(theirs, keys)["text"].startswith("Applicant")
+    again = seal_body(_event_body(), keys)  # the case produced anew gets a new key
+    assert again["sealed"]["kid"] != mine["sealed"]["kid"]
+
+
+def test_erasing_a_tenant_destroys_its_kek_and_every_case_key(keys: CaseKeys, tmp_path: Path) -> None:
+    sealed = [seal_body(_event_body(CaseRef("bank-a", f"c{n}")), keys) for n in range(3)]
+    kept = seal_body(_event_body(CaseRef("bank-b", "c0")), keys)
+    assert keys.erase_tenant("bank-a") == 3
+    for body in sealed:
+        with pytest.raises(CaseErasedError):
+            open_body(body, keys)
+    assert MARKER in open_body(kept, keys)["text"]
+    fresh = CaseKeys(KeyRing(LocalFileKeyProvider(tmp_path / "keks")), MemoryKeyTopic())
+    with pytest.raises(CaseErasedError):  # nothing survives in another process's view either
+        open_body(sealed[0], fresh)
+
+
+def test_rotation_rewraps_every_data_key_and_retires_the_old_kek(keys: CaseKeys, tmp_path: Path) -> None:
+    sealed = [seal_body(_event_body(CaseRef("bank-a", f"c{n}")), keys) for n in range(2)]
+    rotation = keys.rotate("bank-a")
+    assert (rotation.kek_id, rotation.rewrapped, rotation.retired) == ("v2", 2, ("v1",))
+    assert [r.kek_id for r in keys.ring.records("bank-a")] == ["v2", "v2"]
+    restarted = CaseKeys(KeyRing(LocalFileKeyProvider(tmp_path / "keks")), keys.topic)
+    assert all(MARKER in open_body(body, restarted)["text"] for body in sealed)
+
+
+def test_baseline_state_is_sealed_whole_and_bound_to_its_slot(keys: CaseKeys) -> None:
+    value = {"memory": {"facts": [[MARKER, [1]]]}}
+    stored = seal_state(CASE.ref, value, keys, "t/c/900/00000001")
+    assert MARKER not in orjson.dumps(stored).decode()
+    assert open_state(CASE.ref, stored, keys, "t/c/900/00000001") == value
+    with pytest.raises(RejectedError):
+        open_state(CASE.ref, stored, keys, "t/c/900/00000002")
+    assert open_state(CASE.ref, value, None, "any") == value  # state written in clear reads as it is
+
+
+def test_the_worker_seals_what_it_publishes_and_refuses_an_erased_case(keys: CaseKeys) -> None:
+    log = InMemoryEventLog(partitions=3)
+    positions = [log.append(e.case, e.key.encode(), orjson.dumps(seal_body(EventRecord(e).to_wire(), keys)))
+                 for e in CASE.trajectory.events]  # fmt: skip
+    names = TopicNames("unit")
+    handler = ProjectionHandler(names, log, ExtractiveBackend(), "w", cipher=keys, seal=True)
+    request = DecisionRequest("t1", CASE.ref, CASE.task, 700, (Architecture.DPM,), tuple(positions))
+    outputs = handler.handle(_raw(request, LogPosition(0, 1)))
+    assert [o.topic for o in outputs] == [names.views, names.decisions, names.audit, names.audit]
+    for out in outputs:
+        body = orjson.loads(out.value)
+        assert "sealed" in body
+        assert body["tenant"] == CASE.ref.tenant
+        opened = open_body(body, keys)
+        assert set(opened) > set(body) - {"sealed"}
+    handler.committed([_raw(request, LogPosition(0, 1))])
+    keys.erase_case(CASE.ref)
+    again = DecisionRequest("t2", CASE.ref, CASE.task, 700, (Architecture.DPM,), tuple(positions))
+    letter = DeadLetterRecord.from_wire(orjson.loads(handler.handle(_raw(again, LogPosition(0, 2)))[0].value))
+    assert letter.reason is Rejection.ERASED
+
+
+def _raw(request: DecisionRequest, position: LogPosition) -> RawRecord:
+    return RawRecord(position, request.case.key.encode(), request.encode())
