@@ -6,10 +6,11 @@ import logging
 import uuid
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from pipeline.config.settings import Settings
 from pipeline.core.events import CaseRef
-from pipeline.kafka.admin import topic_partitions
+from pipeline.kafka.admin import admin_client, topic_partitions
 from pipeline.kafka.errors import KafkaAdapterError
 from pipeline.kafka.partitioning import case_partition
 from pipeline.kafka.range_reads import read_range
@@ -33,10 +34,12 @@ class KafkaKeyTopic:
         self._config = client_config
         self._consumer = Consumer(
             {**client_config, "group.id": f"dpm-keys-{uuid.uuid4().hex}", "enable.auto.commit": False,
-             "isolation.level": "read_committed", "enable.partition.eof": True, "fetch.wait.max.ms": 5},
+             "isolation.level": "read_committed", "enable.partition.eof": True, "fetch.wait.max.ms": 5,
+             "auto.offset.reset": "earliest"},  # from offset 0 even if the log no longer starts there
             logger=_LOG,
         )  # fmt: skip
         self._producer: Producer | None = None
+        self._admin: AdminClient | None = None
         self._next: dict[int, int] = {}
         self._partitions: int | None = None
 
@@ -65,11 +68,19 @@ class KafkaKeyTopic:
         if failures or remaining:
             raise KafkaAdapterError(f"the key record of {case.key} was not stored: {failures or remaining}")
 
+    def _ends(self) -> dict[int, int]:
+        """Every partition's high watermark, in one request per broker (a worker asks before each trigger)."""
+        if self._admin is None:
+            self._admin = admin_client(self._config)
+        latest = OffsetSpec.latest()  # type: ignore[no-untyped-call]  # untyped in confluent-kafka
+        wanted = {TopicPartition(self._topic, p): latest for p in range(self._partition_count())}
+        answers = self._admin.list_offsets(wanted, request_timeout=10)
+        return {tp.partition: future.result().offset for tp, future in answers.items()}
+
     def sync(self, ring: KeyRing) -> None:
         try:
-            for partition in range(self._partition_count()):
-                low, high = self._consumer.get_watermark_offsets(TopicPartition(self._topic, partition), timeout=10)
-                start = max(self._next.get(partition, low), low)
+            for partition, high in self._ends().items():
+                start = self._next.get(partition, 0)
                 if start >= high:
                     continue
                 for raw in read_range(self._consumer, self._topic, partition, start, last=high - 1, timeout_s=10):

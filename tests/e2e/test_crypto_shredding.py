@@ -68,7 +68,8 @@ def test_after_erase_the_marker_is_nowhere_in_plaintext_and_only_the_erased_case
 ) -> None:
     marker = f"MARKER-{uuid.uuid4().hex}"
     create_pipeline_topics(kafka_config, topic_names, 3, replication=1)
-    gone, kept = small_cases(per_domain=1)[:2]
+    tenant = f"bank-{uuid.uuid4().hex[:8]}"  # its own KEK: rotating it touches no other test's keys
+    gone, kept = small_cases(per_domain=1, tenant=tenant)[:2]
     gone = _marked(gone, marker)
     producer = EventProducer(kafka_config, topic_names, case_keys)  # seals each event under its case's key
     both = (Architecture.DPM, Architecture.SUMM)
@@ -104,6 +105,13 @@ def test_after_erase_the_marker_is_nowhere_in_plaintext_and_only_the_erased_case
     after = load_outputs(kafka_config, topic_names, cipher=case_keys)
     assert set(after.erased) == {d for d in before.decisions if d.trigger_id == gone.ref.case_id}
     assert all(d.trigger_id == kept.ref.case_id for d in after.decisions)
+
+    rotated = dpm_cli("keys", "rotate", "--tenant", tenant, env=env)
+    assert "key-encryption key v2 current; 1 data key(s) wrapped again; destroyed v1" in rotated.stdout, rotated.stderr
+    assert dpm_cli("replay", "--tenant", tenant, "--case", kept.ref.case_id, env=env).returncode == 0  # still MATCH
+    assert dpm_cli("erase", "--tenant", tenant, env=env).returncode == 0  # the whole tenant
+    replay = dpm_cli("replay", "--tenant", tenant, env=env)
+    assert replay.stdout.count("ERASED") == 4, replay.stdout
 
 
 def _baseline_forgot(config: dict[str, str], names: TopicNames, case: CaseRef) -> bool:

@@ -8,7 +8,8 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from pipeline.core.events import CaseRef
+from pipeline.core.case import Case
+from pipeline.core.events import CaseRef, LogPosition
 from pipeline.core.task import Architecture
 from pipeline.kafka.local_broker import free_cluster_port
 from pipeline.kafka.partitioning import case_partition
@@ -37,6 +38,17 @@ def _total(samples: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: 
     return sum(v for (n, lbls), v in samples.items() if n == name and labels.items() <= dict(lbls).items())
 
 
+def _metered_case(
+    bootstrap: str, config: dict[str, str], names: TopicNames, home: Path, partitions: int, **settings: str
+) -> tuple[int, dict[str, str], EventProducer, Case, tuple[LogPosition, ...]]:
+    """Topics, a free metrics port, the worker's environment and one short case's events appended."""
+    create_topics(config, names, partitions=partitions)
+    env = {**worker_env(bootstrap, names, home), "DPM_METRICS_ADDR": "127.0.0.1", **settings}
+    producer = EventProducer(config, names)
+    case = small_cases(per_domain=1)[0]
+    return free_cluster_port(1), env, producer, case, tuple(producer.append(case.trajectory.events))
+
+
 def _first_scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     """The first answer of an endpoint that is starting."""
     deadline = time.monotonic() + 30
@@ -51,13 +63,8 @@ def _first_scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], fl
 def test_worker_metrics_move_by_the_expected_amounts(
     kafka_bootstrap: str, kafka_config: dict[str, str], topic_names: TopicNames, tmp_path: Path, case_keys: CaseKeys
 ) -> None:
-    create_topics(kafka_config, topic_names)
-    port = free_cluster_port(1)
-    env = {**worker_env(kafka_bootstrap, topic_names, tmp_path), "DPM_METRICS_ADDR": "127.0.0.1",
-           "DPM_METRICS_TENANTS": "e2e"}  # fmt: skip
-    producer = EventProducer(kafka_config, topic_names)
-    case = small_cases(per_domain=1)[0]
-    positions = tuple(producer.append(case.trajectory.events))
+    port, env, producer, case, positions = _metered_case(kafka_bootstrap, kafka_config, topic_names, tmp_path, 3,
+                                                         DPM_METRICS_TENANTS="e2e")  # fmt: skip
     with pipeline_processes([["worker", "--metrics-port", str(port)]], env, tmp_path / "logs"):
         before = _first_scrape(port)  # before any trigger: everything counted below is this run's
         assert _total(before, "dpm_decisions_total") == 0
@@ -93,13 +100,8 @@ def test_worker_metrics_move_by_the_expected_amounts(
 def test_the_lag_gauge_grows_while_the_worker_waits_on_one_long_model_call(
     kafka_bootstrap: str, kafka_config: dict[str, str], topic_names: TopicNames, tmp_path: Path
 ) -> None:
-    create_topics(kafka_config, topic_names, partitions=1)
-    port = free_cluster_port(1)
-    env = {**worker_env(kafka_bootstrap, topic_names, tmp_path), "DPM_METRICS_ADDR": "127.0.0.1",
-           "DPM_MODEL_LATENCY_MS": "12000"}  # fmt: skip
-    producer = EventProducer(kafka_config, topic_names)
-    case = small_cases(per_domain=1)[0]
-    positions = tuple(producer.append(case.trajectory.events))
+    port, env, producer, case, positions = _metered_case(kafka_bootstrap, kafka_config, topic_names, tmp_path, 1,
+                                                         DPM_MODEL_LATENCY_MS="12000")  # fmt: skip
 
     def trigger(n: int) -> None:
         producer.trigger(DecisionRequest(f"slow{n}", case.ref, case.task, 900, (Architecture.DPM,), positions))
