@@ -12,8 +12,9 @@ import argparse
 import statistics
 import tempfile
 import time
+import timeit
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -21,8 +22,9 @@ import orjson
 
 from pipeline.bench.generate import GenerationSpec, generate_cases
 from pipeline.config.settings import Settings
-from pipeline.core.events import CaseRef, Event
-from pipeline.core.task import Architecture
+from pipeline.core.events import CaseRef, Event, LogPosition
+from pipeline.core.run import run_dpm
+from pipeline.core.task import Architecture, Budget
 from pipeline.kafka.admin import admin_client
 from pipeline.kafka.keystore import kafka_case_keys
 from pipeline.kafka.producer import EventProducer
@@ -30,8 +32,15 @@ from pipeline.kafka.range_reads import read_topic
 from pipeline.kafka.reader import KafkaEventLog
 from pipeline.kafka.topics import TopicNames, TopicSpec, create_pipeline_topics, ensure_topics
 from pipeline.keys.providers import LocalFileKeyProvider
+from pipeline.keys.ring import KeyRing
+from pipeline.keys.store import CaseKeys, MemoryKeyTopic
+from pipeline.llm.extractive.backend import ExtractiveBackend
 from pipeline.services.cluster import child_env, pipeline_processes, private_cluster
 from pipeline.services.read_outputs import await_decisions
+from pipeline.wire.decision import PositionsSource, Provenance
+from pipeline.wire.event import EventRecord
+from pipeline.wire.run_records import run_records
+from pipeline.wire.sealing import seal_body
 from pipeline.wire.trigger import DecisionId, DecisionRequest
 
 # Short cases (24 to 30 events), so a run measures the pipeline rather than the projection of long texts.
@@ -129,15 +138,45 @@ def read_cost(bootstrap: str, noise_levels: tuple[int, ...] = (0, 10, 100, 1000)
     return results
 
 
+def sealing_cpu(repeats: int = 200) -> dict[str, float]:
+    """What sealing adds to one decision on this CPU, without Kafka: opening its events, sealing its outputs."""
+    case = generate_cases(SHORT_CASES)[0]
+    with tempfile.TemporaryDirectory() as tmp:
+        keys = CaseKeys(KeyRing(LocalFileKeyProvider(Path(tmp))), MemoryKeyTopic())
+        bodies = [EventRecord(e).to_wire() for e in case.trajectory.events]
+        sealed, clear = [orjson.dumps(seal_body(b, keys)) for b in bodies], [orjson.dumps(b) for b in bodies]
+        budget = Budget(800)
+        started = time.perf_counter()
+        result = run_dpm(case.trajectory, case.task, budget, ExtractiveBackend())
+        decide_s = time.perf_counter() - started
+        positions = tuple(LogPosition(0, n) for n in range(len(bodies)))
+        provenance = Provenance(
+            DecisionId("cpu", Architecture.DPM), positions, PositionsSource.TRIGGER, "extractive", "b"
+        )
+        published = run_records(result, case.trajectory, task=case.task, budget=budget, provenance=provenance)
+        outputs = [published.view.to_wire(), published.decision.to_wire(), *(a.to_wire() for a in published.audits)]
+
+        def per_call(work: Callable[[], object]) -> float:
+            return timeit.timeit(work, number=repeats) / repeats
+
+        open_s = per_call(lambda: [EventRecord.decode(v, cipher=keys) for v in sealed])
+        open_s -= per_call(lambda: [EventRecord.decode(v) for v in clear])
+        seal_s = per_call(lambda: [orjson.dumps(seal_body(o, keys)) for o in outputs])
+        seal_s -= per_call(lambda: [orjson.dumps(o) for o in outputs])
+    return {"events": len(bodies), "outputs": len(outputs), "open_ms": open_s * 1000, "seal_ms": seal_s * 1000,
+            "decide_ms": decide_s * 1000}  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--triggers", type=int, default=150)
+    parser.add_argument("--alternations", type=int, default=3, help="sealed/clear run pairs for the encryption cost")
     args = parser.parse_args()
     with broker() as bootstrap, tempfile.TemporaryDirectory() as tmp:
         alone, ten, hundred, thousand = read_cost(bootstrap)
-        # Sealed and clear runs alternate, twice each, so neither gains from running on a warmer machine.
+        # Sealed and clear runs alternate, so neither gains from running on a warmer machine.
         runs: dict[bool, list[float]] = {True: [], False: []}
-        for _ in range(2):
+        for _ in range(args.alternations):
             for encryption in (False, True):
                 runs[encryption].append(throughput(bootstrap, 1, args.triggers, Path(tmp), encryption=encryption)[0])
         one, clear = statistics.fmean(runs[True]), statistics.fmean(runs[False])
@@ -147,9 +186,16 @@ def main() -> None:
         f"decisions/s, 1 worker : {one:8.1f}   (encryption on; backlog of {args.triggers} triggers, 2-core machine, "
         "broker included)"
     )
+    sealed_runs, clear_runs = ([round(r, 1) for r in runs[k]] for k in (True, False))
     print(
         f"decisions/s, 1 worker, encryption off: {clear:8.1f}   (sealing costs {(1 - one / clear) * 100:.1f}%; "
-        f"mean of two alternating runs each: sealed {runs[True]}, clear {runs[False]})"
+        f"mean of {args.alternations} alternating runs each: sealed {sealed_runs}, clear {clear_runs})"
+    )
+    cpu = sealing_cpu()
+    print(
+        f"sealing CPU per decision, in process: open {cpu['events']:.0f} events +{cpu['open_ms']:.2f} ms, seal "
+        f"{cpu['outputs']:.0f} outputs +{cpu['seal_ms']:.2f} ms; the decision itself {cpu['decide_ms']:.1f} ms "
+        f"({(cpu['open_ms'] + cpu['seal_ms']) / cpu['decide_ms'] * 100:.1f}%)"
     )
     print(f"decisions/s, 2 workers: {two:8.1f}   (x{two / one:.2f})")
     q = statistics.quantiles(paced, n=100)

@@ -36,8 +36,8 @@ def test_manifests_parse_and_use_known_settings() -> None:
         if path.name != "kustomization.yaml":
             for doc in _docs(path):
                 kinds[f"{doc['kind']}/{doc['metadata']['name']}"] = doc
-    assert set(kinds) == {"ConfigMap/dpm-settings", "Secret/dpm-secrets", "Deployment/dpm-worker",
-                          "Deployment/dpm-baseline", "ScaledObject/dpm-worker"}  # fmt: skip
+    assert set(kinds) == {"ConfigMap/dpm-settings", "Secret/dpm-secrets", "PersistentVolumeClaim/dpm-keys",
+                          "Deployment/dpm-worker", "Deployment/dpm-baseline", "ScaledObject/dpm-worker"}  # fmt: skip
     config = kinds["ConfigMap/dpm-settings"]["data"]
     secret = kinds["Secret/dpm-secrets"]["stringData"]
     assert set(config) | set(secret) <= set(ENVIRONMENT)
