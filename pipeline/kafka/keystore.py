@@ -6,11 +6,10 @@ import logging
 import uuid
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from pipeline.config.settings import Settings
 from pipeline.core.events import CaseRef
-from pipeline.kafka.admin import admin_client, topic_partitions
+from pipeline.kafka.admin import topic_partitions
 from pipeline.kafka.errors import KafkaAdapterError
 from pipeline.kafka.partitioning import case_partition
 from pipeline.kafka.range_reads import read_range
@@ -39,7 +38,6 @@ class KafkaKeyTopic:
             logger=_LOG,
         )  # fmt: skip
         self._producer: Producer | None = None
-        self._admin: AdminClient | None = None
         self._next: dict[int, int] = {}
         self._partitions: int | None = None
 
@@ -69,13 +67,13 @@ class KafkaKeyTopic:
             raise KafkaAdapterError(f"the key record of {case.key} was not stored: {failures or remaining}")
 
     def _ends(self) -> dict[int, int]:
-        """Every partition's high watermark, in one request per broker (a worker asks before each trigger)."""
-        if self._admin is None:
-            self._admin = admin_client(self._config)
-        latest = OffsetSpec.latest()  # type: ignore[no-untyped-call]  # untyped in confluent-kafka
-        wanted = {TopicPartition(self._topic, p): latest for p in range(self._partition_count())}
-        answers = self._admin.list_offsets(wanted, request_timeout=10)
-        return {tp.partition: future.result().offset for tp, future in answers.items()}
+        """Every partition's high watermark (a worker asks before each trigger).
+
+        Asked through the consumer, whose leader metadata is refreshed as soon as a broker is lost; an
+        AdminClient kept asking the dead leader, 10 s a time, until its metadata aged out.
+        """
+        tps = [TopicPartition(self._topic, p) for p in range(self._partition_count())]
+        return {tp.partition: self._consumer.get_watermark_offsets(tp, timeout=10)[1] for tp in tps}
 
     def sync(self, ring: KeyRing) -> None:
         try:

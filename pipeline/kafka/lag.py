@@ -1,23 +1,22 @@
 """Consumer lag that keeps moving while the consuming thread is busy (for example in one long model call).
 
 The consuming thread records its positions whenever it makes progress (`track`); a probe thread
-asks the brokers for the high watermarks on its own admin client every few seconds and reports
-watermark minus position. While the consumer is stuck its positions stand still and the lag grows
-as input arrives, which is what an operator's alert must see.
+asks the brokers for the high watermarks on a consumer of its own (never joined to a group) every
+few seconds and reports watermark minus position. While the consumer is stuck its positions stand
+still and the lag grows as input arrives, which is what an operator's alert must see.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import uuid
 from collections.abc import Callable, Mapping
 
-from confluent_kafka import KafkaException, TopicPartition
-from confluent_kafka.admin import OffsetSpec
-
-from pipeline.kafka.admin import admin_client
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 _LOG = logging.getLogger("pipeline.kafka.lag")
+_LIB_LOG = logging.getLogger("pipeline.kafka.librdkafka")
 
 
 class LagProbe:
@@ -30,7 +29,9 @@ class LagProbe:
         report: Callable[[Mapping[int, int]], None],
         interval_s: float = 5.0,
     ) -> None:
-        self._admin = admin_client(client_config)
+        # A consumer's leader metadata is refreshed as soon as a broker is lost; an AdminClient kept
+        # asking the dead leader, one request timeout each time, until its metadata aged out.
+        self._consumer = Consumer({**client_config, "group.id": f"dpm-lag-probe-{uuid.uuid4().hex}"}, logger=_LIB_LOG)
         self._topic, self._report, self._interval_s = topic, report, interval_s
         self._positions: dict[int, int] = {}
         self._lock = threading.Lock()
@@ -48,12 +49,12 @@ class LagProbe:
             positions = dict(self._positions)
         if not positions:
             return {}
-        latest = OffsetSpec.latest()  # type: ignore[no-untyped-call]  # untyped in confluent-kafka
-        wanted = {TopicPartition(self._topic, p): latest for p in positions}
         lags: dict[int, int] = {}
         try:
-            for tp, future in self._admin.list_offsets(wanted, request_timeout=self._interval_s).items():
-                lags[tp.partition] = max(0, future.result().offset - positions[tp.partition])
+            for partition, position in positions.items():
+                tp = TopicPartition(self._topic, partition)
+                _, high = self._consumer.get_watermark_offsets(tp, timeout=self._interval_s)
+                lags[partition] = max(0, high - position)
         except KafkaException as exc:  # brokers unreachable for a moment: keep the last figures
             _LOG.debug("lag unavailable: %s", exc)
         return lags
@@ -63,7 +64,9 @@ class LagProbe:
 
     def stop(self) -> None:
         self._stop.set()
-        self._thread.join(self._interval_s + 5)
+        self._thread.join(self._interval_s + 15)
+        if not self._thread.is_alive():
+            self._consumer.close()
 
     def _run(self) -> None:
         while not self._stop.wait(self._interval_s):
