@@ -105,7 +105,7 @@ class CaseKeys:
 
 
 class MemoryKeyTopic:
-    """A key topic in memory, for unit tests and the offline evaluation harness."""
+    """A key topic in memory, for unit tests and the in-process sealing benchmark."""
 
     def __init__(self) -> None:
         self._log: list[tuple[CaseRef, KeyRecord | None]] = []
