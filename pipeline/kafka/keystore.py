@@ -84,9 +84,6 @@ class KafkaKeyTopic:
                 for raw in read_range(self._consumer, self._topic, partition, start, last=high - 1, timeout_s=10):
                     self._apply(ring, raw.key, raw.value)
                 self._next[partition] = high
-                # An assigned partition is fetched in the background, every fetch.wait.max.ms, forever:
-                # between syncs nothing must be assigned.
-                self._consumer.unassign()
         except KafkaException as exc:
             raise KafkaAdapterError(f"reading {self._topic} failed: {exc}") from exc
 

@@ -92,22 +92,9 @@ class KafkaEventLog:
                     found[LogPosition(partition, offset)] = record
         except KafkaException as exc:
             raise KafkaAdapterError(f"reading {self._topic} failed: {exc}") from exc
-        finally:
-            self._idle()
         wanted = [p for p in positions if p in found and found[p].value is not None]
         missing = tuple(p for p in positions if p not in found or found[p].value is None)
         return ReadResult(tuple(found[p] for p in wanted), missing)
-
-    def _idle(self) -> None:
-        """Drops the assignment after a read.
-
-        An assigned partition is fetched in the background every fetch.wait.max.ms (5 ms here) until
-        it is unassigned: between triggers that is CPU for nothing, in the worker and in the broker.
-        """
-        try:
-            self._consumer.unassign()
-        except KafkaException as exc:
-            _LOG.debug("unassign failed: %s", exc)
 
     def _partition_count(self) -> int:
         if self._partitions is None:
@@ -124,8 +111,6 @@ class KafkaEventLog:
             records = self._read_run(partition, low, high - 1, deadline)
         except KafkaException as exc:
             raise KafkaAdapterError(f"scanning {self._topic}[{partition}] failed: {exc}") from exc
-        finally:
-            self._idle()
         prefix = f"{case.key}/".encode()
         return ReadResult(
             tuple(r for _, r in sorted(records.items()) if r.key and r.key.startswith(prefix) and r.value)

@@ -3,7 +3,8 @@
 A provider never hands out a key-encryption key (KEK); it wraps and unwraps data keys under the
 tenant's current KEK version, the way a cloud KMS (Encrypt/Decrypt with a key per tenant) or
 Vault's transit engine (`transit/encrypt/<tenant>`, key versions, `min_decryption_version`) does.
-To plug one in, implement KeyProvider with its client and name it in `key_provider()`.
+To plug one in, implement KeyProvider with its client and return it from
+`pipeline.kafka.keystore.case_keys_from`.
 """
 
 from __future__ import annotations

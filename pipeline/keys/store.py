@@ -76,15 +76,15 @@ class CaseKeys:
         self.sync()
         return known
 
-    def erase_tenant(self, tenant: str) -> int:
-        """Destroys the tenant's KEK (every version) and tombstones its cases' keys; returns how many cases."""
+    def erase_tenant(self, tenant: str) -> tuple[CaseRef, ...]:
+        """Destroys the tenant's KEK (every version) and tombstones its cases' keys; returns those cases."""
         self.sync()
-        records = self.ring.records(tenant)
+        cases = tuple(r.case for r in self.ring.records(tenant))
         self.ring.provider.destroy(tenant)
-        for record in records:
-            self.topic.publish(record.case, None)
+        for case in cases:
+            self.topic.publish(case, None)
         self.sync()
-        return len(records)
+        return cases
 
     def rotate(self, tenant: str) -> Rotation:
         """A new KEK version for the tenant; every data key wrapped again under it; the old versions retired."""

@@ -104,7 +104,7 @@ def test_each_case_has_its_own_key_and_erasing_one_leaves_the_other(keys: CaseKe
 def test_erasing_a_tenant_destroys_its_kek_and_every_case_key(keys: CaseKeys, tmp_path: Path) -> None:
     sealed = [seal_body(_event_body(CaseRef("bank-a", f"c{n}")), keys) for n in range(3)]
     kept = seal_body(_event_body(CaseRef("bank-b", "c0")), keys)
-    assert keys.erase_tenant("bank-a") == 3
+    assert len(keys.erase_tenant("bank-a")) == 3
     for body in sealed:
         with pytest.raises(CaseErasedError):
             open_body(body, keys)
