@@ -13,14 +13,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from pipeline.core.structured import looks_structured, read_object, salvage_facts, salvage_strings
-from pipeline.core.view import UNKNOWN, Fact, MemoryView
+from pipeline.core.view import SECTION_HEADER, UNKNOWN, Fact, MemoryView
 
-# A header is the section name alone on its line, or followed by a colon and optional content.
-_HEADER = re.compile(
-    r"^\s*(?:#{1,6}\s*)?(?:\*\*|__)?\s*(?P<name>facts|reasoning|compliance(?:\s+notes)?)\s*(?:\*\*|__)?\s*"
-    r"(?::\s*(?:\*\*|__)?\s*(?P<rest>.*)|$)",
-    re.IGNORECASE,
-)
 _BULLET = re.compile(r"^\s*(?:[-*\u2022]|\d{1,3}[.)])\s+")
 _CITATION = re.compile(
     r"\[\s*(?:events?\s*|e)?(\d{1,6}(?:\s*[-\u2013,;]\s*(?:e\s*)?\d{1,6})*)\s*\]|\(\s*events?\s+(\d{1,6})\s*\)", re.I
@@ -78,7 +72,7 @@ def _collect(text: str) -> tuple[dict[str, list[str]], list[str]]:
     seen: list[str] = []
     current: str | None = None
     for line in _strip_fences(text).split("\n"):
-        header = _HEADER.match(line)
+        header = SECTION_HEADER.match(line)
         if header:
             current = _section_name(header.group("name"))
             seen.append(current)

@@ -5,7 +5,7 @@ Canonical text (what is hashed, measured against the budget and shown to the dec
     FACTS:
     - <fact text> [i][j]
     REASONING:
-    <one or more lines>
+    <one or more lines; a line that would read as a section header is written as a bullet>
     COMPLIANCE NOTES:
     - <note>
 
@@ -14,12 +14,26 @@ Sections always appear, in this order; an empty section holds the single line `u
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 FACTS_HEADER = "FACTS:"
 REASONING_HEADER = "REASONING:"
 COMPLIANCE_HEADER = "COMPLIANCE NOTES:"
 UNKNOWN = "unknown"
+
+# A header is the section name alone on its line, or followed by a colon and optional content;
+# models add markdown around it, so `## Reasoning` and `**FACTS:**` count too.
+SECTION_HEADER = re.compile(
+    r"^\s*(?:#{1,6}\s*)?(?:\*\*|__)?\s*(?P<name>facts|reasoning|compliance(?:\s+notes)?)\s*(?:\*\*|__)?\s*"
+    r"(?::\s*(?:\*\*|__)?\s*(?P<rest>.*)|$)",
+    re.IGNORECASE,
+)
+
+
+def _reasoning_line(line: str) -> str:
+    """Reasoning lines are bare; one that reads as a header gets a bullet, which parsing strips."""
+    return f"- {line}" if SECTION_HEADER.match(line) else line
 
 
 @dataclass(frozen=True)
@@ -47,7 +61,7 @@ class MemoryView:
         lines = [FACTS_HEADER]
         lines += [f.render() for f in self.facts] or [UNKNOWN]
         lines.append(REASONING_HEADER)
-        lines += list(self.reasoning) or [UNKNOWN]
+        lines += [_reasoning_line(line) for line in self.reasoning] or [UNKNOWN]
         lines.append(COMPLIANCE_HEADER)
         lines += [f"- {note}" for note in self.compliance] or [UNKNOWN]
         return "\n".join(line.rstrip() for line in lines)

@@ -55,6 +55,12 @@ def test_a_line_starting_with_a_section_word_is_not_a_header() -> None:
     assert view.reasoning == ("Reasoning follows [1]",)
 
 
+def test_a_reasoning_line_that_reads_as_a_header_round_trips() -> None:
+    view = MemoryView((), ("COMPLIANCE", "Facts: two of them"), ())
+    assert "\n- COMPLIANCE\n" in view.render()
+    assert parse_view(view.render()).view == view
+
+
 def test_malformed_output_is_a_recorded_failure() -> None:
     outcome = parse_view("I cannot help with that.")
     assert not outcome.ok
