@@ -135,6 +135,13 @@ class ModelSettings(_Group):
         2, ge=0, validation_alias="DPM_MODEL_MAX_RETRIES", description="model call retries (429, 529, 5xx, connection)"
     )
 
+    concurrency: int = Field(
+        8,
+        ge=1,
+        le=64,
+        validation_alias="DPM_MODEL_CONCURRENCY",
+        description="model calls one worker makes at once (triggers of a batch; Summ-only: cases)",
+    )
     latency_ms: int = Field(
         0, ge=0, validation_alias="DPM_MODEL_LATENCY_MS", description="added wait per model call (tests, benchmarks)"
     )

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Generic, Protocol, TypeVar
 
 from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPartition
 
@@ -29,11 +31,41 @@ class Output:
     headers: tuple[tuple[str, bytes], ...] = ()
 
 
+_Result = TypeVar("_Result")
+
+
+@dataclass(frozen=True)
+class Deferred(Generic[_Result]):
+    """A record's slow part (model calls), which may run on another thread, and what turns its result into outputs.
+
+    `slow` must not touch the consumer, the producer or anything else the loop's thread uses;
+    `finish` runs back on the loop's thread, in input order.
+    """
+
+    slow: Callable[[], _Result]
+    finish: Callable[[_Result], Sequence[Output]]
+
+    def run_inline(self) -> Sequence[Output]:
+        return self.finish(self.slow())
+
+
+Step = Sequence[Output] | Deferred[Any]
+
+
+def run_inline(step: Step) -> Sequence[Output]:
+    """The outputs of `step`, its slow part run on this thread."""
+    return step.run_inline() if isinstance(step, Deferred) else step
+
+
 class Handler(Protocol):
     """Turns one input record into outputs; bad input becomes a dead letter, never an exception."""
 
-    def handle(self, record: RawRecord) -> Sequence[Output]:
-        """Outputs for `record`; raises ModelBackendError only for a failure worth retrying."""
+    def start(self, record: RawRecord) -> Step:
+        """Outputs for `record`, or the deferred work that makes them (called in input order on the loop's thread).
+
+        Raises ModelBackendError or KafkaAdapterError only for a failure worth retrying; so may a
+        Deferred's `slow` part.
+        """
         ...
 
     def dead_letter(self, record: RawRecord, detail: str) -> Output:
@@ -57,6 +89,7 @@ class LoopConfig:
     batch_time_s: float = 450.0  # then a batch takes no more records (WorkerSettings.batch_time_s)
     max_model_attempts: int = 3
     retry_backoff_s: float = 2.0
+    concurrency: int = 1  # records of a batch whose slow parts (model calls) run at once
 
 
 @dataclass
@@ -72,12 +105,33 @@ class LoopStats:
     on_batch: list[Callable[[int, float], None]] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class _Started:
+    """A record of the batch being processed: its outputs, or its deferred work and where that runs."""
+
+    record: RawRecord
+    outputs: Sequence[Output] = ()
+    deferred: Deferred[Any] | None = None
+    future: Future[Any] | None = None
+
+    def finished(self) -> Sequence[Output]:
+        """The outputs, once the future (if any) is done."""
+        if self.deferred is None or self.future is None:
+            return self.outputs
+        return self.deferred.finish(self.future.result())
+
+
 def _raw(msg: Message) -> RawRecord:
     return RawRecord(LogPosition(msg.partition() or 0, msg.offset() or 0), msg.key(), msg.value(), msg.timestamp()[1])
 
 
 class TransactionalLoop:
     """Consumes a batch, runs the handler, and commits outputs with the batch's offsets, or nothing.
+
+    The handler starts each record in input order on this thread (validation, reads); the slow
+    parts (model calls) of up to `concurrency` records run at once on a thread pool; their
+    outputs are finished and committed in input order, so a batch's outputs are the same bytes in
+    the same order as if it had run record by record.
 
     The handler (reads and model calls, the slow part) runs before the transaction begins; the
     transaction then only produces the outputs and commits them with the offsets, so its timeout
@@ -112,6 +166,7 @@ class TransactionalLoop:
             "linger.ms": 5,
         }
         self._producer = Producer(self._producer_config, logger=_LIB_LOG)
+        self._pool = ThreadPoolExecutor(max_workers=config.concurrency, thread_name_prefix="model-call")
 
     def start(self) -> None:
         try:
@@ -133,17 +188,18 @@ class TransactionalLoop:
         except KafkaException as exc:
             raise KafkaAdapterError(f"could not start a new transactional producer: {exc}") from exc
 
-    def _outputs(self, record: RawRecord) -> Sequence[Output]:
+    def _start(self, record: RawRecord) -> Step:
         if self._attempts.get(record.position, 0) >= self._config.max_model_attempts:
             detail = f"processing failed {self._attempts.pop(record.position)} times (model or event log)"
             return [self._handler.dead_letter(record, detail)]
         try:
-            outputs = self._handler.handle(record)
+            return self._handler.start(record)
         except (ModelBackendError, KafkaAdapterError):
-            self._attempts[record.position] = self._attempts.get(record.position, 0) + 1
+            self._failed(record)
             raise
-        self._attempts.pop(record.position, None)
-        return outputs
+
+    def _failed(self, record: RawRecord) -> None:
+        self._attempts[record.position] = self._attempts.get(record.position, 0) + 1
 
     def _rewind(self, batch: list[Message]) -> None:
         firsts: dict[int, int] = {}
@@ -157,18 +213,55 @@ class TransactionalLoop:
 
         Once the batch has used its time (half the poll interval) it takes no more records; those
         left are consumed again by the next batch, so a member never misses its poll deadline.
+        A record waits for a free slot before it is taken, so the time check sees the model calls
+        already in flight.
         """
         started = time.monotonic()
-        done: list[Message] = []
+        slots = threading.BoundedSemaphore(self._config.concurrency)
+        taken: list[_Started] = []
+        try:
+            for msg in batch:
+                slots.acquire()
+                if taken and time.monotonic() - started > self._config.batch_time_s:
+                    slots.release()
+                    break
+                taken.append(self._launch(_raw(msg), slots))
+        finally:  # never leave a model call running for a batch that is consumed again
+            wait([s.future for s in taken if s.future is not None])
+        return batch[: len(taken)], self._finish(taken)
+
+    def _launch(self, record: RawRecord, slot: threading.BoundedSemaphore) -> _Started:
+        """Starts `record`; its slow part goes to the pool and gives `slot` back when it ends."""
+        try:
+            step = self._start(record)
+        except BaseException:
+            slot.release()
+            raise
+        if not isinstance(step, Deferred):
+            slot.release()
+            return _Started(record, outputs=step)
+        future = self._pool.submit(step.slow)
+        future.add_done_callback(lambda _: slot.release())
+        return _Started(record, deferred=step, future=future)
+
+    def _finish(self, taken: list[_Started]) -> list[Output]:
+        """The outputs of the started records in input order; raises the first retryable failure."""
+        failure: Exception | None = None
+        for started in taken:
+            error = started.future.exception() if started.future is not None else None
+            if isinstance(error, (ModelBackendError, KafkaAdapterError)):
+                self._failed(started.record)
+                failure = failure or error
+            elif error is not None:
+                raise error  # the handler's own bug: its slow parts turn bad input into dead letters
+        if failure is not None:
+            raise failure
         outputs: list[Output] = []
-        for msg in batch:
-            if done and time.monotonic() - started > self._config.batch_time_s:
-                break
-            outputs.extend(self._outputs(_raw(msg)))
-            done.append(msg)
+        for started in taken:
+            outputs.extend(started.finished())
             if self._on_progress is not None:
                 self._on_progress()
-        return done, outputs
+        return outputs
 
     def _commit(self, done: list[Message], outputs: list[Output]) -> None:
         started = time.perf_counter()
@@ -190,7 +283,12 @@ class TransactionalLoop:
 
     def run_once(self, timeout_s: float = 0.5) -> int:
         """Processes at most one batch; returns how many input records it committed."""
-        batch = [m for m in self._consumer.consume(self._config.batch_size, timeout_s) if self._usable(m)]
+        # A batch never waits to fill: it is the first record, when one comes, and whatever else has arrived.
+        first = self._consumer.poll(timeout_s)
+        if first is None:
+            return 0
+        rest = self._consumer.consume(self._config.batch_size - 1, 0) if self._config.batch_size > 1 else []
+        batch = [m for m in (first, *rest) if self._usable(m)]
         if not batch:
             return 0
         if self._on_progress is not None:  # positions are known now: the lag probe counts from here
@@ -262,5 +360,6 @@ class TransactionalLoop:
             self.close()
 
     def close(self) -> None:
+        self._pool.shutdown(wait=True)
         self._consumer.close()
         self._producer.flush(10)

@@ -2,21 +2,25 @@
 
 from __future__ import annotations
 
+import threading
 import uuid
+from collections.abc import Sequence
 
 import orjson
 from confluent_kafka import Producer
 
 from pipeline.core.case import Case
+from pipeline.core.event_log import RawRecord
 from pipeline.core.events import LogPosition
 from pipeline.core.memory_log import InMemoryEventLog
-from pipeline.core.model import ModelBackendError, ModelRequest, ModelResponse
+from pipeline.core.model import ModelBackend, ModelBackendError, ModelRequest, ModelResponse
 from pipeline.core.task import Architecture
 from pipeline.kafka.producer import EventProducer
 from pipeline.kafka.range_reads import read_topic
 from pipeline.kafka.topics import TopicNames
-from pipeline.kafka.transactions import LoopConfig, TransactionalLoop
+from pipeline.kafka.transactions import Deferred, LoopConfig, Output, Step, TransactionalLoop
 from pipeline.llm.extractive.backend import ExtractiveBackend
+from pipeline.llm.latency import LatencyBackend
 from pipeline.wire.event import append_events
 from pipeline.wire.trigger import DecisionRequest
 from pipeline.workers.projection.handler import ProjectionHandler
@@ -97,3 +101,68 @@ def test_a_fenced_producer_is_replaced_and_the_batch_consumed_again(
     assert loop.stats.producers_replaced == 1
     decisions = [orjson.loads(r.value or b"")["decision_id"] for r in read_topic(kafka_config, topic_names.decisions)]
     assert decisions == ["t-fenced:dpm"]
+
+
+class _InFlight:
+    """Wraps a backend and records the most calls it had in flight at once."""
+
+    def __init__(self, inner: ModelBackend) -> None:
+        self._inner, self._lock = inner, threading.Lock()
+        self.now = self.peak = 0
+        self.name, self.model = inner.name, inner.model
+
+    def complete(self, request: ModelRequest) -> ModelResponse:
+        with self._lock:
+            self.now += 1
+            self.peak = max(self.peak, self.now)
+        try:
+            return self._inner.complete(request)
+        finally:
+            with self._lock:
+                self.now -= 1
+
+
+class _FinishOrder(ProjectionHandler):
+    """Records the input offsets in the order the loop finishes their deferred work."""
+
+    finished: list[int]
+
+    def start(self, record: RawRecord) -> Step:
+        step = super().start(record)
+        if not isinstance(step, Deferred):
+            return step
+
+        def finish(result: object) -> Sequence[Output]:
+            self.finished.append(record.position.offset)
+            return step.finish(result)
+
+        return Deferred(step.slow, finish)
+
+
+def test_a_batch_calls_the_model_concurrently_and_commits_what_sequential_work_would(
+    kafka_config: dict[str, str], topic_names: TopicNames
+) -> None:
+    log, case, positions = _logged_fixture(kafka_config, topic_names)
+    producer = EventProducer(kafka_config, topic_names)
+    for n in range(8):  # one case: one trigger partition, so one batch can hold all eight
+        producer.trigger(DecisionRequest(f"c{n}", case.ref, case.task, 500 + 40 * n, (Architecture.DPM,), positions))
+    producer.close()
+    backend = _InFlight(LatencyBackend(ExtractiveBackend(), latency_ms=300))
+    handler = _FinishOrder(topic_names, log, backend, "w")
+    handler.finished = []
+    config = LoopConfig(group_id=f"g-{uuid.uuid4().hex}", input_topic=topic_names.triggers,
+                        transactional_id=f"tx-{uuid.uuid4().hex}", batch_size=8, concurrency=4)  # fmt: skip
+    loop = TransactionalLoop(kafka_config, config, handler)
+    loop.start()
+    committed = 0
+    while committed < 8:
+        committed += loop.run_once(timeout_s=2.0)
+    loop.close()
+    assert 2 <= backend.peak <= 4  # concurrent, and never above the setting
+    assert handler.finished == sorted(handler.finished)  # outputs are finished in trigger order
+    views = {r.key: r.value for r in read_topic(kafka_config, topic_names.views)}
+    sequential = ProjectionHandler(topic_names, log, ExtractiveBackend(), "w")
+    for trigger in read_topic(kafka_config, topic_names.triggers):
+        expected = {o.key: o.value for o in sequential.handle(trigger) if o.topic == topic_names.views}
+        assert expected.items() <= views.items()  # byte-identical to the view made record by record
+    assert len(views) == 8

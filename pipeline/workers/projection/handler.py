@@ -6,17 +6,19 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
+from typing import NamedTuple, TypeVar
 
 from cachetools import LRUCache
 
 from pipeline.core.event_log import EventLog, PositionOutOfRangeError, RawRecord, ReadDeadlineError
 from pipeline.core.events import LogPosition, Trajectory
 from pipeline.core.model import ModelBackend, ModelBackendError
-from pipeline.core.run import run_dpm
+from pipeline.core.run import RunResult, run_dpm
 from pipeline.core.task import Architecture, Budget
 from pipeline.kafka.errors import KafkaAdapterError
 from pipeline.kafka.topics import TopicNames
-from pipeline.kafka.transactions import Output
+from pipeline.kafka.transactions import Deferred, Output, Step, run_inline
 from pipeline.observability.metrics import PipelineMetrics
 from pipeline.wire.decision import PositionsSource, Provenance
 from pipeline.wire.limits import MAX_TRAJECTORY_CHARS
@@ -32,6 +34,17 @@ _LOG = logging.getLogger("pipeline.workers.projection")
 # id inside this window is dead-lettered `duplicate` instead of decided twice. Beyond it, or on
 # another worker after a rebalance, readers keep the first decision per id (read_outputs).
 RECENT_DECISIONS = 100_000
+
+
+_Done = TypeVar("_Done", bound=Step)
+
+
+class _CaseRead(NamedTuple):
+    """A trigger's case as read: its trajectory, the positions it came from, and who listed them."""
+
+    trajectory: Trajectory
+    positions: tuple[LogPosition, ...]
+    source: PositionsSource
 
 
 @dataclass
@@ -72,16 +85,33 @@ class ProjectionHandler:
         self._deciding.clear()
 
     def handle(self, record: RawRecord) -> Sequence[Output]:
+        """The outputs for `record`, its model calls made on this thread."""
+        return run_inline(self.start(record))
+
+    def start(self, record: RawRecord) -> Step:
+        """Validates, claims and reads on the caller's thread; the model calls are deferred."""
         self._on_commit.pop(record.position, None)
         self._deciding.pop(record.position, None)
+        return self._guarded(record, partial(self._prepare, record))
+
+    def _prepare(self, record: RawRecord) -> Step:
+        request = DecisionRequest.decode(record.value, limits=self.limits)
+        if Architecture.DPM not in request.architectures:
+            return []
+        self._claim((request.case.tenant, request.decision_id(Architecture.DPM)), record.position)
+        if self.cipher is not None:
+            self.cipher.sync()  # an erasure published before this trigger is seen by it
+        read = self._read(request)
+
+        def finish(result: RunResult | Exception) -> Sequence[Output]:
+            return self._guarded(record, partial(self._publish, request, record, read, result))
+
+        return Deferred(slow=partial(self._project, request, read.trajectory), finish=finish)
+
+    def _guarded(self, record: RawRecord, work: Callable[[], _Done]) -> _Done | list[Output]:
+        """`work`'s result; a rejection or a bug becomes this record's dead letter, retryable failures go out."""
         try:
-            request = DecisionRequest.decode(record.value, limits=self.limits)
-            if Architecture.DPM not in request.architectures:
-                return []
-            self._claim((request.case.tenant, request.decision_id(Architecture.DPM)), record.position)
-            if self.cipher is not None:
-                self.cipher.sync()  # an erasure published before this trigger is seen by it
-            return self._decide(request, record)
+            return work()
         except RejectedError as exc:
             _LOG.warning("trigger at %s rejected: %s", record.position, exc, extra={"worker_id": self.worker_id})
             return [self._refuse(record, exc.reason, exc.detail)]
@@ -111,7 +141,7 @@ class ProjectionHandler:
             self.names, record, source_topic=self.names.triggers, reason=reason, detail=detail, worker_id=self.worker_id
         )
 
-    def _read(self, request: DecisionRequest) -> tuple[Trajectory, tuple[LogPosition, ...], PositionsSource]:
+    def _read(self, request: DecisionRequest) -> _CaseRead:
         deadline = time.monotonic() + self.read_deadline_s
         try:
             if request.positions is not None:
@@ -124,18 +154,32 @@ class ProjectionHandler:
             raise RejectedError(Rejection.SCHEMA, str(exc)) from exc
         trajectory, positions = assemble(request.case, read, request.events_count, self.max_trajectory_chars,
                                          self.cipher)  # fmt: skip
-        return trajectory, positions, source
+        return _CaseRead(trajectory, positions, source)
 
-    def _decide(self, request: DecisionRequest, record: RawRecord) -> list[Output]:
-        trajectory, positions, source = self._read(request)
-        budget = Budget(request.budget_chars)
-        result = run_dpm(trajectory, request.task, budget, self.backend)
+    def _project(self, request: DecisionRequest, trajectory: Trajectory) -> RunResult | Exception:
+        """The projection and the decision (the model calls; on a pool thread when the loop runs concurrently).
+
+        A bug is returned rather than raised, so `finish` turns it into this trigger's dead letter.
+        """
+        try:
+            return run_dpm(trajectory, request.task, Budget(request.budget_chars), self.backend)
+        except (ModelBackendError, KafkaAdapterError):
+            raise
+        except Exception as exc:  # noqa: BLE001 - see the docstring
+            return exc
+
+    def _publish(
+        self, request: DecisionRequest, record: RawRecord, read: _CaseRead, result: RunResult | Exception
+    ) -> list[Output]:
+        if isinstance(result, Exception):
+            raise result
         decision_id = request.decision_id(Architecture.DPM)
-        provenance = Provenance(decision_id, positions, source, self.backend.name, self.worker_id)
+        provenance = Provenance(decision_id, read.positions, read.source, self.backend.name, self.worker_id)
         context = {"decision_id": str(decision_id), "tenant": request.case.tenant, "case_id": request.case.case_id,
                    "trace_id": request.trigger_id, "worker_id": self.worker_id}  # fmt: skip
         _LOG.info("decided %s: %s", decision_id, result.decision.label, extra=context)
-        published = run_records(result, trajectory, task=request.task, budget=budget, provenance=provenance)
+        published = run_records(result, read.trajectory, task=request.task, budget=Budget(request.budget_chars),
+                                provenance=provenance)  # fmt: skip
         metrics = self.metrics
         if metrics is not None:
             self._on_commit[record.position] = lambda: observe_published(metrics, result, published,

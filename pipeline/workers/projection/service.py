@@ -59,6 +59,7 @@ def build_projection_worker(
         transaction_timeout_ms=settings.worker.transaction_timeout_ms,
         max_poll_interval_ms=settings.worker.max_poll_interval_ms,
         batch_time_s=settings.worker.batch_time_s(),
+        concurrency=settings.model.concurrency,
     )
     return TransactionalLoop(client, config, handler), resources
 
