@@ -15,6 +15,7 @@ import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,7 +39,8 @@ from pipeline.wire.rejection import RejectedError, Rejection
 from pipeline.wire.run_records import run_records
 from pipeline.wire.sealing import CaseCipher, open_state, seal_state
 from pipeline.wire.trigger import DecisionRequest, TriggerLimits
-from pipeline.workers.baseline.state import CaseState, SummStep, calls_of, load_steps, step_key
+from pipeline.workers.baseline.dispatch import CaseOrdered, ordering_key
+from pipeline.workers.baseline.state import CaseState, HandledTriggers, SummStep, calls_of, load_steps, step_key
 from pipeline.workers.publishing import dead_letter, observe_published, run_outputs
 
 _LOG = logging.getLogger("pipeline.workers.baseline")
@@ -49,7 +51,8 @@ _RETRY_BACKOFF_S = 2.0
 # larger events are refused here, as dead letters, and a step over MAX_STEP_BYTES is never stored.
 MAX_BASELINE_EVENT_BYTES = 256 * 1024
 MAX_STEP_BYTES = 900 * 1024
-# Trigger ids decided per case, newest last: a re-sent one is dead-lettered `duplicate`.
+# Triggers handled per case, newest last (HandledTriggers): a re-sent decided one is dead-lettered
+# `duplicate`, once, and a redelivered record is skipped.
 RECENT_TRIGGERS_PER_CASE = 64
 
 
@@ -66,6 +69,7 @@ class BaselineOptions:
     session_timeout_s: float = 10.0
     limits: TriggerLimits = field(default_factory=TriggerLimits)
     max_event_bytes: int = MAX_BASELINE_EVENT_BYTES
+    concurrency: int = 8  # model calls in flight, each for a different case
 
 
 def _record(event: Any) -> RawRecord:  # noqa: ANN401 - faust's EventT
@@ -95,6 +99,8 @@ class Baseline:
         self.options, self.names, self.backend, self.metrics = options, names, backend, metrics
         # Opens sealed events and state; seals outputs and state when `seal` (DPM_ENCRYPTION) is on.
         self.cipher, self.sealing = cipher, cipher if seal else None
+        # The threads model calls run on: one per call in flight (cases run concurrently, see _consume).
+        self.calls = ThreadPoolExecutor(max_workers=options.concurrency, thread_name_prefix="summ-call")
         self.app = faust.App(
             options.app_id,
             **connection,
@@ -113,8 +119,8 @@ class Baseline:
         # case key -> CaseState.to_json(); step_key(case, budget, seq) -> SummStep.to_json()
         self.cases = self.app.Table("summ-cases", partitions=options.partitions)
         self.steps = self.app.Table("summ-steps", partitions=options.partitions)
-        # case key -> [[trigger id, [partition, offset]], ...]: the case's last RECENT_TRIGGERS_PER_CASE
-        # decided triggers and where each was read (only decide() writes it)
+        # Per case: its last RECENT_TRIGGERS_PER_CASE triggers decided or refused as duplicates (HandledTriggers),
+        # or refused as duplicates, and where each was read (only decide() writes it)
         self.decided = self.app.Table("summ-decided", partitions=options.partitions)
         self.app.agent(self._raw_topic(names.events), name="summ-events")(self._on_events)
         self.app.agent(self._raw_topic(names.triggers), name="summ-triggers")(self._on_triggers)
@@ -165,27 +171,40 @@ class Baseline:
         )
 
     async def _consume(self, stream: Any, source: str, handle: Callable[[RawRecord], Awaitable[object]]) -> None:  # noqa: ANN401
-        """Feeds each record of a faust stream to `handle`; refused input becomes a dead letter."""
-        async for event in stream.events():
-            record = _record(event)
-            for attempt in range(1, _MODEL_ATTEMPTS + 1):
-                try:
-                    await handle(record)
-                    break
-                except RejectedError as exc:
-                    await self._reject(record, source, exc)
-                    break
-                except ModelBackendError as exc:
-                    if attempt == _MODEL_ATTEMPTS:
-                        await self._reject(record, source, RejectedError(Rejection.MODEL_ERROR, str(exc)))
-                    else:
-                        await asyncio.sleep(_RETRY_BACKOFF_S * attempt)
-                except Exception as exc:  # noqa: BLE001 - a bug must not stop the stream
-                    _LOG.exception("record at %s of %s broke the baseline", record.position, source)
-                    await self._reject(
-                        record, source, RejectedError(Rejection.INTERNAL, f"{type(exc).__name__}: {exc}")
-                    )
-                    break
+        """Feeds each record of a faust stream to `handle`, cases concurrently; refused input becomes a dead letter.
+
+        A record is acknowledged once handled. Acknowledgements may come out of order, and faust
+        commits a partition only up to its first unacknowledged offset, so a crash redoes work
+        rather than losing it (a step already stored is skipped).
+        """
+        cases = CaseOrdered(pending=4 * self.options.concurrency)
+        try:
+            async for event in stream.noack().events():
+                # The task copies this context: table writes go to the changelog partition of `event`.
+                work = functools.partial(self._acked, event, source, handle)
+                await cases.submit(ordering_key(event.message.key), work)
+        finally:
+            await cases.drain()
+
+    async def _acked(self, event: Any, source: str, handle: Callable[[RawRecord], Awaitable[object]]) -> None:  # noqa: ANN401
+        await self._handled(_record(event), source, handle)
+        event.ack()
+
+    async def _handled(self, record: RawRecord, source: str, handle: Callable[[RawRecord], Awaitable[object]]) -> None:
+        for attempt in range(1, _MODEL_ATTEMPTS + 1):
+            try:
+                await handle(record)
+            except RejectedError as exc:
+                await self._reject(record, source, exc)
+            except ModelBackendError as exc:
+                if attempt < _MODEL_ATTEMPTS:
+                    await asyncio.sleep(_RETRY_BACKOFF_S * attempt)
+                    continue
+                await self._reject(record, source, RejectedError(Rejection.MODEL_ERROR, str(exc)))
+            except Exception as exc:  # noqa: BLE001 - a bug must not stop the stream
+                _LOG.exception("record at %s of %s broke the baseline", record.position, source)
+                await self._reject(record, source, RejectedError(Rejection.INTERNAL, f"{type(exc).__name__}: {exc}"))
+            return
 
     async def _on_events(self, stream: Any) -> None:  # noqa: ANN401 - faust's StreamT
         await self._consume(stream, self.names.events, self.apply_event)
@@ -247,7 +266,7 @@ class Baseline:
             variant=self.options.variant,
             call=call,
         )
-        memory = await asyncio.get_running_loop().run_in_executor(None, step)
+        memory = await asyncio.get_running_loop().run_in_executor(self.calls, step)
         slot = step_key(case_key, budget, event.seq)
         stored = seal_state(event.case, SummStep(event, record.position, memory, tuple(calls)).to_json(),
                             self.sealing, slot)  # fmt: skip
@@ -298,12 +317,15 @@ class Baseline:
             return None
         if Architecture.SUMM not in request.architectures:
             return None
-        read_at = [record.position.partition, record.position.offset]
-        decided = {str(t): list(at) for t, at in self.decided.get(request.case.key, ())}
-        if request.trigger_id in decided:
-            if decided[request.trigger_id] == read_at:
-                return None  # the same record delivered again (at-least-once): decided, nothing to add
-            raise RejectedError(Rejection.DUPLICATE, f"trigger {request.trigger_id!r} was decided already")
+        handled = HandledTriggers.from_json(self.decided.get(request.case.key))
+        if handled.handled_at(record.position):
+            return None  # the same record delivered again (at-least-once): decided or refused already
+        if handled.decided(request.trigger_id):
+            duplicate = RejectedError(Rejection.DUPLICATE, f"trigger {request.trigger_id!r} was decided already")
+            await self._reject(record, self.names.triggers, duplicate)
+            self._handled_trigger(request, handled.add(request.trigger_id, record.position, refused=True,
+                                                       keep=RECENT_TRIGGERS_PER_CASE))  # fmt: skip
+            return None
         count, state = await self._await_steps(request)
         budgets = state.budgets
         if request.budget_chars not in budgets:
@@ -322,14 +344,14 @@ class Baseline:
         calls = calls_of(steps)
         decide = functools.partial(finish_summ, trajectory, request.task, budget, self.backend, steps[-1].memory,
                                    calls=calls, variant=self.options.variant)  # fmt: skip
-        result = await asyncio.get_running_loop().run_in_executor(None, decide)
+        result = await asyncio.get_running_loop().run_in_executor(self.calls, decide)
         positions = tuple(s.position for s in steps)
         provenance = Provenance(request.decision_id(Architecture.SUMM), positions, PositionsSource.TRIGGER,
                                 self.backend.name, self.options.worker_id)  # fmt: skip
         published = run_records(result, trajectory, task=request.task, budget=budget, provenance=provenance)
         await self._send(run_outputs(published, self.names, self.sealing))
-        entries = [*([t, at] for t, at in decided.items()), [request.trigger_id, read_at]]
-        self.decided[request.case.key] = entries[-RECENT_TRIGGERS_PER_CASE:]
+        self._handled_trigger(request, handled.add(request.trigger_id, record.position, refused=False,
+                                                   keep=RECENT_TRIGGERS_PER_CASE))  # fmt: skip
         if self.metrics is not None:  # the N steps were counted as they ran
             observe_published(self.metrics, result, published, triggered_ms=record.timestamp_ms,
                               calls_counted_already=len(calls))  # fmt: skip
@@ -338,6 +360,9 @@ class Baseline:
                          "case_id": request.case.case_id, "trace_id": request.trigger_id,
                          "worker_id": self.options.worker_id})  # fmt: skip
         return result
+
+    def _handled_trigger(self, request: DecisionRequest, handled: HandledTriggers) -> None:
+        self.decided[request.case.key] = handled.to_json()
 
     async def _await_steps(self, request: DecisionRequest) -> tuple[int, CaseState]:
         """Waits until the case's memory covers the trigger's events; returns that count and the case's state."""

@@ -43,6 +43,7 @@ def build_baseline(settings: Settings, choices: BaselineChoices, metrics: Pipeli
         variant=choices.variant,
         trigger_wait_s=choices.trigger_wait_s,
         limits=TriggerLimits.of(settings.worker.max_trigger_positions, settings.worker.domains),
+        concurrency=settings.model.concurrency,
     )
     options.datadir.mkdir(parents=True, exist_ok=True)
     return Baseline(options, names, make_backend(settings.model), faust_connection(settings.kafka), metrics,

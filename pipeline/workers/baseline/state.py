@@ -20,6 +20,36 @@ from pipeline.wire.event import EventRecord
 
 
 @dataclass(frozen=True)
+class HandledTriggers:
+    """A case's last triggers, decided or refused as duplicates, and where each was read.
+
+    A record read again at a position listed here is a redelivery (the baseline is at-least-once)
+    and is skipped: it was decided, or refused, already. A new record whose trigger id was decided
+    is a duplicate. Stored as [[trigger id, [partition, offset], refused], ...], newest last.
+    """
+
+    entries: tuple[tuple[str, tuple[int, int], bool], ...] = ()
+
+    def handled_at(self, position: LogPosition) -> bool:
+        return any(at == (position.partition, position.offset) for _, at, _ in self.entries)
+
+    def decided(self, trigger_id: str) -> bool:
+        return any(t == trigger_id and not refused for t, _, refused in self.entries)
+
+    def add(self, trigger_id: str, position: LogPosition, *, refused: bool, keep: int) -> HandledTriggers:
+        entry = (trigger_id, (position.partition, position.offset), refused)
+        return HandledTriggers((*self.entries, entry)[-keep:])
+
+    def to_json(self) -> list[list[Any]]:
+        return [[t, list(at), refused] for t, at, refused in self.entries]
+
+    @classmethod
+    def from_json(cls, raw: Sequence[Sequence[Any]] | None) -> HandledTriggers:
+        """Also reads entries stored before refusals were kept ([trigger id, position]: decided)."""
+        return cls(tuple((str(e[0]), (int(e[1][0]), int(e[1][1])), len(e) > 2 and bool(e[2])) for e in raw or ()))
+
+
+@dataclass(frozen=True)
 class CaseState:
     """What the baseline keeps per case: the task it summarizes for, its budgets, the last step taken."""
 
