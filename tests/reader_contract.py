@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from pipeline.core.event_log import EventLog
+import pytest
+
+from pipeline.core.event_log import EventLog, PositionOutOfRangeError
 from pipeline.core.events import CaseRef, Event, LogPosition
 from pipeline.wire.event import EventRecord
 
@@ -17,6 +19,10 @@ class EventLogContract:
         raise NotImplementedError
 
     def append(self, events: list[Event]) -> list[LogPosition]:
+        raise NotImplementedError
+
+    def erased_position(self) -> LogPosition:
+        """A position of the log that holds no record any more (compacted away, or a tombstone)."""
         raise NotImplementedError
 
     def _interleaved(self) -> tuple[list[LogPosition], list[LogPosition]]:
@@ -34,15 +40,37 @@ class EventLogContract:
         assert texts == ["A event 4", "A event 3", "A event 2"]
         assert read.missing == ()
 
-    def test_positions_that_hold_nothing_are_reported_missing(self) -> None:
+    def test_a_position_past_the_end_of_the_log_is_refused(self) -> None:
         a_positions, _ = self._interleaved()
         beyond = LogPosition(a_positions[-1].partition, a_positions[-1].offset + 1000)
-        read = self.log().read([a_positions[0], beyond])
+        with pytest.raises(PositionOutOfRangeError, match="never written"):
+            self.log().read([a_positions[0], beyond])
+
+    def test_positions_that_hold_no_record_any_more_are_reported_missing(self) -> None:
+        a_positions, _ = self._interleaved()
+        erased = self.erased_position()
+        read = self.log().read([a_positions[0], erased])
         assert len(read.records) == 1
-        assert read.missing == (beyond,)
+        assert read.missing == (erased,)
 
     def test_scan_finds_only_the_case_own_records(self) -> None:
         self._interleaved()
         read = self.log().scan(A)
         assert [EventRecord.decode(r.value).event.text for r in read.records] == [f"A event {i}" for i in range(1, 6)]
         assert all((r.key or b"").startswith(b"tenant-a/case-1/") for r in read.records)
+
+    def test_close_and_far_apart_positions_come_back_exactly(self) -> None:
+        """Close positions (read through) and far-apart ones (sought), given out of order, across other traffic."""
+        wanted: dict[LogPosition, str] = {}
+        for group in range(6):
+            # About 300 records of other cases per partition between groups: more than a read goes through.
+            noise = [Event(CaseRef("tenant-z", f"noise-{group}-{n}"), 1, "doc", "z" * 50) for n in range(900)]
+            self.append(noise)
+            for seq in range(1, 2 if group % 2 else 4):  # dense groups of three, isolated single positions
+                text = f"A {group}.{seq}"
+                wanted[self.append([Event(CaseRef("tenant-a", f"far-{group}"), seq, "doc", text)])[0]] = text
+        asked = sorted(wanted, key=lambda p: (p.offset * 7919) % 1009)  # a scrambled order
+        read = self.log().read(asked)
+        assert read.missing == ()
+        assert [EventRecord.decode(r.value).event.text for r in read.records] == [wanted[p] for p in asked]
+        assert [r.position for r in read.records] == asked

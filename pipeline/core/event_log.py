@@ -15,7 +15,7 @@ class ReadDeadlineError(DpmError):
 
 
 class PositionOutOfRangeError(DpmError):
-    """A position names a partition the log does not have."""
+    """A position names a partition the log does not have, or an offset past the log's end."""
 
 
 @dataclass(frozen=True)

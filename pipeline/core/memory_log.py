@@ -41,7 +41,10 @@ class InMemoryEventLog:
                 raise PositionOutOfRangeError(f"partition {position.partition} does not exist "
                                               f"({len(self._partitions)} partitions)")  # fmt: skip
             records = self._partitions[position.partition]
-            record = records[position.offset] if 0 <= position.offset < len(records) else None
+            if position.offset >= len(records):
+                raise PositionOutOfRangeError(f"offset {position.offset} of partition {position.partition} was never "
+                                              f"written (the log ends at {len(records)})")  # fmt: skip
+            record = records[position.offset] if position.offset >= 0 else None
             if record is None or record.value is None:
                 missing.append(position)
             else:

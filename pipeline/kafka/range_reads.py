@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Container, Iterator, Sequence
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from pipeline.core.event_log import RawRecord
 from pipeline.core.events import LogPosition
@@ -37,11 +37,24 @@ def read_topic(client_config: dict[str, str], topic: str, timeout_s: float = 30.
         consumer.close()
 
 
+# Records taken from the local queue per call once the first has arrived: one C call builds them all.
+_BATCH = 2048
+
+
 def read_range(
-    consumer: Consumer, topic: str, partition: int, first: int, *, last: int, timeout_s: float
+    consumer: Consumer,
+    topic: str,
+    partition: int,
+    first: int,
+    *,
+    last: int,
+    timeout_s: float,
+    wanted: Container[int] | None = None,
 ) -> Iterator[RawRecord]:
     """Records of one partition from offset `first` through `last`, or to the partition's end if sooner.
 
+    With `wanted`, only records at those offsets are yielded (the others are read through, never
+    turned into RawRecords). Waits up to `timeout_s` for each fetch, never for a batch to fill.
     The partition is unassigned afterwards: an assigned partition is fetched in the background every
     fetch.wait.max.ms until it is unassigned, which between reads is CPU for nothing in the reader
     and in the broker.
@@ -52,17 +65,75 @@ def read_range(
             msg = consumer.poll(timeout_s)
             if msg is None:
                 raise KafkaAdapterError(f"timed out reading {topic}[{partition}] from offset {first}")
-            error = msg.error()
-            if error is not None:
-                if error.code() == KafkaError._PARTITION_EOF:
+            for received in (msg, *consumer.consume(_BATCH, 0)):
+                error = received.error()
+                if error is not None:
+                    if error.code() == KafkaError._PARTITION_EOF:
+                        return
+                    raise KafkaAdapterError(f"reading {topic}[{partition}] failed: {error.str()}")
+                offset = received.offset() or 0
+                if wanted is None or offset in wanted:
+                    yield _raw(partition, received)
+                if offset >= last:
                     return
-                raise KafkaAdapterError(f"reading {topic}[{partition}] failed: {error.str()}")
-            offset = msg.offset() or 0
-            yield RawRecord(LogPosition(partition, offset), msg.key(), msg.value(), msg.timestamp()[1])
-            if offset >= last:
-                return
     finally:
-        try:
-            consumer.unassign()
-        except (KafkaException, RuntimeError) as exc:  # RuntimeError: the consumer was closed first
-            _LOG.debug("unassign after reading %s[%d] failed: %s", topic, partition, exc)
+        _release(consumer, topic, partition)
+
+
+def read_points(
+    consumer: Consumer,
+    topic: str,
+    partition: int,
+    offsets: Sequence[int],
+    *,
+    timeout_s: float,
+    before_each: Callable[[], None] = lambda: None,
+) -> Iterator[RawRecord]:
+    """The records at `offsets` (ascending) of one partition, one seek each: for offsets far apart.
+
+    Meant for a consumer whose fetches bring one record batch (max.partition.fetch.bytes 1), so
+    a seek costs one small round trip whatever lies between the offsets. An offset that holds no
+    record any more (compacted away) yields nothing; the next record found stands in for no one.
+    `before_each` runs before every offset (a deadline check may raise there).
+    """
+    if not offsets:
+        return
+    consumer.assign([TopicPartition(topic, partition, offsets[0])])
+    try:
+        for n, offset in enumerate(offsets):
+            before_each()
+            if n:
+                consumer.seek(TopicPartition(topic, partition, offset))
+            record = _first_at_or_after(consumer, topic, partition, offset, timeout_s)
+            if record is not None and record.position.offset == offset:
+                yield record
+    finally:
+        _release(consumer, topic, partition)
+
+
+def _first_at_or_after(
+    consumer: Consumer, topic: str, partition: int, offset: int, timeout_s: float
+) -> RawRecord | None:
+    """The first record at `offset` or later (None at the partition's end); skips what a seek left queued."""
+    while True:
+        msg = consumer.poll(timeout_s)
+        if msg is None:
+            raise KafkaAdapterError(f"timed out reading {topic}[{partition}] at offset {offset}")
+        error = msg.error()
+        if error is not None:
+            if error.code() == KafkaError._PARTITION_EOF:
+                return None
+            raise KafkaAdapterError(f"reading {topic}[{partition}] failed: {error.str()}")
+        if (msg.offset() or 0) >= offset:
+            return _raw(partition, msg)
+
+
+def _raw(partition: int, msg: Message) -> RawRecord:
+    return RawRecord(LogPosition(partition, msg.offset() or 0), msg.key(), msg.value(), msg.timestamp()[1])
+
+
+def _release(consumer: Consumer, topic: str, partition: int) -> None:
+    try:
+        consumer.unassign()
+    except (KafkaException, RuntimeError) as exc:  # RuntimeError: the consumer was closed first
+        _LOG.debug("unassign after reading %s[%d] failed: %s", topic, partition, exc)

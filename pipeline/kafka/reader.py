@@ -6,6 +6,9 @@ import logging
 import time
 import uuid
 from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass
+from functools import partial
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
@@ -14,25 +17,42 @@ from pipeline.core.events import CaseRef, LogPosition
 from pipeline.kafka.admin import topic_partitions
 from pipeline.kafka.errors import KafkaAdapterError
 from pipeline.kafka.partitioning import case_partition
-from pipeline.kafka.range_reads import read_range
+from pipeline.kafka.range_reads import read_points, read_range
 
 _LOG = logging.getLogger("pipeline.kafka.librdkafka")
-# Offsets closer than this are read through rather than seeked to: on loopback one seek (~4 ms) costs
-# about as much as reading 500 small records (~7 us each), measured by benchmarks/pipeline_bench.py.
-# Either way a read costs at most (own events x one seek), whatever the other traffic in the partition.
-_MAX_GAP = 512
+# Offsets at most this far apart are read through as one run; farther ones are read by seeking. On
+# loopback, reading past a record costs about 1 us and a seek with a one-batch fetch about 0.5 ms
+# (benchmarks/pipeline_bench.py), so either way a read costs at most about (own events x one seek),
+# whatever the other traffic in the partition.
+_MAX_GAP = 256
+# Consumers that read isolated positions side by side: the seeks' round trips overlap.
+POINT_READERS = 8
 _POLL_S = 5.0
 
 
-def _runs(positions: Sequence[LogPosition]) -> list[tuple[int, int, int]]:
-    """Groups positions into (partition, first, last) runs whose gaps are at most _MAX_GAP."""
-    runs: list[tuple[int, int, int]] = []
+@dataclass(frozen=True)
+class _Run:
+    """Positions of one partition close enough together to read through."""
+
+    partition: int
+    offsets: tuple[int, ...]  # ascending
+
+
+def _runs(positions: Sequence[LogPosition]) -> list[_Run]:
+    """Groups positions into runs of one partition whose gaps are at most _MAX_GAP."""
+    runs: list[tuple[int, list[int]]] = []
     for position in sorted(set(positions)):
-        if runs and runs[-1][0] == position.partition and position.offset - runs[-1][2] <= _MAX_GAP:
-            runs[-1] = (position.partition, runs[-1][1], position.offset)
+        if runs and runs[-1][0] == position.partition and position.offset - runs[-1][1][-1] <= _MAX_GAP:
+            runs[-1][1].append(position.offset)
         else:
-            runs.append((position.partition, position.offset, position.offset))
-    return runs
+            runs.append((position.partition, [position.offset]))
+    return [_Run(partition, tuple(offsets)) for partition, offsets in runs]
+
+
+def _chunks(runs: Sequence[_Run], count: int) -> list[list[_Run]]:
+    """Isolated positions spread over at most `count` readers, each keeping its share in offset order."""
+    size = -(-len(runs) // count)
+    return [list(runs[i : i + size]) for i in range(0, len(runs), size)]
 
 
 def _check(deadline: float | None, doing: str) -> None:
@@ -43,55 +63,104 @@ def _check(deadline: float | None, doing: str) -> None:
 class KafkaEventLog:
     """Reads exactly the asked-for offsets, so the cost follows the case's own events, not the partition's traffic.
 
-    One consumer is kept for the reader's lifetime; it belongs to no group and commits nothing.
+    Close positions are read through on one consumer, keeping only the records asked for; isolated
+    positions are read by seeking, spread over POINT_READERS consumers whose fetches bring one record
+    batch each. None of them belongs to a group or commits anything.
     (Capping the prefetch queue, queued.max.messages.kbytes, was measured to make each seek ~30x slower.)
     """
 
-    def __init__(self, client_config: dict[str, str], topic: str) -> None:
+    def __init__(self, client_config: dict[str, str], topic: str, point_readers: int = POINT_READERS) -> None:
         self._topic = topic
         self._client_config = client_config
-        self._consumer = Consumer(
+        # A run's fetches may be large: it wants most of what lies between its first and last offset.
+        self._consumer = self._new_consumer(max_partition_fetch_bytes=262_144)
+        self._point_readers = point_readers
+        self._points: list[Consumer] = []  # made on first use
+        self._pool: ThreadPoolExecutor | None = None
+        self._partitions: int | None = None
+        self._ends: dict[int, int] = {}  # partition -> its end (next offset) when last asked
+
+    def _new_consumer(self, *, max_partition_fetch_bytes: int) -> Consumer:
+        return Consumer(
             {
-                **client_config,
+                **self._client_config,
                 "group.id": f"dpm-reader-{uuid.uuid4().hex}",  # required by librdkafka; never joined
                 "enable.auto.commit": False,
                 "enable.partition.eof": True,
                 "isolation.level": "read_committed",
-                # Small fetches: a seek then brings one batch, not a megabyte of other cases' records.
-                "max.partition.fetch.bytes": 65_536,
+                "max.partition.fetch.bytes": max_partition_fetch_bytes,
                 # The records asked for already exist: a fetch should answer at once, not long-poll for more.
                 "fetch.wait.max.ms": 5,
             },
             logger=_LOG,
         )
-        self._partitions: int | None = None
 
-    def _read_run(self, partition: int, first: int, last: int, deadline: float | None) -> dict[int, RawRecord]:
-        """Records of one partition from `first` through `last` (or the partition's end).
-
-        The deadline is checked before the run and every 1,024 records of it (a scan reads a whole partition).
-        """
-        doing = f"reading {self._topic}[{partition}] from offset {first}"
+    def _read_run(self, run: _Run, deadline: float | None) -> list[RawRecord]:
+        doing = f"reading {self._topic}[{run.partition}] from offset {run.offsets[0]}"
         _check(deadline, doing)
-        records: dict[int, RawRecord] = {}
-        for record in read_range(self._consumer, self._topic, partition, first, last=last, timeout_s=_POLL_S):
-            records[record.position.offset] = record
-            if len(records) % 1024 == 0:
-                _check(deadline, doing)
-        return records
+        wanted = set(run.offsets)
+        return list(read_range(self._consumer, self._topic, run.partition, run.offsets[0], last=run.offsets[-1],
+                               timeout_s=_POLL_S, wanted=wanted))  # fmt: skip
 
-    def read(self, positions: Sequence[LogPosition], deadline: float | None = None) -> ReadResult:
+    def _read_points(self, reader: Consumer, runs: Sequence[_Run], deadline: float | None) -> list[RawRecord]:
+        """On a pool thread: the isolated positions of `runs`, each partition's in offset order."""
+        found: list[RawRecord] = []
+        by_partition: dict[int, list[int]] = {}
+        for run in runs:
+            by_partition.setdefault(run.partition, []).extend(run.offsets)
+        for partition, offsets in by_partition.items():
+            doing = f"reading {self._topic}[{partition}] at {len(offsets)} far-apart offsets"
+            found += read_points(reader, self._topic, partition, offsets, timeout_s=_POLL_S,
+                                 before_each=partial(_check, deadline, doing))  # fmt: skip
+        return found
+
+    def _isolated(self, runs: Sequence[_Run], deadline: float | None) -> list[Future[list[RawRecord]]]:
+        if not runs:
+            return []
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self._point_readers, thread_name_prefix="event-reader")
+            self._points = [self._new_consumer(max_partition_fetch_bytes=1) for _ in range(self._point_readers)]
+        pool = self._pool
+        return [pool.submit(self._read_points, reader, chunk, deadline)
+                for reader, chunk in zip(self._points, _chunks(runs, self._point_readers), strict=False)]  # fmt: skip
+
+    def _check_written(self, positions: Sequence[LogPosition]) -> None:
+        """Raises PositionOutOfRangeError for a partition the topic lacks or an offset not yet written.
+
+        The partitions' ends are cached and asked again only for an offset at or past the cached one.
+        """
         count = self._partition_count()
         outside = next((p for p in positions if not 0 <= p.partition < count), None)
         if outside is not None:
             raise PositionOutOfRangeError(f"partition {outside.partition} does not exist ({self._topic} has {count})")
+        for partition in {p.partition for p in positions if p.offset >= self._ends.get(p.partition, 0)}:
+            _, self._ends[partition] = self._consumer.get_watermark_offsets(TopicPartition(self._topic, partition),
+                                                                            timeout=10)  # fmt: skip
+        past = next((p for p in positions if p.offset >= self._ends[p.partition]), None)
+        if past is not None:
+            end = self._ends[past.partition]
+            raise PositionOutOfRangeError(
+                f"offset {past.offset} of {self._topic}[{past.partition}] was never written (the log ends at {end})"
+            )
+
+    def read(self, positions: Sequence[LogPosition], deadline: float | None = None) -> ReadResult:
         try:
-            found: dict[LogPosition, RawRecord] = {}
-            for partition, first, last in _runs(positions):
-                for offset, record in self._read_run(partition, first, last, deadline).items():
-                    found[LogPosition(partition, offset)] = record
+            self._check_written(positions)
         except KafkaException as exc:
             raise KafkaAdapterError(f"reading {self._topic} failed: {exc}") from exc
+        runs = _runs(positions)
+        pending = self._isolated([r for r in runs if len(r.offsets) == 1], deadline)
+        found: dict[LogPosition, RawRecord] = {}
+        try:
+            for run in runs:
+                if len(run.offsets) > 1:
+                    found.update((r.position, r) for r in self._read_run(run, deadline))
+            for future in pending:
+                found.update((r.position, r) for r in future.result())
+        except KafkaException as exc:
+            raise KafkaAdapterError(f"reading {self._topic} failed: {exc}") from exc
+        finally:
+            wait(pending)  # no reader is left working for a read that has ended
         wanted = [p for p in positions if p in found and found[p].value is not None]
         missing = tuple(p for p in positions if p not in found or found[p].value is None)
         return ReadResult(tuple(found[p] for p in wanted), missing)
@@ -102,19 +171,30 @@ class KafkaEventLog:
         return self._partitions
 
     def scan(self, case: CaseRef, deadline: float | None = None) -> ReadResult:
-        """Every record keyed `tenant/case/...` in the case's partition (cost: the whole partition)."""
+        """Every record keyed `tenant/case/...` in the case's partition (cost: the whole partition).
+
+        The deadline is checked every 1,024 records (a scan reads a whole partition).
+        """
         partition = case_partition(case, self._partition_count())
+        doing = f"scanning {self._topic}[{partition}]"
+        prefix = f"{case.key}/".encode()
+        records: list[RawRecord] = []
         try:
             low, high = self._consumer.get_watermark_offsets(TopicPartition(self._topic, partition), timeout=10)
             if high <= low:
                 return ReadResult(())
-            records = self._read_run(partition, low, high - 1, deadline)
+            for n, record in enumerate(read_range(self._consumer, self._topic, partition, low, last=high - 1,
+                                                  timeout_s=_POLL_S), start=1):  # fmt: skip
+                if n % 1024 == 0:
+                    _check(deadline, doing)
+                if record.key and record.key.startswith(prefix) and record.value:
+                    records.append(record)
         except KafkaException as exc:
-            raise KafkaAdapterError(f"scanning {self._topic}[{partition}] failed: {exc}") from exc
-        prefix = f"{case.key}/".encode()
-        return ReadResult(
-            tuple(r for _, r in sorted(records.items()) if r.key and r.key.startswith(prefix) and r.value)
-        )
+            raise KafkaAdapterError(f"{doing} failed: {exc}") from exc
+        return ReadResult(tuple(records))
 
     def close(self) -> None:
-        self._consumer.close()
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+        for reader in (self._consumer, *self._points):
+            reader.close()

@@ -42,11 +42,11 @@ def _produce_raw(config: dict[str, str], names: TopicNames, values: list[dict[st
     assert producer.flush(30) == 0
 
 
-def test_a_poison_trigger_is_dead_lettered_at_its_deadline_and_the_partition_moves_on(
+def test_a_trigger_listing_positions_never_written_is_refused_at_once_and_the_partition_moves_on(
     kafka_bootstrap: str, kafka_config: dict[str, str], topic_names: TopicNames, tmp_path: Path, case_keys: CaseKeys
 ) -> None:
     producer, case, positions = _one_case(kafka_config, topic_names)  # poison and honest triggers: one partition
-    far_apart = tuple(LogPosition(0, 1_000 * n) for n in range(10_000))  # a seek each: ~10k reads
+    far_apart = tuple(LogPosition(0, 1_000 * n) for n in range(10_000))  # past the log's end: no read at all
     producer.trigger(DecisionRequest("poison", case.ref, case.task, 900, (Architecture.DPM,), far_apart))
     producer.trigger(DecisionRequest("honest", case.ref, case.task, 900, (Architecture.DPM,), positions))
     producer.close()
@@ -57,7 +57,7 @@ def test_a_poison_trigger_is_dead_lettered_at_its_deadline_and_the_partition_mov
         letters = await_dead_letters(kafka_config, topic_names, 1, timeout_s=10)
         assert procs[0].poll() is None, "the worker is still running"
     assert set(outputs.decisions) == {DecisionId("honest", Architecture.DPM)}
-    assert letters == [("deadline", "poison")]
+    assert letters == [("schema", "poison")]
     assert time.monotonic() - started < 45
 
 

@@ -42,6 +42,11 @@ class TestInMemoryEventLog(EventLogContract):
     def append(self, events: list[Event]) -> list[LogPosition]:
         return append_events(self._log, events)
 
+    def erased_position(self) -> LogPosition:
+        position = append_events(self._log, [Event(CaseRef("tenant-e", "gone"), 1, "doc", "erased")])[0]
+        self._log.erase(position)
+        return position
+
 
 @pytest.fixture
 def log() -> InMemoryEventLog:
