@@ -20,6 +20,8 @@ app = typer.Typer(
     help="Stateless decision memory for enterprise AI agents (Deterministic Projection Memory on Kafka).",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    # Click's own help layout: flags show as flags (typer's rich layout writes `<bool>` after them).
+    rich_markup_mode=None,
 )
 app.add_typer(broker.app, name="broker")
 app.add_typer(topics.app, name="topics")

@@ -7,7 +7,6 @@ import typer
 from pipeline.config.settings import Settings
 from pipeline.core.run import SummVariant
 from pipeline.observability.logs import configure_json_logging
-from pipeline.workers.baseline.service import BaselineChoices, serve_baseline
 from pipeline.workers.lifecycle import default_worker_id
 
 
@@ -29,6 +28,8 @@ def baseline(
     ),
 ) -> None:
     """Serve the Summ-only baseline: one summarization call per event, one decision per `summ` trigger."""
+    from pipeline.workers.baseline.service import BaselineChoices, serve_baseline
+
     configure_json_logging()
     settings = Settings.from_env().with_choices(backend=backend, metrics_port=metrics_port)
     choices = BaselineChoices(

@@ -12,13 +12,11 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from pipeline.bench.generate import DEFAULT_SEED, DOMAINS, GenerationSpec, Voice, generate_cases
-from pipeline.bench.harness import EvalConfig
 from pipeline.bench.tams import Needs, select
 from pipeline.config.settings import Settings
 from pipeline.core.errors import DpmError
 from pipeline.core.run import SummVariant
 from pipeline.core.task import parse_architectures
-from pipeline.services.evaluation import run_eval
 from pipeline.wire.case_files import load_cases, write_case
 
 cases_app = typer.Typer(help="Long-horizon decision cases.", no_args_is_help=True)
@@ -77,6 +75,9 @@ def eval_command(
     seed: int = typer.Option(20260420, "--seed", help="Seed of the permutation tests and bootstraps."),
 ) -> None:
     """Evaluate DPM and Summ-only on the same cases: four axes, statistics, studies and a report."""
+    from pipeline.bench.harness import EvalConfig
+    from pipeline.services.evaluation import run_eval
+
     archs = parse_architectures(arch)
     if judge not in ("keyword", "llm"):
         raise DpmError(f"--judge takes keyword or llm, got {judge!r}")

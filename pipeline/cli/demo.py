@@ -12,7 +12,6 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from pipeline.cli.render import print_comparison, print_replays
 from pipeline.config.settings import Settings
 from pipeline.core.verification import ReplayStatus
-from pipeline.services.demo import run_demo
 
 _out = Console()
 
@@ -25,6 +24,8 @@ def demo(
     timeout: float = typer.Option(300.0, "--timeout", help="Seconds to wait for all decisions."),
 ) -> None:
     """Run the pipeline end to end: broker, topics, 2 workers + baseline, cases, triggers, comparison, replay."""
+    from pipeline.services.demo import run_demo
+
     folder = workdir or Path(tempfile.mkdtemp(prefix="dpm-demo-"))
     folder.mkdir(parents=True, exist_ok=True)
     with Progress(

@@ -8,7 +8,7 @@ import orjson
 import typer
 from rich.console import Console
 
-from pipeline.config.settings import Settings
+from pipeline.cli.reach import broker_settings
 from pipeline.core.errors import DpmError
 from pipeline.core.events import CaseRef
 from pipeline.core.task import TaskSpec, parse_architectures
@@ -36,7 +36,7 @@ def produce(
     ),
 ) -> None:
     """Append events to the log. Every input is validated first: a bad file sends nothing."""
-    settings = Settings.from_env()
+    settings = broker_settings()
     budgets = tuple(int(b) for b in summ_budgets.split(",") if b.strip())
     if cases is not None and events is None:
         entries = produce_cases(settings, load_cases(cases, tenant), budgets)
@@ -77,7 +77,7 @@ def trigger(
         requests = [case_request(CaseRef(tenant, case_id), spec, budget, architectures)]
     else:
         raise DpmError("give --manifest, or --tenant and --case")
-    send_triggers(Settings.from_env(), requests)
+    send_triggers(broker_settings(), requests)
     for request in requests:
         _out.print(
             f"triggered {request.trigger_id} for {request.case.key} ({','.join(a.value for a in architectures)},"
@@ -93,7 +93,7 @@ def erase(
 
     Every reader treats it as erased at once; compaction removes the records within DPM_ERASURE_LAG_MS.
     """
-    settings = Settings.from_env()
+    settings = broker_settings()
     done = erase_case(settings, CaseRef(tenant, case_id)) if case_id else erase_tenant(settings, tenant)
     _out.print(f"erased {done.subject}: {done.keys_destroyed} data key(s) destroyed, "
                f"{done.event_tombstones} event tombstone(s) written; compaction removes the records")  # fmt: skip

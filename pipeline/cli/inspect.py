@@ -7,8 +7,8 @@ from contextlib import closing
 import typer
 from rich.console import Console
 
+from pipeline.cli.reach import broker_settings
 from pipeline.cli.render import print_comparison, print_replays
-from pipeline.config.settings import Settings
 from pipeline.core.errors import DpmError
 from pipeline.core.verification import ReplayStatus
 from pipeline.kafka.keystore import case_keys_from
@@ -23,7 +23,7 @@ _out = Console()
 
 def compare() -> None:
     """Compare DPM and Summ-only on the triggers both decided: agreement, accuracy, calls, tokens, latency, cost."""
-    settings = Settings.from_env()
+    settings = broker_settings()
     with closing(case_keys_from(settings)) as keys:
         outputs = load_outputs(settings.kafka.client_config(), TopicNames(settings.kafka.topic_prefix), cipher=keys,
                                with_audits=False)  # fmt: skip
@@ -47,7 +47,7 @@ def replay(
     ),
 ) -> None:
     """Re-read each decision's recorded offsets, re-derive its view and report MATCH, DRIFT, LOG-CHANGED or ERASED."""
-    settings = Settings.from_env()
+    settings = broker_settings()
     names = TopicNames(settings.kafka.topic_prefix)
     with closing(case_keys_from(settings)) as keys, closing(KafkaEventLog(settings.kafka.client_config(),
                                                                           names.events)) as log:  # fmt: skip

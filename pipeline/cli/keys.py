@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 from rich.console import Console
 
-from pipeline.config.settings import Settings
+from pipeline.cli.reach import broker_settings
 from pipeline.services.erase import rotate_tenant_key
 
 app = typer.Typer(help="Key-encryption keys of the tenants (data keys live in the key topic).", no_args_is_help=True)
@@ -15,7 +15,7 @@ _out = Console()
 @app.command()
 def rotate(tenant: str = typer.Option(..., "--tenant")) -> None:
     """A new key-encryption key for the tenant: every data key wrapped again under it, old versions destroyed."""
-    done = rotate_tenant_key(Settings.from_env(), tenant)
+    done = rotate_tenant_key(broker_settings(), tenant)
     retired = ", ".join(done.retired) or "none"
     _out.print(f"tenant {tenant}: key-encryption key {done.kek_id} current; {done.rewrapped} data key(s) "
                f"wrapped again; destroyed {retired}")  # fmt: skip

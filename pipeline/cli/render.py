@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.table import Table
 
-from pipeline.services.compare import Comparison
-from pipeline.services.replay import ReplayLine
+if TYPE_CHECKING:
+    from pipeline.services.compare import Comparison
+    from pipeline.services.replay import ReplayLine
 
 
 def print_comparison(console: Console, result: Comparison, duplicates: int) -> None:

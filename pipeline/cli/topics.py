@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 from rich.console import Console
 
-from pipeline.config.settings import Settings
+from pipeline.cli.reach import broker_settings
 from pipeline.kafka.topics import ErasureBound, TopicNames, create_pipeline_topics
 
 app = typer.Typer(help="The pipeline's Kafka topics.", no_args_is_help=True)
@@ -20,7 +20,7 @@ def create(
     ),
 ) -> None:
     """Create the topics of the pipeline idempotently; refuse existing topics with conflicting settings."""
-    settings = Settings.from_env()
+    settings = broker_settings()
     names = TopicNames(settings.kafka.topic_prefix)
     bound = ErasureBound(settings.keys.erasure_lag_ms, settings.keys.tombstone_retention_ms)
     report = create_pipeline_topics(settings.kafka.client_config(), names, partitions, replication, bound)

@@ -7,7 +7,6 @@ import typer
 from pipeline.config.settings import Settings
 from pipeline.observability.logs import configure_json_logging
 from pipeline.workers.lifecycle import default_worker_id, stop_on_signals
-from pipeline.workers.projection.service import WorkerOptions, serve_projection
 
 
 def worker(
@@ -22,6 +21,8 @@ def worker(
     ),
 ) -> None:
     """Serve decision triggers: read the case by offset, project once, decide, publish in one transaction."""
+    from pipeline.workers.projection.service import WorkerOptions, serve_projection
+
     configure_json_logging()
     settings = Settings.from_env().with_choices(backend=backend, metrics_port=metrics_port)
     options = WorkerOptions(worker_id=worker_id or default_worker_id("worker"), group_id=group, batch_size=batch_size)

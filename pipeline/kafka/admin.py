@@ -48,6 +48,23 @@ def fetch_metadata(client_config: dict[str, str], timeout_s: float = 5.0) -> Clu
     )
 
 
+# How long a one-shot command waits for a broker before saying none answers: a broker on loopback
+# answers in milliseconds, a remote one (TLS, SASL) well within it.
+REACH_TIMEOUT_S = 2.0
+
+
+def ensure_reachable(client_config: dict[str, str], timeout_s: float = REACH_TIMEOUT_S) -> None:
+    """Raises BrokerUnavailableError, one line naming the address and what to do, unless a broker answers."""
+    try:
+        fetch_metadata(client_config, timeout_s=timeout_s)
+    except BrokerUnavailableError as exc:
+        address = client_config.get("bootstrap.servers")
+        raise BrokerUnavailableError(
+            f"no Kafka broker answered at {address} within {timeout_s:g} s: start the local one with "
+            "`dpm broker up`, or set DPM_BOOTSTRAP to your cluster's address"
+        ) from exc
+
+
 def wait_for_brokers(client_config: dict[str, str], expected_brokers: int, timeout_s: float) -> ClusterInfo:
     """Polls metadata until `expected_brokers` brokers are registered, or raises after timeout_s."""
     deadline = time.monotonic() + timeout_s

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 from tests.processes import dpm_cli
@@ -32,3 +33,16 @@ def test_topics_create_against_the_session_broker_is_idempotent(kafka_bootstrap:
     assert conflict.returncode == 1
     assert "conflict" in conflict.stderr
     assert "Traceback" not in conflict.stderr
+
+
+def test_a_command_that_needs_the_broker_says_at_once_that_none_answers(tmp_path: Path) -> None:
+    started = time.monotonic()
+    result = dpm_cli("replay", "--all", env={"DPM_HOME": str(tmp_path), "DPM_BOOTSTRAP": "127.0.0.1:1"})
+    took = time.monotonic() - started
+    assert result.returncode == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert "127.0.0.1:1" in lines[0]
+    assert "dpm broker up" in lines[0]
+    assert "DPM_BOOTSTRAP" in lines[0]
+    assert took < 6, f"{took:.1f} s (the broker check itself waits 2 s; the rest is start-up)"
