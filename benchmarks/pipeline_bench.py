@@ -2,7 +2,7 @@
 
 Usage:
     python -m benchmarks.pipeline_bench [--sections scale,latency,...] [--out out/bench/figures.json]
-    python -m benchmarks.pipeline_bench --readme README.md   # the README's table from the figures file
+    python -m benchmarks.pipeline_bench --readme README.md --out benchmarks/figures.json  # the README's table
 
 Uses DPM_BOOTSTRAP if set, else starts a private local broker on a free port and stops it after.
 All figures of one run are measured side by side on the same broker and written, with the
@@ -213,7 +213,7 @@ def readme_section(figures: dict[str, Any]) -> str:
     took = sum(figures.get("seconds", {}).values())
     head = (f"Measured {m['date']} on {m['cpus']} cores ({m['cpu_model']}), {m['memory_gb']} GB, {m['os']}, "
             f"Python {m['python']}, Kafka {m['kafka']} on the same host, confluent-kafka {m['confluent_kafka']}; "
-            f"the run took {took / 60:.0f} min. Rendered from `out/bench/figures.json`.")  # fmt: skip
+            f"the run took {took / 60:.0f} min. Rendered from `benchmarks/figures.json`.")  # fmt: skip
     table = ["| figure | value |", "|---|---|", *(f"| {name} | {value} |" for name, value in rows(figures))]
     return "\n".join([BEGIN, head, "", *table, END])
 
