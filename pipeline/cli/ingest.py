@@ -6,9 +6,9 @@ from pathlib import Path
 
 import orjson
 import typer
-from rich.console import Console
 
 from pipeline.cli.reach import broker_settings
+from pipeline.cli.render import output_console
 from pipeline.core.errors import DpmError
 from pipeline.core.events import CaseRef
 from pipeline.core.task import TaskSpec, parse_architectures
@@ -23,7 +23,7 @@ from pipeline.services.ingest import (
 )
 from pipeline.wire.case_files import load_cases, load_event_lines
 
-_out = Console()
+_out = output_console()
 
 
 def produce(
@@ -36,18 +36,20 @@ def produce(
     ),
 ) -> None:
     """Append events to the log. Every input is validated first: a bad file sends nothing."""
-    settings = broker_settings()
     budgets = tuple(int(b) for b in summ_budgets.split(",") if b.strip())
-    if cases is not None and events is None:
-        entries = produce_cases(settings, load_cases(cases, tenant), budgets)
+    if (cases is None) == (events is None):
+        raise DpmError("give exactly one of --cases or --events")
+    loaded_cases = load_cases(cases, tenant) if cases is not None else None
+    loaded_events = load_event_lines(events) if events is not None else None
+    settings = broker_settings()  # after the inputs: a bad file is refused as such, broker or not
+    if loaded_cases is not None:
+        entries = produce_cases(settings, loaded_cases, budgets)
         sent = sum(len(e.positions) for e in entries)
         written = [e.to_json() for e in entries]
-    elif events is not None and cases is None:
-        positions = produce_events(settings, load_event_lines(events))
+    else:
+        positions = produce_events(settings, loaded_events or [])
         sent = len(positions)
         written = [{"events": sent, "positions": [[p.partition, p.offset] for p in positions]}]
-    else:
-        raise DpmError("give exactly one of --cases or --events")
     _out.print(f"appended {sent} event(s) to {settings.kafka.topic_prefix}.events")
     if manifest is not None:
         manifest.write_bytes(orjson.dumps(written, option=orjson.OPT_INDENT_2))
