@@ -16,6 +16,17 @@ _NAMES = {"frp": "FRP", "rcs": "RCS", "eda": "EDA", "crr": "CRR", "citation_vali
           "grounding_rate": "grounding"}  # fmt: skip
 
 
+_MEANINGS = {
+    "frp": "FRP, factual recall: the share of the case's required facts (amounts, scores, dates) the decision "
+           "states by value",
+    "rcs": "RCS, reasoning coherence: the share of the case's reasoning points the rationale covers (judged)",
+    "eda": "EDA, decision accuracy: 1 when the decided label is the case's label, else 0",
+    "crr": "CRR, compliance reconstruction: the share of the rules and provisions the case turns on that the "
+           "decision cites (judged)",
+}  # fmt: skip
+_SIGNIFICANT = 0.05
+
+
 def _stars(p: float) -> str:
     return "***" if p < 0.001 else "**" if p < 0.01 else "*" if p < 0.05 else ""
 
@@ -35,9 +46,11 @@ def figure_axes(stats: dict[str, Any], path: Path) -> None:
             ax.text(x, top + 0.03, _stars(metrics[a]["p_value"]), ha="center")
         ax.set_xticks(list(xs), [_NAMES[a] for a in names])
         ax.set_ylim(0, 1.15)
+        ax.set_ylabel("mean score (0 to 1)")
         ax.set_title(f"{budget} ({stats['budgets'][budget]['budget_chars_mean']:.0f} chars)")
-    axes[0][0].legend(loc="lower left")
-    fig.tight_layout()
+    # Above the panels, so it covers no bar whatever the scores.
+    fig.legend(*axes[0][0].get_legend_handles_labels(), loc="upper center", ncol=2, frameon=False)
+    fig.tight_layout(rect=(0, 0, 1, 0.9))
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
@@ -58,8 +71,8 @@ def figure_scaling(stats: dict[str, Any], path: Path) -> None:
         ax.axvline(crossover, color="red", linestyle="--", linewidth=0.8, label=f"crossover rho={crossover:g}")
     ax.set_xscale("log")
     ax.set_xlabel("rho = trajectory characters / budget")
-    ax.set_ylabel("DPM - Summ-only")
-    ax.legend()
+    ax.set_ylabel("DPM minus Summ-only (mean score)")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -80,15 +93,22 @@ def figure_determinism(study: dict[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
+def _priced(stats: dict[str, Any]) -> bool:
+    return any(s["cost_usd_per_decision"] for s in stats["per_arch"].values())
+
+
 def figure_per_arch(stats: dict[str, Any], path: Path) -> None:
-    """Audit surface (records per decision), tokens, cost and wall time per decision, per architecture."""
+    """Audit surface (records per decision), tokens, cost (when priced) and wall time per decision, per architecture."""
     archs = list(stats["per_arch"])
-    panels = (("audit_records_per_decision", "audit records / decision"), ("tokens_per_decision", "tokens / decision"),
-              ("cost_usd_per_decision", "cost $ / decision"), ("wall_s_per_decision", "wall s / decision"))  # fmt: skip
-    fig, axes = plt.subplots(1, len(panels), figsize=(13, 3.2))
-    for ax, (key, title) in zip(axes, panels, strict=True):
+    panels = [("audit_records_per_decision", "audit records"), ("tokens_per_decision", "tokens"),
+              ("cost_usd_per_decision", "cost (US $)"), ("wall_s_per_decision", "wall time (s)")]  # fmt: skip
+    if not _priced(stats):  # an empty panel says nothing: the report explains the zero instead
+        panels = [p for p in panels if p[0] != "cost_usd_per_decision"]
+    fig, axes = plt.subplots(1, len(panels), figsize=(3.3 * len(panels), 3.2), squeeze=False)
+    for ax, (key, unit) in zip(axes[0], panels, strict=True):
         ax.bar(archs, [stats["per_arch"][a][key] for a in archs], color=["tab:blue", "tab:orange"][: len(archs)])
-        ax.set_title(title)
+        ax.set_title(f"{unit} per decision")
+        ax.set_ylabel(unit)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -119,10 +139,59 @@ def _arch_table(stats: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _differences(stats: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """Significant differences (p < 0.05) in words, and the (budget, axis) pairs without one."""
+    found, none = [], []
+    for budget, body in stats["budgets"].items():
+        for metric, m in body["metrics"].items():
+            if metric not in AXES:
+                continue
+            if m["p_value"] < _SIGNIFICANT and m["delta"]:
+                winner = "DPM" if m["delta"] > 0 else "Summ-only"
+                found.append(f"{winner} on {_NAMES[metric]} at the {budget} budget ({m['mean_dpm']:.3f} against "
+                             f"{m['mean_summ']:.3f}, delta {m['delta']:+.3f}, p = {m['p_value']:.3f})")  # fmt: skip
+            else:
+                none.append(f"{_NAMES[metric]} at {budget}")
+    return found, none
+
+
+def _no_difference_why(stats: dict[str, Any]) -> str:
+    metrics = [m for body in stats["budgets"].values() for a, m in body["metrics"].items() if a in AXES]
+    if metrics and all(m["mean_dpm"] == m["mean_summ"] for m in metrics):
+        level = {round(m["mean_dpm"], 3) for m in metrics}
+        scores = f"both scored {level.pop():.3f} everywhere" if len(level) == 1 else "the scores are equal"
+        return (f"{scores}: these cases do not separate the architectures at these budgets (every decisive fact "
+                "fits in both memories). Harder cases (`dpm cases generate --hard`) or tighter budgets do; the "
+                "compression-ratio sweep (`--scaling`) shows where.")  # fmt: skip
+    return f"differences there are within what chance explains over {stats['n_cases']} cases (p >= 0.05)."
+
+
+def _headline(stats: dict[str, Any]) -> list[str]:
+    found, none = _differences(stats)
+    lines = ["## Headline", ""]
+    lines.append("Significant differences: " + ("; ".join(found) + "." if found else "none."))
+    if none:
+        lines.append(f"No significant difference on {', '.join(none)}: {_no_difference_why(stats)}")
+    lines += ["", "The axes, each a mean over cases in [0, 1], higher is better:", ""]
+    lines += [f"- {_MEANINGS[a]}." for a in AXES]
+    return lines
+
+
+def _cost_note(stats: dict[str, Any]) -> list[str]:
+    if _priced(stats):
+        return ["Cost is the provider's list price of the tokens used (or DPM_PRICE_TABLE)."]
+    return ["Cost is 0 and not drawn: the backend calls no priced model (the offline extractive backend, or "
+            "a local server); a hosted backend reports the list price of the tokens used."]  # fmt: skip
+
+
 def write_report(stats: dict[str, Any], meta: dict[str, Any], out: Path) -> Path:
     """Writes report.md and its figures into `out`; returns the report's path."""
     lines = [
         "# DPM against Summ-only",
+        "",
+        *_headline(stats),
+        "",
+        "## Setup",
         "",
         f"{stats['n_cases']} cases ({meta['domains']}), backend `{meta['backend']}` (model `{meta['model']}`), "
         f"judge `{meta['judge']}`, path `{meta['path']}`, seed {stats['seed']}. Two-sided paired sign-flip "
@@ -138,6 +207,8 @@ def write_report(stats: dict[str, Any], meta: dict[str, Any], out: Path) -> Path
         "## Audit surface, cost and latency per decision",
         "",
         *_arch_table(stats),
+        "",
+        *_cost_note(stats),
     ]
     lines += ["", "![audit surface, tokens, cost and latency](per_arch.png)"]
     figure_axes(stats, out / "axes_by_budget.png")

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import orjson
 import typer
-from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from pipeline.bench.generate import DEFAULT_SEED, DOMAINS, GenerationSpec, Voice, generate_cases
 from pipeline.bench.tams import Needs, select
+from pipeline.cli.render import output_console
 from pipeline.config.settings import Settings
 from pipeline.core.errors import DpmError
 from pipeline.core.run import SummVariant
@@ -20,7 +20,7 @@ from pipeline.core.task import parse_architectures
 from pipeline.wire.case_files import load_cases, write_case
 
 cases_app = typer.Typer(help="Long-horizon decision cases.", no_args_is_help=True)
-_out = Console()
+_out = output_console()
 
 
 @cases_app.command("generate")

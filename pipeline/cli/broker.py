@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import typer
-from rich.console import Console
 
+from pipeline.cli.render import output_console
 from pipeline.config.settings import Settings
 from pipeline.kafka import local_broker
 from pipeline.kafka.admin import fetch_metadata
@@ -12,14 +12,14 @@ from pipeline.kafka.broker_runtime import ensure_broker_jars
 from pipeline.kafka.errors import BrokerUnavailableError
 
 app = typer.Typer(help="Run a local Apache Kafka cluster on loopback.", no_args_is_help=True)
-_out = Console()
+_out = output_console()
 
 
 @app.command()
 def fetch() -> None:
     """Resolve the broker jars through Maven into the cache folder (done by `up` when needed)."""
     settings = Settings.from_env()
-    libs = ensure_broker_jars(settings.paths.cache_dir, settings.kafka.version)
+    libs = ensure_broker_jars(settings.paths.cache_dir, settings.kafka.version, say=_out.print)
     _out.print(f"Kafka {settings.kafka.version} jars in {libs}")
 
 
@@ -40,6 +40,7 @@ def up(
             port=port,
             timeout_s=timeout,
             java_home=settings.paths.java_home,
+            say=_out.print,
         )
     if already:
         _out.print(f"a local broker is already running at {cluster.bootstrap} (pids {list(cluster.pids)})")

@@ -5,10 +5,16 @@ from __future__ import annotations
 from contextlib import closing
 
 import typer
-from rich.console import Console
 
 from pipeline.cli.reach import broker_settings
-from pipeline.cli.render import print_comparison, print_replays
+from pipeline.cli.render import (
+    comparison_json,
+    output_console,
+    print_comparison,
+    print_json,
+    print_replays,
+    replays_json,
+)
 from pipeline.core.errors import DpmError
 from pipeline.core.verification import ReplayStatus
 from pipeline.kafka.keystore import case_keys_from
@@ -18,20 +24,24 @@ from pipeline.services.compare import compare as compare_outputs
 from pipeline.services.read_outputs import load_outputs
 from pipeline.services.replay import registry_backends, replay_many, select_decisions, select_erased
 
-_out = Console()
+_out = output_console()
 
 
-def compare() -> None:
+def compare(as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table.")) -> None:
     """Compare DPM and Summ-only on the triggers both decided: agreement, accuracy, calls, tokens, latency, cost."""
     settings = broker_settings()
     with closing(case_keys_from(settings)) as keys:
         outputs = load_outputs(settings.kafka.client_config(), TopicNames(settings.kafka.topic_prefix), cipher=keys,
                                with_audits=False)  # fmt: skip
     result = compare_outputs(outputs.decisions, outputs.triggers)
+    erased = sorted({c.key for c in outputs.erased.values()})
+    if as_json:
+        print_json({**comparison_json(result, outputs.duplicates), "erased_cases": erased})
+        return
     print_comparison(_out, result, outputs.duplicates)
     if outputs.erased:
         _out.print(f"{len(outputs.erased)} decision(s) of erased cases left out (content destroyed): "
-                   + ", ".join(sorted({c.key for c in outputs.erased.values()})))  # fmt: skip
+                   + ", ".join(erased))  # fmt: skip
 
 
 def replay(
@@ -45,6 +55,7 @@ def replay(
         "--backend",
         help="Re-run with this backend (default: the recorded backend id; `recorded`: the recorded answers).",
     ),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
 ) -> None:
     """Re-read each decision's recorded offsets, re-derive its view and report MATCH, DRIFT, LOG-CHANGED or ERASED."""
     settings = broker_settings()
@@ -59,6 +70,9 @@ def replay(
             raise DpmError("no published decision matches")
         lines = replay_many(records, outputs.views, outputs.audits, log, registry_backends(settings.model, backend),
                             recorded_only=verify_recorded, cipher=keys, erased=erased)  # fmt: skip
-    print_replays(_out, lines)
+    if as_json:
+        print_json(replays_json(lines))
+    else:
+        print_replays(_out, lines)
     if any(line.report.status is not ReplayStatus.MATCH for line in lines):
         raise typer.Exit(2)

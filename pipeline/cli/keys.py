@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import typer
-from rich.console import Console
 
 from pipeline.cli.reach import broker_settings
+from pipeline.cli.render import output_console
 from pipeline.services.erase import rotate_tenant_key
 
 app = typer.Typer(help="Key-encryption keys of the tenants (data keys live in the key topic).", no_args_is_help=True)
-_out = Console()
+_out = output_console()
 
 
 @app.command()

@@ -5,13 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
-from rich.console import Console
 
+from pipeline.cli.render import output_console
 from pipeline.config.settings import Settings
 from pipeline.llm import local_model
 
 app = typer.Typer(help="Run a local OpenAI-compatible model server on loopback (llama.cpp).", no_args_is_help=True)
-_out = Console()
+_out = output_console()
 
 
 @app.command()

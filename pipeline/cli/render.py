@@ -1,10 +1,12 @@
-"""Tables the CLI prints: comparisons and replay reports."""
+"""What the CLI prints: comparisons and replay reports, as tables for people or JSON for programs."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+import orjson
 from rich.console import Console
 from rich.table import Table
 
@@ -12,11 +14,75 @@ if TYPE_CHECKING:
     from pipeline.services.compare import Comparison
     from pipeline.services.replay import ReplayLine
 
+# Piped output is read by programs and people later: tables keep their natural width instead of
+# being cut to 80 columns (ids would end in an ellipsis).
+_PIPED_WIDTH = 400
+
+
+def output_console(*, stderr: bool = False) -> Console:
+    """A console for stdout (or stderr): the terminal's width on a terminal, full width when piped."""
+    stream = sys.stderr if stderr else sys.stdout
+    return Console(stderr=stderr) if stream.isatty() else Console(stderr=stderr, width=_PIPED_WIDTH)
+
+
+def print_json(value: Any) -> None:  # noqa: ANN401 - any JSON-shaped value
+    """`value` as indented JSON on stdout (no colours, no wrapping)."""
+    sys.stdout.write(orjson.dumps(value, option=orjson.OPT_INDENT_2).decode() + "\n")
+
+
+def comparison_json(result: Comparison, duplicates: int) -> dict[str, Any]:
+    """The comparison as JSON: per architecture, per decision figures (cost in US dollars, in total)."""
+    return {
+        "pairs": result.pairs,
+        "agreement": result.agreement,
+        "duplicate_decision_ids": duplicates,
+        "per_architecture": {
+            s.architecture.value: {
+                "decisions": s.decisions,
+                "accuracy": s.accuracy,
+                "labelled": s.labelled,
+                "model_calls_per_decision": s.mean_calls,
+                "tokens_per_decision": s.mean_tokens,
+                "latency_s_per_decision": s.mean_latency_s,
+                "cost_usd_total": s.total_cost_usd,
+                "failed": s.failures,
+            }
+            for s in result.per_arch
+        },
+    }
+
+
+def replays_json(lines: Sequence[ReplayLine]) -> list[dict[str, Any]]:
+    """One object per replayed decision."""
+    return [
+        {
+            "decision_id": str(line.decision_id),
+            "architecture": line.architecture.value,
+            "status": line.report.status.value,
+            "view_distance": line.report.view_distance,
+            "prefix_distance": line.report.prefix_distance,
+            "detail": line.report.detail,
+        }
+        for line in lines
+    ]
+
+
+def takeaway(result: Comparison) -> str | None:
+    """One line: how much more model work Summ-only did than DPM for the same decisions."""
+    by_arch = {s.architecture.value: s for s in result.per_arch}
+    dpm, summ = by_arch.get("dpm"), by_arch.get("summ")
+    if dpm is None or summ is None or not dpm.mean_calls or not dpm.mean_tokens:
+        return None
+    calls, tokens = summ.mean_calls / dpm.mean_calls, summ.mean_tokens / dpm.mean_tokens
+    return f"Summ-only made {calls:.1f}x the model calls of DPM and used {tokens:.1f}x its tokens, per decision."
+
 
 def print_comparison(console: Console, result: Comparison, duplicates: int) -> None:
     """DPM against Summ-only on the triggers both decided."""
     table = Table(title=f"DPM vs Summ-only on {result.pairs} trigger(s) decided by both")
-    for column in ("architecture", "decisions", "accuracy", "model calls", "tokens", "latency s", "cost $", "failed"):
+    columns = ("architecture", "decisions", "accuracy", "model calls / decision", "tokens / decision",
+               "latency s / decision", "cost $ (total)", "failed")  # fmt: skip
+    for column in columns:
         table.add_column(column, justify="right")
     for s in result.per_arch:
         accuracy = f"{s.accuracy:.3f} (n={s.labelled})" if s.accuracy is not None else "n/a"
@@ -33,6 +99,11 @@ def print_comparison(console: Console, result: Comparison, duplicates: int) -> N
     console.print(table)
     agreement = f"{result.agreement:.3f}" if result.agreement is not None else "n/a"
     console.print(f"agreement: {agreement}; duplicate decision ids: {duplicates}")
+    if all(s.total_cost_usd == 0 for s in result.per_arch):
+        console.print("cost is 0: the backend that decided calls no priced model (the offline extractive backend)")
+    line = takeaway(result)
+    if line is not None:
+        console.print(line)
 
 
 def print_replays(console: Console, lines: Sequence[ReplayLine]) -> None:

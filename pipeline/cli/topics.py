@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import typer
-from rich.console import Console
 
 from pipeline.cli.reach import broker_settings
+from pipeline.cli.render import output_console
 from pipeline.kafka.topics import ErasureBound, TopicNames, create_pipeline_topics
 
 app = typer.Typer(help="The pipeline's Kafka topics.", no_args_is_help=True)
-_out = Console()
+_out = output_console()
 
 
 @app.command()

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 from pipeline.kafka.errors import LocalBrokerError
 from pipeline.wire.resources import kafka_deploy_dir
 
 _STAMP = ".complete"
+_EXPECTED_MB = 60  # what the 3.9.2 broker's jars and their dependencies weigh
 
 
 def java_executable(java_home: Path | None) -> str:
@@ -27,8 +30,10 @@ def runtime_dir(cache_dir: Path, kafka_version: str) -> Path:
     return cache_dir / f"kafka-{kafka_version}"
 
 
-def ensure_broker_jars(cache_dir: Path, kafka_version: str, quiet: bool = True) -> Path:
-    """Returns the folder of broker jars, resolving them through Maven on first use.
+def ensure_broker_jars(
+    cache_dir: Path, kafka_version: str, quiet: bool = True, say: Callable[[str], None] = lambda _: None
+) -> Path:
+    """Returns the folder of broker jars, resolving them through Maven on first use (said through `say`).
 
     The folder is filled in a temporary sibling and renamed when Maven succeeds, so an
     interrupted download never leaves a half-populated classpath behind.
@@ -37,6 +42,9 @@ def ensure_broker_jars(cache_dir: Path, kafka_version: str, quiet: bool = True) 
     libs = target / "libs"
     if (target / _STAMP).exists():
         return libs
+    say(f"first run: resolving the Apache Kafka {kafka_version} broker jars through Maven into {target} "
+        f"(about {_EXPECTED_MB} MB, also cached in ~/.m2; from then on they are reused)")  # fmt: skip
+    started = time.monotonic()
     mvn = shutil.which("mvn")
     if not mvn:
         raise LocalBrokerError("mvn not found: Maven is needed once to fetch the Kafka broker jars")
@@ -55,4 +63,7 @@ def ensure_broker_jars(cache_dir: Path, kafka_version: str, quiet: bool = True) 
     (staging / _STAMP).write_text(kafka_version, encoding="utf-8")
     shutil.rmtree(target, ignore_errors=True)
     staging.rename(target)
+    jars = list(libs.glob("*.jar"))
+    size_mb = sum(j.stat().st_size for j in jars) / 1024 / 1024
+    say(f"resolved {len(jars)} jars, {size_mb:.0f} MB, in {time.monotonic() - started:.0f} s")
     return libs

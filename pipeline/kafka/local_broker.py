@@ -11,6 +11,7 @@ import socket
 import subprocess
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -258,6 +259,7 @@ def start(
     port: int,
     timeout_s: float = 120.0,
     java_home: Path | None = None,
+    say: Callable[[str], None] = lambda _: None,
 ) -> tuple[RunningCluster, bool]:
     """Starts the local cluster and waits until a metadata request lists every node.
 
@@ -275,7 +277,7 @@ def start(
             )
         return running, True
     layout = ClusterLayout(home, nodes, port)
-    libs = ensure_broker_jars(cache_dir, kafka_version)
+    libs = ensure_broker_jars(cache_dir, kafka_version, say=say)
     java = java_executable(java_home)
     _check_ports_free(layout)
     configs = {n: _write_node_config(layout, n) for n in layout.node_ids}

@@ -238,3 +238,26 @@ def create_pipeline_topics(
     """Creates (or checks) the seven topics; replication defaults to min(3, brokers in the cluster)."""
     factor = replication or min(3, len(fetch_metadata(client_config).broker_ids))
     return ensure_topics(admin_client(client_config), pipeline_topics(names, partitions, erasure), factor)
+
+
+def remove_pipeline(client_config: dict[str, str], prefix: str, timeout_s: float = 30.0) -> tuple[str, ...]:
+    """Deletes every topic and consumer group of one pipeline; returns the topics.
+
+    For throwaway pipelines (the demo's): its topics (`<prefix>.*`), the baseline's internal topics
+    (`<prefix>-baseline-*`) and both groups (`<prefix>-projection`, `<prefix>-baseline`); a pipeline
+    whose prefix merely starts the same is left alone.
+    """
+    admin = admin_client(client_config)
+    mine = (f"{prefix}.", f"{prefix}-baseline-")
+    groups_of = {f"{prefix}-projection", f"{prefix}-baseline"}
+    try:
+        topics = tuple(sorted(t for t in admin.list_topics(timeout=10).topics if t.startswith(mine)))
+        for future in admin.delete_topics(list(topics), operation_timeout=timeout_s).values() if topics else ():
+            future.result(timeout=timeout_s)
+        groups = [g.group_id for g in admin.list_consumer_groups().result(timeout=10).valid
+                  if g.group_id in groups_of]  # fmt: skip
+        for future in admin.delete_consumer_groups(groups).values() if groups else ():
+            future.result(timeout=timeout_s)
+    except KafkaException as exc:
+        raise KafkaAdapterError(f"removing the topics of {prefix} failed: {exc}") from exc
+    return topics

@@ -14,10 +14,11 @@ from pipeline.kafka import local_broker
 
 
 @contextmanager
-def cluster(settings: Settings, say: Callable[[str], None]) -> Iterator[str]:
+def cluster(settings: Settings, say: Callable[[str], None], *, keep_running: bool = False) -> Iterator[str]:
     """Bootstrap servers of DPM_BOOTSTRAP's cluster, else of the local broker.
 
-    The local broker is started here, and stopped afterwards, only if it was not already running.
+    The local broker is started here, and stopped afterwards (unless `keep_running`), only if it was
+    not already running.
     """
     if settings.kafka.bootstrap_configured:
         yield settings.kafka.bootstrap_servers
@@ -27,17 +28,19 @@ def cluster(settings: Settings, say: Callable[[str], None]) -> Iterator[str]:
         bootstrap, started = running.bootstrap, False
     else:
         paths = settings.paths
-        started_cluster, _ = local_broker.start(
-            paths.home, paths.cache_dir, settings.kafka.version, nodes=1, port=9092, java_home=paths.java_home
-        )
+        say("starting the local Kafka broker")
+        started_cluster, _ = local_broker.start(paths.home, paths.cache_dir, settings.kafka.version, nodes=1,
+                                                port=9092, java_home=paths.java_home, say=say)  # fmt: skip
         bootstrap, started = started_cluster.bootstrap, True
     say(f"local Kafka {'started' if started else 'already running'} at {bootstrap}")
     try:
         yield bootstrap
     finally:
-        if started:
+        if started and not keep_running:
             local_broker.stop(settings.paths.home)
             say("stopped the local broker")
+        elif started:
+            say(f"the local broker keeps running at {bootstrap} (`dpm broker down` stops it)")
 
 
 @contextmanager

@@ -1,4 +1,4 @@
-"""The main job end to end, then everything it started is stopped.
+"""The main job end to end, then everything it started is stopped and (unless kept) removed.
 
 Broker, topics, two projection workers and the Summ-only baseline, generated cases, triggers,
 the comparison and a replay sample.
@@ -7,8 +7,8 @@ the comparison and a replay sample.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable
-from contextlib import ExitStack, closing
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, closing, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from statistics import fmean
@@ -22,7 +22,7 @@ from pipeline.kafka.keystore import case_keys_from
 from pipeline.kafka.producer import EventProducer
 from pipeline.kafka.range_reads import read_topic
 from pipeline.kafka.reader import KafkaEventLog
-from pipeline.kafka.topics import TopicNames, create_pipeline_topics
+from pipeline.kafka.topics import TopicNames, create_pipeline_topics, remove_pipeline
 from pipeline.services.cluster import child_env, cluster, pipeline_processes
 from pipeline.services.compare import Comparison, compare
 from pipeline.services.read_outputs import await_decisions, load_outputs
@@ -44,7 +44,8 @@ class DemoResult:
     dead_letters: int
 
 
-def run_demo(
+@contextmanager
+def demo_session(
     settings: Settings,
     workdir: Path,
     *,
@@ -52,8 +53,13 @@ def run_demo(
     timeout_s: float,
     say: Say,
     progress: Callable[[int, int], None],
-) -> DemoResult:
-    """Runs the whole pipeline once on generated cases; raises DpmError when decisions do not arrive."""
+    keep: bool = False,
+) -> Iterator[DemoResult]:
+    """Runs the whole pipeline once on generated cases and yields what it found, broker still up.
+
+    Afterwards the demo's topics and groups are removed and a broker it started is stopped, unless
+    `keep`; after a failure (DpmError when decisions do not arrive) everything is kept for reading.
+    """
     prefix = f"demo-{dt.datetime.now(tz=dt.UTC).strftime('%Y%m%d%H%M%S')}"
     names = TopicNames(prefix)
     cases: list[Case] = generate_cases(GenerationSpec(per_domain=per_domain))
@@ -61,7 +67,7 @@ def run_demo(
         write_case(case, workdir / "cases")
     _, budget = resolve_budget("moderate", fmean(c.trajectory.char_length for c in cases))
     say(f"generated {len(cases)} cases in {workdir / 'cases'}; moderate budget {budget.chars} characters")
-    with cluster(settings, say) as bootstrap, ExitStack() as stack:
+    with cluster(settings, say, keep_running=keep) as bootstrap, ExitStack() as stack:
         config = {**settings.kafka.client_config(), "bootstrap.servers": bootstrap}
         create_pipeline_topics(config, names, partitions=3)
         say(f"topics {prefix}.* created")
@@ -93,6 +99,9 @@ def run_demo(
         finally:
             log.close()
         dead_letters = sum(1 for _ in read_topic(config, names.dlq))
-    return DemoResult(
-        prefix, len(cases), compare(full.decisions, full.triggers), tuple(replays), full.duplicates, dead_letters
-    )
+        yield DemoResult(
+            prefix, len(cases), compare(full.decisions, full.triggers), tuple(replays), full.duplicates, dead_letters
+        )
+        if not keep:
+            removed = remove_pipeline(config, prefix)
+            say(f"removed the demo's {len(removed)} topics ({prefix}.*, {prefix}-*) and its consumer groups")

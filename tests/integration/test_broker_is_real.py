@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 import uuid
 from pathlib import Path
 
@@ -16,7 +17,15 @@ from pipeline.kafka import local_broker
 from pipeline.kafka.admin import admin_client, fetch_metadata
 from pipeline.kafka.errors import LocalBrokerError, TopicConflictError
 from pipeline.kafka.local_broker import free_cluster_port
-from pipeline.kafka.topics import ErasureBound, TopicNames, TopicSpec, ensure_topics, pipeline_topics
+from pipeline.kafka.topics import (
+    ErasureBound,
+    TopicNames,
+    TopicSpec,
+    create_pipeline_topics,
+    ensure_topics,
+    pipeline_topics,
+    remove_pipeline,
+)
 from pipeline.services.cluster import private_cluster
 from tests.kafka_support import unique_prefix
 from tests.processes import dpm_cli
@@ -181,3 +190,17 @@ def test_three_node_cluster_replicates_with_min_isr_two(private_home: Path) -> N
         assert "node 2 at" in status.stdout
         assert "down: process exited" in status.stdout
         assert "1 of 3 node(s) down: [2]" in status.stdout
+
+
+def test_a_throwaway_pipeline_is_removed_whole(kafka_config: dict[str, str]) -> None:
+    names = TopicNames(f"gone-{uuid.uuid4().hex[:8]}")
+    create_pipeline_topics(kafka_config, names, partitions=1, replication=1)
+    kept = TopicNames(f"{names.prefix}-2")  # a prefix that merely starts the same: another pipeline
+    create_pipeline_topics(kafka_config, kept, partitions=1, replication=1)
+    removed = remove_pipeline(kafka_config, names.prefix)
+    assert len(removed) == 7
+    deadline = time.monotonic() + 30
+    while any(t.startswith(f"{names.prefix}.") for t in admin_client(kafka_config).list_topics(timeout=10).topics):
+        assert time.monotonic() < deadline, "deleted topics still listed"
+        time.sleep(0.5)
+    assert f"{kept.prefix}.events" in admin_client(kafka_config).list_topics(timeout=10).topics
