@@ -27,11 +27,20 @@ from typing import Any
 
 import orjson
 
-from benchmarks.runs import SMALL_CASES, RunSpec, per_decision, read_costs, run_pipeline, sealing_cpu, worker_memory
+from benchmarks.runs import (
+    SMALL_CASES,
+    RunSpec,
+    per_decision,
+    read_costs,
+    run_pipeline,
+    sealing_cpu,
+    startup,
+    worker_memory,
+)
 from pipeline.config.settings import Settings
 from pipeline.services.cluster import private_cluster
 
-SECTIONS = ("read", "scale", "latency", "sealing", "per_decision", "rss_mb")
+SECTIONS = ("startup", "read", "scale", "latency", "sealing", "per_decision", "rss_mb")
 MODEL_LATENCY_MS = 500
 TARGETS = {
     "scale": {"c8_w1/c1_w1": 6.0, "c8_w2/c8_w1": 1.8, "c8_w4/c8_w1": 3.2},
@@ -39,6 +48,7 @@ TARGETS = {
     "read": {"foreign_100x/alone": 2.0, "foreign_1000x/alone": 4.0, "far_position_ms": 15.0},
     "rss_mb": {"growth_pct": 10.0},
     "sealing": {"cost_pct": 10.0},
+    "startup": {"help_s": 1.0, "broker_status_s": 1.5},
 }
 BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
 
@@ -130,7 +140,12 @@ def _per_decision(_bootstrap: str, _work: Path) -> dict[str, Any]:
     return per_decision(MODEL_LATENCY_MS)
 
 
+def _startup(_bootstrap: str, work: Path) -> dict[str, Any]:
+    return startup(work)
+
+
 MEASURE: dict[str, Callable[[str, Path], dict[str, Any]]] = {
+    "startup": _startup,
     "read": _read,
     "scale": _scale,
     "latency": _latency,
@@ -160,6 +175,11 @@ def _f(value: float, digits: int = 1) -> str:
 def rows(figures: dict[str, Any]) -> list[tuple[str, str]]:
     """The report's rows (figure, value), from a figures file; sections not measured are left out."""
     out: list[tuple[str, str]] = []
+    if start := figures.get("startup"):
+        help_s, status_s = _f(start["help_s"], 2), _f(start["broker_status_s"], 2)
+        first = f"{_f(start['help_first_s'], 2)} / {_f(start['broker_status_first_s'], 2)} s"
+        out.append(("`dpm --help` / `dpm broker status` (none running) until they return, median of 5 after one",
+                    f"{help_s} / {status_s} s (the first run: {first}; targets 1 / 1.5)"))  # fmt: skip
     if scale := figures.get("scale"):
         out += [
             ("decisions/s at 500 ms per model call, 1 worker, concurrency 1 / 8",

@@ -5,7 +5,10 @@ Every function returns plain figures (numbers in dicts) for `out/bench/figures.j
 
 from __future__ import annotations
 
+import os
 import statistics
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -287,6 +290,25 @@ def worker_memory(bootstrap: str, workdir: Path, triggers: int, warm_after: int 
     while "end_mb" not in figures and time.monotonic() < deadline:
         time.sleep(0.2)
     figures["growth_pct"] = (figures["end_mb"] / figures["warm_mb"] - 1) * 100
+    return figures
+
+
+# --- start-up -------------------------------------------------------------------------------------
+
+
+def _command_s(args: Sequence[str], env: dict[str, str]) -> float:
+    started = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "pipeline", *args], env=env, capture_output=True, check=False, timeout=60)
+    return time.perf_counter() - started
+
+
+def startup(workdir: Path, repeats: int = 5) -> dict[str, float]:
+    """Seconds until `dpm --help` and `dpm broker status` (no broker running) return: first and median of the rest."""
+    env = {**os.environ, "DPM_HOME": str(workdir / "startup-home")}
+    figures: dict[str, float] = {}
+    for name, args in (("help", ["--help"]), ("broker_status", ["broker", "status"])):
+        timings = [_command_s(args, env) for _ in range(repeats + 1)]
+        figures[f"{name}_first_s"], figures[f"{name}_s"] = timings[0], statistics.median(timings[1:])
     return figures
 
 

@@ -258,6 +258,7 @@ class TransactionalLoop:
             raise failure
         outputs: list[Output] = []
         for started in taken:
+            self._attempts.pop(started.record.position, None)
             outputs.extend(started.finished())
             if self._on_progress is not None:
                 self._on_progress()

@@ -62,3 +62,21 @@ def test_pending_work_is_bounded_and_a_failure_does_not_stop_its_case() -> None:
     asyncio.run(main())
     assert started == [0, 1, 2, 3, 4]
     assert max(unfinished_after_submit) == 2
+
+
+def test_cancel_stops_the_work_in_flight() -> None:
+    finished: list[int] = []
+
+    async def slow(n: int) -> None:
+        await asyncio.sleep(10)
+        finished.append(n)
+
+    async def main() -> None:
+        cases = CaseOrdered(pending=4)
+        for n in range(3):
+            await cases.submit(f"c{n}".encode(), functools.partial(slow, n))
+        cases.cancel()
+        await cases.drain()
+
+    asyncio.run(asyncio.wait_for(main(), timeout=5))
+    assert finished == []

@@ -183,8 +183,10 @@ class Baseline:
                 # The task copies this context: table writes go to the changelog partition of `event`.
                 work = functools.partial(self._acked, event, source, handle)
                 await cases.submit(ordering_key(event.message.key), work)
-        finally:
-            await cases.drain()
+        except asyncio.CancelledError:  # stopping: a model call in flight is not waited for
+            cases.cancel()
+            raise
+        await cases.drain()
 
     async def _acked(self, event: Any, source: str, handle: Callable[[RawRecord], Awaitable[object]]) -> None:  # noqa: ANN401
         await self._handled(_record(event), source, handle)

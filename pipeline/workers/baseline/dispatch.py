@@ -29,11 +29,13 @@ class CaseOrdered:
     def __init__(self, pending: int) -> None:
         self._slots = asyncio.Semaphore(pending)
         self._tails: dict[bytes, asyncio.Task[None]] = {}
+        self._running: set[asyncio.Task[None]] = set()
 
     async def submit(self, case: bytes, work: Callable[[], Awaitable[None]]) -> None:
         await self._slots.acquire()
         task = asyncio.create_task(self._after(self._tails.get(case), work))
         self._tails[case] = task
+        self._running.add(task)
         task.add_done_callback(lambda done: self._finished(case, done))
 
     async def _after(self, previous: asyncio.Task[None] | None, work: Callable[[], Awaitable[None]]) -> None:
@@ -45,6 +47,7 @@ class CaseOrdered:
             self._slots.release()
 
     def _finished(self, case: bytes, task: asyncio.Task[None]) -> None:
+        self._running.discard(task)
         if self._tails.get(case) is task:
             del self._tails[case]
         if not task.cancelled() and task.exception() is not None:  # the work's own handling failed too
@@ -52,5 +55,10 @@ class CaseOrdered:
 
     async def drain(self) -> None:
         """Waits for every submitted task."""
-        while self._tails:
-            await asyncio.wait(list(self._tails.values()))
+        while self._running:
+            await asyncio.wait(list(self._running))
+
+    def cancel(self) -> None:
+        """Cancels every unfinished task (their records stay unacknowledged: whoever owns them next redoes them)."""
+        for task in self._running:
+            task.cancel()
