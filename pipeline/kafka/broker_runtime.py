@@ -12,7 +12,7 @@ from pipeline.kafka.errors import LocalBrokerError
 from pipeline.wire.resources import kafka_deploy_dir
 
 _STAMP = ".complete"
-_EXPECTED_MB = 60  # what the 3.9.2 broker's jars and their dependencies weigh
+_EXPECTED_MB = 46  # what the 3.9.2 broker's jars and their dependencies weigh
 
 
 def java_executable(java_home: Path | None) -> str:
@@ -43,7 +43,7 @@ def ensure_broker_jars(
     if (target / _STAMP).exists():
         return libs
     say(f"first run: resolving the Apache Kafka {kafka_version} broker jars through Maven into {target} "
-        f"(about {_EXPECTED_MB} MB, also cached in ~/.m2; from then on they are reused)")  # fmt: skip
+        f"(about {_EXPECTED_MB} MB; Maven also keeps them in its local repository, ~/.m2 by default)")  # fmt: skip
     started = time.monotonic()
     mvn = shutil.which("mvn")
     if not mvn:
