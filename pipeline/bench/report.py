@@ -171,7 +171,8 @@ def _headline(stats: dict[str, Any]) -> list[str]:
     lines = ["## Headline", ""]
     lines.append("Significant differences: " + ("; ".join(found) + "." if found else "none."))
     if none:
-        lines.append(f"No significant difference on {', '.join(none)}: {_no_difference_why(stats)}")
+        where = "any axis at any budget" if not found else ", ".join(none)
+        lines.append(f"No significant difference on {where}: {_no_difference_why(stats)}")
     lines += ["", "The axes, each a mean over cases in [0, 1], higher is better:", ""]
     lines += [f"- {_MEANINGS[a]}." for a in AXES]
     return lines
