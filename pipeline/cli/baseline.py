@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from pipeline.config.settings import Settings
+from pipeline.cli.reach import broker_settings
 from pipeline.core.run import SummVariant
 from pipeline.observability.logs import configure_json_logging
 from pipeline.workers.lifecycle import default_worker_id
@@ -31,7 +31,7 @@ def baseline(
     from pipeline.workers.baseline.service import BaselineChoices, serve_baseline
 
     configure_json_logging()
-    settings = Settings.from_env().with_choices(backend=backend, metrics_port=metrics_port)
+    settings = broker_settings().with_choices(backend=backend, metrics_port=metrics_port)
     choices = BaselineChoices(
         worker_id=worker_id or default_worker_id("baseline"),
         budgets=tuple(int(b) for b in budgets.split(",") if b.strip()),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from pipeline.config.settings import Settings
+from pipeline.cli.reach import broker_settings
 from pipeline.observability.logs import configure_json_logging
 from pipeline.workers.lifecycle import default_worker_id, stop_on_signals
 
@@ -24,6 +24,6 @@ def worker(
     from pipeline.workers.projection.service import WorkerOptions, serve_projection
 
     configure_json_logging()
-    settings = Settings.from_env().with_choices(backend=backend, metrics_port=metrics_port)
+    settings = broker_settings().with_choices(backend=backend, metrics_port=metrics_port)
     options = WorkerOptions(worker_id=worker_id or default_worker_id("worker"), group_id=group, batch_size=batch_size)
     serve_projection(settings, options, stop_on_signals())

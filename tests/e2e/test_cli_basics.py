@@ -6,6 +6,8 @@ import os
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.processes import dpm_cli
 
 
@@ -35,9 +37,12 @@ def test_topics_create_against_the_session_broker_is_idempotent(kafka_bootstrap:
     assert "Traceback" not in conflict.stderr
 
 
-def test_a_command_that_needs_the_broker_says_at_once_that_none_answers(tmp_path: Path) -> None:
+@pytest.mark.parametrize("command", [("replay", "--all"), ("worker",), ("baseline",)])
+def test_a_command_that_needs_the_broker_says_at_once_that_none_answers(
+    command: tuple[str, ...], tmp_path: Path
+) -> None:
     started = time.monotonic()
-    result = dpm_cli("replay", "--all", env={"DPM_HOME": str(tmp_path), "DPM_BOOTSTRAP": "127.0.0.1:1"})
+    result = dpm_cli(*command, env={"DPM_HOME": str(tmp_path), "DPM_BOOTSTRAP": "127.0.0.1:1"})
     took = time.monotonic() - started
     assert result.returncode == 1
     lines = result.stderr.strip().splitlines()
