@@ -39,7 +39,7 @@ def demo(
 
     folder = workdir or Path(tempfile.mkdtemp(prefix="dpm-demo-"))
     folder.mkdir(parents=True, exist_ok=True)
-    console = output_console() if not as_json else output_console(stderr=True)
+    console = output_console(stderr=as_json)  # with --json, stdout holds the JSON alone
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console) as bar:  # fmt: skip
         waiting = bar.add_task("generating cases and starting the pipeline", total=None)

@@ -73,7 +73,7 @@ def read_range(
                     raise KafkaAdapterError(f"reading {topic}[{partition}] failed: {error.str()}")
                 offset = received.offset() or 0
                 if wanted is None or offset in wanted:
-                    yield _raw(partition, received)
+                    yield raw_record(received)
                 if offset >= last:
                     return
     finally:
@@ -125,11 +125,12 @@ def _first_at_or_after(
                 return None
             raise KafkaAdapterError(f"reading {topic}[{partition}] failed: {error.str()}")
         if (msg.offset() or 0) >= offset:
-            return _raw(partition, msg)
+            return raw_record(msg)
 
 
-def _raw(partition: int, msg: Message) -> RawRecord:
-    return RawRecord(LogPosition(partition, msg.offset() or 0), msg.key(), msg.value(), msg.timestamp()[1])
+def raw_record(msg: Message) -> RawRecord:
+    """A consumed message as the core's RawRecord: where it was read, its bytes, its timestamp."""
+    return RawRecord(LogPosition(msg.partition() or 0, msg.offset() or 0), msg.key(), msg.value(), msg.timestamp()[1])
 
 
 def _release(consumer: Consumer, topic: str, partition: int) -> None:

@@ -16,6 +16,7 @@ from pipeline.core.event_log import RawRecord
 from pipeline.core.events import LogPosition
 from pipeline.core.model import ModelBackendError
 from pipeline.kafka.errors import KafkaAdapterError
+from pipeline.kafka.range_reads import raw_record
 
 _LOG = logging.getLogger("pipeline.kafka.transactions")
 _LIB_LOG = logging.getLogger("pipeline.kafka.librdkafka")
@@ -121,10 +122,6 @@ class _Started:
         return self.deferred.finish(self.future.result())
 
 
-def _raw(msg: Message) -> RawRecord:
-    return RawRecord(LogPosition(msg.partition() or 0, msg.offset() or 0), msg.key(), msg.value(), msg.timestamp()[1])
-
-
 class TransactionalLoop:
     """Consumes a batch, runs the handler, and commits outputs with the batch's offsets, or nothing.
 
@@ -225,7 +222,7 @@ class TransactionalLoop:
                 if taken and time.monotonic() - started > self._config.batch_time_s:
                     slots.release()
                     break
-                taken.append(self._launch(_raw(msg), slots))
+                taken.append(self._launch(raw_record(msg), slots))
         finally:  # never leave a model call running for a batch that is consumed again
             wait([s.future for s in taken if s.future is not None])
         return batch[: len(taken)], self._finish(taken)
@@ -275,7 +272,7 @@ class TransactionalLoop:
         offsets = [TopicPartition(self._config.input_topic, p, o) for p, o in next_offsets.items()]
         self._producer.send_offsets_to_transaction(offsets, self._consumer.consumer_group_metadata(), 30)
         self._producer.commit_transaction(60)
-        self._handler.committed([_raw(m) for m in done])
+        self._handler.committed([raw_record(m) for m in done])
         self.stats.batches += 1
         self.stats.records += len(done)
         self.stats.outputs += len(outputs)

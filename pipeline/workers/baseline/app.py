@@ -119,8 +119,8 @@ class Baseline:
         # case key -> CaseState.to_json(); step_key(case, budget, seq) -> SummStep.to_json()
         self.cases = self.app.Table("summ-cases", partitions=options.partitions)
         self.steps = self.app.Table("summ-steps", partitions=options.partitions)
-        # Per case: its last RECENT_TRIGGERS_PER_CASE triggers decided or refused as duplicates (HandledTriggers),
-        # or refused as duplicates, and where each was read (only decide() writes it)
+        # Per case: its last RECENT_TRIGGERS_PER_CASE triggers decided or refused as duplicates, and where
+        # each was read (HandledTriggers; only decide() writes it)
         self.decided = self.app.Table("summ-decided", partitions=options.partitions)
         self.app.agent(self._raw_topic(names.events), name="summ-events")(self._on_events)
         self.app.agent(self._raw_topic(names.triggers), name="summ-triggers")(self._on_triggers)
@@ -325,8 +325,7 @@ class Baseline:
         if handled.decided(request.trigger_id):
             duplicate = RejectedError(Rejection.DUPLICATE, f"trigger {request.trigger_id!r} was decided already")
             await self._reject(record, self.names.triggers, duplicate)
-            self._handled_trigger(request, handled.add(request.trigger_id, record.position, refused=True,
-                                                       keep=RECENT_TRIGGERS_PER_CASE))  # fmt: skip
+            self._remember(request, handled, record.position, refused=True)
             return None
         count, state = await self._await_steps(request)
         budgets = state.budgets
@@ -352,8 +351,7 @@ class Baseline:
                                 self.backend.name, self.options.worker_id)  # fmt: skip
         published = run_records(result, trajectory, task=request.task, budget=budget, provenance=provenance)
         await self._send(run_outputs(published, self.names, self.sealing))
-        self._handled_trigger(request, handled.add(request.trigger_id, record.position, refused=False,
-                                                   keep=RECENT_TRIGGERS_PER_CASE))  # fmt: skip
+        self._remember(request, handled, record.position, refused=False)
         if self.metrics is not None:  # the N steps were counted as they ran
             observe_published(self.metrics, result, published, triggered_ms=record.timestamp_ms,
                               calls_counted_already=len(calls))  # fmt: skip
@@ -363,8 +361,12 @@ class Baseline:
                          "worker_id": self.options.worker_id})  # fmt: skip
         return result
 
-    def _handled_trigger(self, request: DecisionRequest, handled: HandledTriggers) -> None:
-        self.decided[request.case.key] = handled.to_json()
+    def _remember(
+        self, request: DecisionRequest, handled: HandledTriggers, position: LogPosition, *, refused: bool
+    ) -> None:
+        """Adds the trigger read at `position` to its case's handled triggers (the last RECENT_TRIGGERS_PER_CASE)."""
+        added = handled.add(request.trigger_id, position, refused=refused, keep=RECENT_TRIGGERS_PER_CASE)
+        self.decided[request.case.key] = added.to_json()
 
     async def _await_steps(self, request: DecisionRequest) -> tuple[int, CaseState]:
         """Waits until the case's memory covers the trigger's events; returns that count and the case's state."""
