@@ -22,6 +22,7 @@ import datetime as dt
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -34,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from pipeline.bench.generate import GenerationSpec, generate_cases
 from pipeline.config.settings import Settings
@@ -154,6 +155,36 @@ def _settle(stage: Stage, outcome: Outcome, expected: set[DecisionId], since: fl
     outcome.recover_s = round(time.monotonic() - since, 1) if not outcome.lost else None
     outcome.dead_letters = Counter(json.loads(r.value or b"{}").get("reason", "?")
                                    for r in read_topic(stage.config, stage.names.dlq))  # fmt: skip
+    if outcome.lost:
+        _diagnose(stage, outcome.scenario, sorted(str(d) for d in expected - present))
+
+
+def _diagnose(stage: Stage, scenario: str, lost: list[str]) -> None:
+    """Says what a loss looks like from outside: stalled (input left uncommitted) or skipped (committed past).
+
+    Prints the lost ids, the projection group's committed offsets against the triggers' ends, and
+    the workers' last warnings; keeps the processes' logs under out/chaos/.
+    """
+    print(f"\n{scenario}: lost {', '.join(lost)}", flush=True)
+    reader = Consumer({**stage.config, "group.id": f"{stage.names.prefix}-projection", "enable.auto.commit": False})
+    try:
+        partitions = [TopicPartition(stage.names.triggers, p) for p in range(3)]
+        for tp in reader.committed(partitions, timeout=10):
+            _, end = reader.get_watermark_offsets(tp, timeout=10)
+            print(f"  {tp.topic}[{tp.partition}]: committed {tp.offset}, end {end}", flush=True)
+    except KafkaException as exc:
+        print(f"  committed offsets unavailable: {exc}", flush=True)
+    finally:
+        reader.close()
+    for log in sorted(stage.logs.glob("*.log")):
+        noted = [line for line in log.read_text(errors="replace").splitlines() if '"level": "' in line
+                 and ('"WARNING"' in line or '"ERROR"' in line)]  # fmt: skip
+        for line in noted[-6:]:
+            print(f"  {log.name}: {line[:400]}", flush=True)
+    kept = Path("out/chaos") / f"{scenario}-logs"
+    shutil.rmtree(kept, ignore_errors=True)
+    shutil.copytree(stage.logs, kept)
+    print(f"  logs kept in {kept}", flush=True)
 
 
 def _crashed(procs: list[subprocess.Popen[bytes]], killed: set[int]) -> int:

@@ -103,6 +103,7 @@ class LoopStats:
     aborts: int = 0  # transactions aborted
     retries: int = 0  # batches consumed again after a transient failure, before any transaction began
     producers_replaced: int = 0
+    reseeks: int = 0  # rewinds that had not taken effect when the next batch came, so were made again
     on_batch: list[Callable[[int, float], None]] = field(default_factory=list)
 
 
@@ -164,11 +165,14 @@ class TransactionalLoop:
         }
         self._producer = Producer(self._producer_config, logger=_LIB_LOG)
         self._pool = ThreadPoolExecutor(max_workers=config.concurrency, thread_name_prefix="model-call")
+        # partition -> offset a rewind sought to, until the partition's next batch shows that it took
+        self._rewound: dict[int, int] = {}
 
     def start(self) -> None:
         try:
             self._producer.init_transactions(30)
-            self._consumer.subscribe([self._config.input_topic])
+            self._consumer.subscribe([self._config.input_topic], on_assign=self._forget_rewinds,
+                                     on_revoke=self._forget_rewinds, on_lost=self._forget_rewinds)  # fmt: skip
         except KafkaException as exc:
             raise KafkaAdapterError(f"worker could not join {self._config.group_id}: {exc}") from exc
 
@@ -198,12 +202,35 @@ class TransactionalLoop:
     def _failed(self, record: RawRecord) -> None:
         self._attempts[record.position] = self._attempts.get(record.position, 0) + 1
 
-    def _rewind(self, batch: list[Message]) -> None:
-        firsts: dict[int, int] = {}
-        for msg in batch:
-            firsts.setdefault(msg.partition() or 0, msg.offset() or 0)
-        for partition, offset in firsts.items():
+    def _rewind(self, batch: list[Message], to: dict[int, int] | None = None) -> None:
+        """Seeks each partition of `batch` back to its first record there (or to the offset `to` names)."""
+        for partition, offset in {**_firsts(batch), **(to or {})}.items():
             self._consumer.seek(TopicPartition(self._config.input_topic, partition, offset))
+            self._rewound[partition] = offset
+
+    def _rewinds_took(self, batch: list[Message]) -> bool:
+        """False, and the batch rewound again, when a partition's records resume past where a rewind sought.
+
+        The record sought to was read before, so after the seek it must come next. Committing a batch
+        that starts later would commit past records never handled: a silent loss. A seek is asked of
+        the client's fetcher, which may be busy with a leader change when it arrives.
+        """
+        firsts = _firsts(batch)
+        skipped = {p: self._rewound[p] for p, first in firsts.items() if first > self._rewound.get(p, first)}
+        for partition in firsts:
+            self._rewound.pop(partition, None)
+        if not skipped:
+            return True
+        _LOG.error("a rewind had not taken effect (sought %s, next records at %s); seeking again", skipped,
+                   {p: firsts[p] for p in skipped})  # fmt: skip
+        self.stats.reseeks += 1
+        self._rewind(batch, to=skipped)
+        return False
+
+    def _forget_rewinds(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        """A (re)assigned or revoked partition restarts from its committed offset: earlier rewinds no longer apply."""
+        for tp in partitions:
+            self._rewound.pop(tp.partition, None)
 
     def _process(self, batch: list[Message]) -> tuple[list[Message], list[Output]]:
         """Runs the handler over the batch, outside any transaction: the records done and their outputs.
@@ -287,7 +314,7 @@ class TransactionalLoop:
             return 0
         rest = self._consumer.consume(self._config.batch_size - 1, 0) if self._config.batch_size > 1 else []
         batch = [m for m in (first, *rest) if self._usable(m)]
-        if not batch:
+        if not batch or not self._rewinds_took(batch):
             return 0
         if self._on_progress is not None:  # positions are known now: the lag probe counts from here
             self._on_progress()
@@ -361,3 +388,11 @@ class TransactionalLoop:
         self._pool.shutdown(wait=True)
         self._consumer.close()
         self._producer.flush(10)
+
+
+def _firsts(batch: Sequence[Message]) -> dict[int, int]:
+    """Each partition's first (lowest) offset in a batch, which holds each partition's records in order."""
+    firsts: dict[int, int] = {}
+    for msg in batch:
+        firsts.setdefault(msg.partition() or 0, msg.offset() or 0)
+    return firsts

@@ -5,9 +5,10 @@ from __future__ import annotations
 import threading
 import uuid
 from collections.abc import Sequence
+from typing import Any
 
 import orjson
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer, TopicPartition
 
 from pipeline.core.case import Case
 from pipeline.core.event_log import RawRecord
@@ -15,6 +16,7 @@ from pipeline.core.events import LogPosition
 from pipeline.core.memory_log import InMemoryEventLog
 from pipeline.core.model import ModelBackend, ModelBackendError, ModelRequest, ModelResponse
 from pipeline.core.task import Architecture
+from pipeline.kafka.errors import KafkaAdapterError
 from pipeline.kafka.producer import EventProducer
 from pipeline.kafka.range_reads import read_topic
 from pipeline.kafka.topics import TopicNames
@@ -166,3 +168,54 @@ def test_a_batch_calls_the_model_concurrently_and_commits_what_sequential_work_w
         expected = {o.key: o.value for o in sequential.handle(trigger) if o.topic == topic_names.views}
         assert expected.items() <= views.items()  # byte-identical to the view made record by record
     assert len(views) == 8
+
+
+class _LosesFirstSeek:
+    """A consumer whose first seek is lost, as a seek that meets a leader change can be."""
+
+    def __init__(self, inner: Consumer) -> None:
+        self._inner, self.lost = inner, 0
+
+    def seek(self, partition: TopicPartition) -> None:
+        if not self.lost:
+            self.lost += 1
+            return
+        self._inner.seek(partition)
+
+    def __getattr__(self, name: str) -> Any:  # every other call goes to the real consumer
+        return getattr(self._inner, name)
+
+
+class _FailsOnce(ProjectionHandler):
+    """Fails the trigger at offset 1 once, as a read during a broker node's loss does."""
+
+    failed = False
+
+    def start(self, record: RawRecord) -> Step:
+        if record.position.offset == 1 and not self.failed:
+            self.failed = True
+            raise KafkaAdapterError("reading the events failed: broker handle destroyed")
+        return super().start(record)
+
+
+def test_a_rewind_that_does_not_take_is_made_again_and_no_trigger_is_skipped(
+    kafka_config: dict[str, str], topic_names: TopicNames
+) -> None:
+    log, case, positions = _logged_fixture(kafka_config, topic_names)
+    for n in range(3):  # one case: one partition, offsets 0, 1, 2
+        _trigger(kafka_config, topic_names, f"s{n}", case, positions)
+    config = LoopConfig(group_id=f"g-{uuid.uuid4().hex}", input_topic=topic_names.triggers,
+                        transactional_id=f"tx-{uuid.uuid4().hex}", batch_size=1, retry_backoff_s=0.1)  # fmt: skip
+    loop = TransactionalLoop(kafka_config, config, _FailsOnce(topic_names, log, ExtractiveBackend(), "w"))
+    consumer = loop._consumer = _LosesFirstSeek(loop._consumer)  # type: ignore[assignment]
+    loop.start()
+    committed = 0
+    for _ in range(60):
+        committed += loop.run_once(timeout_s=1.0)
+        if committed == 3:
+            break
+    loop.close()
+    assert consumer.lost == 1
+    assert loop.stats.reseeks == 1  # offset 2 came after the lost rewind to 1: sought again, not committed
+    decisions = [orjson.loads(r.value or b"")["decision_id"] for r in read_topic(kafka_config, topic_names.decisions)]
+    assert sorted(decisions) == ["s0:dpm", "s1:dpm", "s2:dpm"]
