@@ -12,6 +12,7 @@ from pipeline.cli.baseline import baseline
 from pipeline.cli.demo import demo
 from pipeline.cli.ingest import erase, produce, trigger
 from pipeline.cli.inspect import compare, replay
+from pipeline.cli.ui import ui
 from pipeline.cli.worker import worker
 from pipeline.core.errors import DpmError
 
@@ -33,6 +34,7 @@ app.command()(bench.tams)
 app.command()(demo)
 app.command()(worker)
 app.command()(baseline)
+app.command()(ui)
 for command in (produce, trigger, compare, replay, erase):
     app.command()(command)
 

@@ -242,6 +242,52 @@ class MetricsSettings(_Group):
         return _comma_list(value)
 
 
+class UiSettings(_Group):
+    """The auditor's web pages (`dpm ui`): where they listen, who may read them, how much they keep."""
+
+    addr: str = Field("127.0.0.1", validation_alias="DPM_UI_ADDR", description="address `dpm ui` binds to")
+    port: int = Field(8080, ge=1, le=65535, validation_alias="DPM_UI_PORT", description="port of `dpm ui`")
+    tokens: dict[str, SecretStr] = Field(
+        default_factory=dict,
+        validation_alias="DPM_UI_TOKENS",
+        description="`tenant=token,...`: each token reads its tenant's decisions only (16+ characters each)",
+    )
+    admin_token: SecretStr | None = Field(
+        None, validation_alias="DPM_UI_ADMIN_TOKEN", description="a token that reads every tenant (16+ characters)"
+    )
+    max_decisions: int = Field(
+        10_000,
+        ge=1,
+        validation_alias="DPM_UI_MAX_DECISIONS",
+        description="decisions the UI keeps in memory, newest first (older ones are dropped)",
+    )
+    refresh_s: float = Field(
+        2.0, gt=0, validation_alias="DPM_UI_REFRESH_S", description="seconds between reads of new outputs"
+    )
+
+    @field_validator("tokens", mode="before")
+    @classmethod
+    def _pairs(cls, value: Any) -> Any:  # noqa: ANN401 - pydantic passes the raw input
+        if not isinstance(value, str):
+            return value
+        pairs = [item.partition("=") for item in _comma_list(value)]
+        if any(not tenant.strip() or not sep for tenant, sep, _ in pairs):
+            raise ValueError("expected tenant=token pairs separated by commas")
+        return {tenant.strip(): token.strip() for tenant, _, token in pairs}
+
+    @model_validator(mode="after")
+    def _long_enough(self) -> UiSettings:
+        secrets = [*self.tokens.values(), *([self.admin_token] if self.admin_token else [])]
+        if any(len(t.get_secret_value()) < _MIN_TOKEN_CHARS for t in secrets):
+            raise ValueError(f"every UI token (DPM_UI_TOKENS, DPM_UI_ADMIN_TOKEN) needs {_MIN_TOKEN_CHARS}+ characters")
+        if len({t.get_secret_value() for t in secrets}) < len(secrets):
+            raise ValueError("two UI principals share a token (DPM_UI_TOKENS, DPM_UI_ADMIN_TOKEN)")
+        return self
+
+
+_MIN_TOKEN_CHARS = 16
+
+
 class KeySettings(_Group):
     """Envelope encryption of case content and how soon erased records are physically gone."""
 
@@ -278,6 +324,7 @@ class Settings(BaseModel):
     worker: WorkerSettings = Field(default_factory=lambda: WorkerSettings.model_validate({}))
     metrics: MetricsSettings = Field(default_factory=lambda: MetricsSettings.model_validate({}))
     keys: KeySettings = Field(default_factory=lambda: KeySettings.model_validate({}))
+    ui: UiSettings = Field(default_factory=lambda: UiSettings.model_validate({}))
 
     def keys_dir(self) -> Path:
         return self.keys.keys_dir or self.paths.home / "keys"
@@ -290,8 +337,10 @@ class Settings(BaseModel):
             return cls.model_validate({name: group.model_validate(source) for name, group in _GROUPS.items()})
         except ValidationError as exc:
             first = exc.errors()[0]
-            where = ".".join(str(p) for p in first["loc"]) or "settings"
-            raise SettingsError(f"{where}: {first['msg']} (got {first.get('input')!r})") from exc
+            where = ".".join(str(p) for p in first["loc"])
+            # A whole group's input, or a secret's, is never echoed: it may hold credentials.
+            shown = f" (got {first.get('input')!r})" if where and where not in _SECRET_VARIABLES else ""
+            raise SettingsError(f"{where or 'settings'}: {first['msg']}{shown}") from exc
 
     def with_choices(self, *, backend: str | None = None, metrics_port: int | None = None) -> Settings:
         """These settings with a command line's choices applied (None keeps the setting)."""
@@ -307,7 +356,16 @@ _GROUPS: dict[str, type[_Group]] = {
     "worker": WorkerSettings,
     "metrics": MetricsSettings,
     "keys": KeySettings,
+    "ui": UiSettings,
 }
+
+
+_SECRET_VARIABLES = frozenset(
+    str(field.validation_alias)
+    for group in _GROUPS.values()
+    for field in group.model_fields.values()
+    if isinstance(field.validation_alias, str) and "SecretStr" in str(field.annotation)
+)
 
 
 def _environment() -> dict[str, str]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from enum import StrEnum
@@ -122,10 +122,25 @@ def extract_anchors(text: str) -> tuple[Anchor, ...]:
     return tuple(iter_anchors(text))
 
 
+def _verbatim(anchor_text: str) -> re.Pattern[str]:
+    """`anchor_text` as a whole anchor, not inside a longer number."""
+    return re.compile(rf"(?<![\w.,]){re.escape(anchor_text)}(?![\w%]|[.,]\d)")
+
+
 def contains_verbatim(haystack: str, anchor_text: str) -> bool:
     """True when `anchor_text` occurs in `haystack` as a whole anchor, not inside a longer number."""
-    pattern = rf"(?<![\w.,]){re.escape(anchor_text)}(?![\w%]|[.,]\d)"
-    return re.search(pattern, haystack) is not None
+    return _verbatim(anchor_text).search(haystack) is not None
+
+
+def verbatim_spans(haystack: str, anchor_texts: Iterable[str]) -> list[tuple[int, int]]:
+    """Where any of `anchor_texts` occurs in `haystack` as a whole anchor: sorted, non-overlapping (start, end)."""
+    found = sorted({m.span() for text in set(anchor_texts) for m in _verbatim(text).finditer(haystack)},
+                   key=lambda span: (span[0], -span[1]))  # fmt: skip
+    spans: list[tuple[int, int]] = []
+    for start, end in found:
+        if not spans or start >= spans[-1][1]:
+            spans.append((start, end))
+    return spans
 
 
 def anchor_value(text: str) -> tuple[AnchorKind, str] | None:

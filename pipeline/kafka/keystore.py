@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import logging
-import uuid
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from pipeline.config.settings import Settings
 from pipeline.core.events import CaseRef
-from pipeline.kafka.admin import topic_partitions
 from pipeline.kafka.errors import KafkaAdapterError
+from pipeline.kafka.follow import TopicFollower
 from pipeline.kafka.partitioning import case_partition
-from pipeline.kafka.range_reads import read_range
 from pipeline.kafka.topics import TopicNames
 from pipeline.keys.providers import KeyProvider, LocalFileKeyProvider
 from pipeline.keys.ring import KeyRing
@@ -31,20 +29,8 @@ class KafkaKeyTopic:
     def __init__(self, client_config: dict[str, str], topic: str) -> None:
         self._topic = topic
         self._config = client_config
-        self._consumer = Consumer(
-            {**client_config, "group.id": f"dpm-keys-{uuid.uuid4().hex}", "enable.auto.commit": False,
-             "isolation.level": "read_committed", "enable.partition.eof": True, "fetch.wait.max.ms": 5,
-             "auto.offset.reset": "earliest"},  # from offset 0 even if the log no longer starts there
-            logger=_LOG,
-        )  # fmt: skip
+        self._follower = TopicFollower(client_config, topic)
         self._producer: Producer | None = None
-        self._next: dict[int, int] = {}
-        self._partitions: int | None = None
-
-    def _partition_count(self) -> int:
-        if self._partitions is None:
-            self._partitions = topic_partitions(self._config, self._topic)
-        return self._partitions
 
     def publish(self, case: CaseRef, record: KeyRecord | None) -> None:
         if self._producer is None:
@@ -58,7 +44,7 @@ class KafkaKeyTopic:
         try:
             value = None if record is None else record.encode()
             self._producer.produce(self._topic, key=case.key.encode(), value=value,
-                                   partition=case_partition(case, self._partition_count()),
+                                   partition=case_partition(case, self._follower.partition_count()),
                                    headers=[(TENANT_HEADER, case.tenant.encode())], on_delivery=delivered)  # fmt: skip
             remaining = self._producer.flush(30)
         except (KafkaException, BufferError) as exc:
@@ -66,26 +52,9 @@ class KafkaKeyTopic:
         if failures or remaining:
             raise KafkaAdapterError(f"the key record of {case.key} was not stored: {failures or remaining}")
 
-    def _ends(self) -> dict[int, int]:
-        """Every partition's high watermark (a worker asks before each trigger).
-
-        Asked through the consumer, whose leader metadata is refreshed as soon as a broker is lost; an
-        AdminClient kept asking the dead leader, 10 s a time, until its metadata aged out.
-        """
-        tps = [TopicPartition(self._topic, p) for p in range(self._partition_count())]
-        return {tp.partition: self._consumer.get_watermark_offsets(tp, timeout=10)[1] for tp in tps}
-
     def sync(self, ring: KeyRing) -> None:
-        try:
-            for partition, high in self._ends().items():
-                start = self._next.get(partition, 0)
-                if start >= high:
-                    continue
-                for raw in read_range(self._consumer, self._topic, partition, start, last=high - 1, timeout_s=10):
-                    self._apply(ring, raw.key, raw.value)
-                self._next[partition] = high
-        except KafkaException as exc:
-            raise KafkaAdapterError(f"reading {self._topic} failed: {exc}") from exc
+        for raw in self._follower.new_records():
+            self._apply(ring, raw.key, raw.value)
 
     @staticmethod
     def _apply(ring: KeyRing, key: bytes | None, value: bytes | None) -> None:
@@ -101,7 +70,7 @@ class KafkaKeyTopic:
     def close(self) -> None:
         if self._producer is not None:
             self._producer.flush(10)
-        self._consumer.close()
+        self._follower.close()
 
 
 def kafka_case_keys(client_config: dict[str, str], topic: str, provider: KeyProvider) -> CaseKeys:

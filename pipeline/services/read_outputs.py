@@ -5,18 +5,19 @@ from __future__ import annotations
 import logging
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Generic, NamedTuple, TypeVar
 
 from pipeline.core.errors import DpmError
+from pipeline.core.event_log import RawRecord
 from pipeline.core.events import CaseRef
 from pipeline.kafka.range_reads import read_topic
 from pipeline.kafka.topics import TopicNames
 from pipeline.wire.audit import AuditRecord
 from pipeline.wire.decision import DecisionRecord
 from pipeline.wire.rejection import RejectedError, decode_object
-from pipeline.wire.sealing import CaseCipher, CaseErasedError, case_of, open_body
+from pipeline.wire.sealing import SEALED, CaseCipher, CaseErasedError, case_of, open_body
 from pipeline.wire.trigger import DecisionId, DecisionRequest, TriggerLimits
 from pipeline.wire.view import ViewRecord
 
@@ -34,6 +35,7 @@ class PublishedOutputs:
     triggers: dict[str, DecisionRequest] = field(default_factory=dict)
     # Decisions of erased cases: their content is sealed under a destroyed key; only ids remain.
     erased: dict[DecisionId, CaseRef] = field(default_factory=dict)
+    erased_ms: dict[DecisionId, int] = field(default_factory=dict)  # when each was published
     duplicates: int = 0
     unreadable: int = 0
 
@@ -42,24 +44,41 @@ class PublishedOutputs:
 _READ_ANY = TriggerLimits(max_positions=100_000, domains=None)
 
 
-def _records(config: dict[str, str], topic: str, decode: Callable[[Mapping[str, Any]], _Record],
-             outputs: PublishedOutputs, cipher: CaseCipher | None) -> Iterator[_Record]:  # fmt: skip
-    """Decoded records of an output topic, opened; one that does not decode is counted, never crashes the reader.
+class Opened(NamedTuple, Generic[_Record]):
+    """An output record decoded and opened, the raw record it came from, and whether it was sealed."""
 
-    The workers built these records from typed objects, so a reader only decodes: validating every
+    raw: RawRecord
+    record: _Record
+    sealed: bool
+
+
+def decoded(raws: Iterable[RawRecord], topic: str, decode: Callable[[Mapping[str, Any]], _Record],
+            outputs: PublishedOutputs, cipher: CaseCipher | None) -> Iterator[Opened[_Record]]:  # fmt: skip
+    """Output records decoded and opened, each with the raw record it came from.
+
+    One that does not decode is counted in `outputs.unreadable`, never crashes the reader. The
+    workers built these records from typed objects, so a reader only decodes: validating every
     audit record against its schema would cost more CPU than making the decision. A record of an
     erased case is listed in `outputs.erased` by its clear decision id, without content.
     """
-    for raw in read_topic(config, topic):
+    for raw in raws:
         body: dict[str, Any] = {}
         try:
             body = decode_object(raw.value, f"record at {topic} {raw.position}")
-            yield decode(open_body(body, cipher))
+            yield Opened(raw, decode(open_body(body, cipher)), SEALED in body)
         except CaseErasedError as exc:
-            outputs.erased.setdefault(DecisionId.parse(str(body.get("decision_id"))), exc.case or case_of(body))
+            decision_id = DecisionId.parse(str(body.get("decision_id")))
+            outputs.erased.setdefault(decision_id, exc.case or case_of(body))
+            outputs.erased_ms.setdefault(decision_id, raw.timestamp_ms or 0)
         except (DpmError, KeyError, TypeError, ValueError) as exc:
             _LOG.warning("skipped an unreadable record at %s %s: %r", topic, raw.position, exc)
             outputs.unreadable += 1
+
+
+def _records(config: dict[str, str], topic: str, decode: Callable[[Mapping[str, Any]], _Record],
+             outputs: PublishedOutputs, cipher: CaseCipher | None) -> Iterator[_Record]:  # fmt: skip
+    """Every record of an output topic, decoded and opened (see `decoded`)."""
+    return (opened.record for opened in decoded(read_topic(config, topic), topic, decode, outputs, cipher))
 
 
 def _decisions(config: dict[str, str], names: TopicNames, outputs: PublishedOutputs, cipher: CaseCipher | None) -> None:

@@ -37,7 +37,8 @@ def test_manifests_parse_and_use_known_settings() -> None:
             for doc in _docs(path):
                 kinds[f"{doc['kind']}/{doc['metadata']['name']}"] = doc
     assert set(kinds) == {"ConfigMap/dpm-settings", "Secret/dpm-secrets", "PersistentVolumeClaim/dpm-keys",
-                          "Deployment/dpm-worker", "Deployment/dpm-baseline", "ScaledObject/dpm-worker"}  # fmt: skip
+                          "Deployment/dpm-worker", "Deployment/dpm-baseline", "ScaledObject/dpm-worker",
+                          "Deployment/dpm-ui", "Service/dpm-ui", "Secret/dpm-ui-tokens"}  # fmt: skip
     config = kinds["ConfigMap/dpm-settings"]["data"]
     secret = kinds["Secret/dpm-secrets"]["stringData"]
     assert set(config) | set(secret) <= set(ENVIRONMENT)
@@ -54,6 +55,7 @@ def test_manifests_parse_and_use_known_settings() -> None:
         mounts = {m["mountPath"] for m in container["volumeMounts"]}
         assert {"/var/lib/dpm", "/tmp"} <= mounts
         assert pod["securityContext"]["runAsNonRoot"] is True
+    _check_ui(kinds)
     scaled = kinds["ScaledObject/dpm-worker"]["spec"]
     assert scaled["scaleTargetRef"]["name"] == "dpm-worker"
     trigger = scaled["triggers"][0]["metadata"]
@@ -62,12 +64,30 @@ def test_manifests_parse_and_use_known_settings() -> None:
     assert sorted(listed) == sorted(p.name for p in K8S.glob("*.yaml") if p.name != "kustomization.yaml")
 
 
+def _check_ui(kinds: dict[str, dict[str, Any]]) -> None:
+    """The UI runs with no token unless one is filled in (it then refuses to start), inside the cluster only."""
+    tokens = kinds["Secret/dpm-ui-tokens"]["stringData"]
+    assert set(tokens) == {"DPM_UI_TOKENS", "DPM_UI_ADMIN_TOKEN"}
+    assert not any(tokens.values())
+    assert kinds["Service/dpm-ui"]["spec"]["type"] == "ClusterIP"
+    container = kinds["Deployment/dpm-ui"]["spec"]["template"]["spec"]["containers"][0]
+    assert container["args"] == ["ui"]
+    assert {e["name"] for e in container["env"]} <= set(ENVIRONMENT)
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert next(m for m in container["volumeMounts"] if m["name"] == "keys")["readOnly"] is True
+
+
 def test_compose_uses_known_settings_and_wires_monitoring() -> None:
     compose = yaml.safe_load((REPO / "docker-compose.yml").read_text())
     for service in ("topic-init", "worker", "baseline"):  # the image's entrypoint is already `dpm`
         assert compose["services"][service]["command"][0] in {"topics", "worker", "baseline"}
     env = compose["x-dpm-env"]
     assert set(env) <= set(ENVIRONMENT)
+    ui = compose["services"]["ui"]
+    assert ui["command"] == ["ui"]
+    assert set(ui["environment"]) <= set(ENVIRONMENT)
+    assert ui["ports"] == ["127.0.0.1:8080:8080"]  # published on this machine's loopback only
     volumes = " ".join(compose["services"]["prometheus"]["volumes"] + compose["services"]["grafana"]["volumes"])
     assert "deploy/prometheus" in volumes
     assert "deploy/grafana/dashboards" in volumes

@@ -1,0 +1,241 @@
+"""The auditor's index: published decisions, their views and where their audit records are, in memory.
+
+Built by following the output topics (each record read once) and kept current by a thread of its
+own, so a page never re-reads a topic: a decision page reads only its own audit records (by offset)
+and its case's recorded events.
+
+Memory is bounded by `capacity` decisions, newest kept: each holds its decision record (with one
+position per event read), its view (at most its budget in characters) and one position per audit
+record; audit records themselves (prompts and raw answers) stay in Kafka. Measured with tracemalloc:
+about 10 KB per decision of a 10-event case and 19 KB of a 90-event case, with 900-character views.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from pipeline.core.event_log import EventLog
+from pipeline.core.events import CaseRef, LogPosition
+from pipeline.core.task import Architecture
+from pipeline.kafka.follow import TopicFollower
+from pipeline.kafka.topics import TopicNames
+from pipeline.keys.store import CaseKeys
+from pipeline.services.read_outputs import Opened, PublishedOutputs, decoded
+from pipeline.wire.audit import AuditRecord
+from pipeline.wire.decision import DecisionRecord
+from pipeline.wire.trigger import DecisionId
+from pipeline.wire.view import ViewRecord
+
+_Record = TypeVar("_Record", DecisionRecord, ViewRecord, AuditRecord)
+
+
+@dataclass
+class IndexedDecision:
+    """A decision as the pages show it; `audit_positions` maps call index to where its audit record is."""
+
+    record: DecisionRecord
+    decided_ms: int
+    sealed: bool
+    view: ViewRecord | None = None
+    audit_positions: dict[int, LogPosition] = field(default_factory=dict)
+
+    @property
+    def decision_id(self) -> DecisionId:
+        return self.record.decision_id
+
+    @property
+    def case(self) -> CaseRef:
+        return self.record.case
+
+
+@dataclass(frozen=True)
+class ErasedDecision:
+    """A decision of an erased case: its id and case, nothing of its content."""
+
+    decision_id: DecisionId
+    case: CaseRef
+    decided_ms: int
+
+
+Listed = IndexedDecision | ErasedDecision
+
+
+@dataclass(frozen=True)
+class DecisionFilter:
+    """What a list shows: every field None matches all; `label` matches no erased decision."""
+
+    tenant: str | None = None
+    case_id: str | None = None
+    architecture: Architecture | None = None
+    label: str | None = None
+    since_ms: int | None = None
+    until_ms: int | None = None
+
+    def matches(self, item: Listed) -> bool:
+        if self.tenant is not None and item.case.tenant != self.tenant:
+            return False
+        if self.case_id is not None and item.case.case_id != self.case_id:
+            return False
+        if self.architecture is not None and item.decision_id.architecture is not self.architecture:
+            return False
+        if self.since_ms is not None and item.decided_ms < self.since_ms:
+            return False
+        if self.until_ms is not None and item.decided_ms > self.until_ms:
+            return False
+        return self.label is None or (isinstance(item, IndexedDecision) and item.record.outcome.label == self.label)
+
+
+@dataclass(frozen=True)
+class Page:
+    items: tuple[Listed, ...]
+    number: int  # 1-based
+    pages: int
+    total: int
+
+
+class DecisionIndex:
+    """The newest `capacity` decisions (and erased ones), with views and audit positions; thread-safe.
+
+    The first committed decision of an id is kept, as every reader keeps it; views and audit
+    records that arrive before their decision wait for it in bounded maps.
+    """
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self._items: OrderedDict[DecisionId, Listed] = OrderedDict()
+        self._early_views: OrderedDict[DecisionId, ViewRecord] = OrderedDict()
+        self._early_audits: OrderedDict[DecisionId, dict[int, LogPosition]] = OrderedDict()
+        self._lock = threading.Lock()
+        self.duplicates = 0
+        self.dropped = 0  # evicted as the oldest beyond capacity
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def add_decision(self, record: DecisionRecord, decided_ms: int, *, sealed: bool) -> None:
+        with self._lock:
+            if record.decision_id in self._items:
+                self.duplicates += 1
+                return
+            item = IndexedDecision(record, decided_ms, sealed, self._early_views.pop(record.decision_id, None),
+                                   self._early_audits.pop(record.decision_id, {}))  # fmt: skip
+            self._insert(record.decision_id, item)
+
+    def add_erased(self, decision_id: DecisionId, case: CaseRef, decided_ms: int) -> None:
+        with self._lock:
+            if decision_id not in self._items:
+                self._insert(decision_id, ErasedDecision(decision_id, case, decided_ms))
+
+    def add_view(self, view: ViewRecord) -> None:
+        with self._lock:
+            item = self._items.get(view.decision_id)
+            if isinstance(item, IndexedDecision):
+                item.view = item.view or view
+            elif item is None:
+                self._early(self._early_views, view.decision_id, view)
+
+    def add_audit(self, decision_id: DecisionId, call_index: int, position: LogPosition) -> None:
+        with self._lock:
+            item = self._items.get(decision_id)
+            if isinstance(item, IndexedDecision):
+                item.audit_positions.setdefault(call_index, position)
+            elif item is None:
+                positions = self._early_audits.get(decision_id) or {}
+                positions.setdefault(call_index, position)
+                self._early(self._early_audits, decision_id, positions)
+
+    def _early(self, waiting: OrderedDict[DecisionId, Any], decision_id: DecisionId, value: object) -> None:
+        waiting[decision_id] = value
+        while len(waiting) > self.capacity:
+            waiting.popitem(last=False)
+
+    def _insert(self, decision_id: DecisionId, item: Listed) -> None:
+        self._items[decision_id] = item
+        while len(self._items) > self.capacity:
+            self._items.popitem(last=False)
+            self.dropped += 1
+
+    def sealed_cases(self) -> set[CaseRef]:
+        with self._lock:
+            return {i.case for i in self._items.values() if isinstance(i, IndexedDecision) and i.sealed}
+
+    def erase_case(self, case: CaseRef) -> int:
+        """Drops the content of the case's decisions, keeping them listed as erased; returns how many."""
+        with self._lock:
+            ids = [d for d, i in self._items.items() if isinstance(i, IndexedDecision) and i.case == case]
+            for decision_id in ids:
+                self._items[decision_id] = ErasedDecision(decision_id, case, self._items[decision_id].decided_ms)
+            return len(ids)
+
+    def get(self, decision_id: DecisionId) -> Listed | None:
+        with self._lock:
+            return self._items.get(decision_id)
+
+    def query(self, wanted: DecisionFilter, number: int = 1, per_page: int = 50) -> Page:
+        """The matching decisions, newest first, one page of them."""
+        with self._lock:
+            matching = [i for i in self._items.values() if wanted.matches(i)]
+        matching.sort(key=lambda i: (i.decided_ms, str(i.decision_id)), reverse=True)
+        pages = max(1, -(-len(matching) // per_page))
+        number = min(max(1, number), pages)
+        start = (number - 1) * per_page
+        return Page(tuple(matching[start : start + per_page]), number, pages, len(matching))
+
+    def labels(self, tenant: str | None) -> list[str]:
+        """The labels decided so far (of one tenant, or all), for the list's filter."""
+        with self._lock:
+            return sorted({i.record.outcome.label for i in self._items.values() if isinstance(i, IndexedDecision)
+                           and i.record.outcome.label and tenant in (None, i.case.tenant)})  # fmt: skip
+
+
+class LiveIndex:
+    """Fills a DecisionIndex from the output topics; each refresh reads what was published since the last.
+
+    Erasure reaches the pages at the next refresh: a case whose data key is destroyed keeps its
+    decisions listed as erased, their content dropped from memory. (With encryption off there is
+    no key to destroy; content then stays until the process restarts.)
+    """
+
+    def __init__(self, client_config: dict[str, str], names: TopicNames, keys: CaseKeys | None, capacity: int) -> None:
+        self.index = DecisionIndex(capacity)
+        self._keys = keys
+        self._decisions = TopicFollower(client_config, names.decisions)
+        self._views = TopicFollower(client_config, names.views)
+        self._audits = TopicFollower(client_config, names.audit)
+
+    def refresh(self) -> None:
+        """Reads what was published since the last refresh and applies erasures."""
+        sink = PublishedOutputs()  # erased and unreadable records land here
+        if self._keys is not None:
+            self._keys.sync()
+        for decision in self._decoded(self._decisions, DecisionRecord.from_wire, sink):
+            self.index.add_decision(decision.record, decision.raw.timestamp_ms or 0, sealed=decision.sealed)
+        for view in self._decoded(self._views, ViewRecord.from_wire, sink):
+            self.index.add_view(view.record)
+        for audit in self._decoded(self._audits, AuditRecord.from_wire, sink):
+            self.index.add_audit(audit.record.decision_id, audit.record.call_index, audit.raw.position)
+        for decision_id, case in sink.erased.items():
+            self.index.add_erased(decision_id, case, sink.erased_ms.get(decision_id, 0))
+        if self._keys is not None:
+            for case in self.index.sealed_cases():
+                if not self._keys.ring.knows(case):
+                    self.index.erase_case(case)
+
+    def _decoded(self, follower: TopicFollower, decode: Callable[[Mapping[str, Any]], _Record],
+                 sink: PublishedOutputs) -> Iterator[Opened[_Record]]:  # fmt: skip
+        return decoded(follower.new_records(), follower.topic, decode, sink, self._keys)
+
+    def close(self) -> None:
+        for follower in (self._decisions, self._views, self._audits):
+            follower.close()
+
+
+def read_audits(item: IndexedDecision, log: EventLog, keys: CaseKeys | None, topic: str) -> list[AuditRecord]:
+    """A decision's audit records, in call order, read by their positions in the audit topic."""
+    positions: Sequence[LogPosition] = [item.audit_positions[i] for i in sorted(item.audit_positions)]
+    sink = PublishedOutputs()
+    return [opened.record for opened in decoded(log.read(positions).records, topic, AuditRecord.from_wire, sink, keys)]

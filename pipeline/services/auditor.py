@@ -1,0 +1,103 @@
+"""What the auditor's pages read through: the live index, a decision's events and audit records, replay."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+
+from pipeline.config.settings import Settings
+from pipeline.core.events import Trajectory
+from pipeline.core.verification import ReplayReport
+from pipeline.kafka.errors import KafkaAdapterError
+from pipeline.kafka.keystore import case_keys_from
+from pipeline.kafka.reader import KafkaEventLog
+from pipeline.kafka.topics import TopicNames
+from pipeline.services.audit_index import DecisionIndex, IndexedDecision, LiveIndex, read_audits
+from pipeline.services.replay import LogChangedError, read_recorded_events, registry_backends, replay_one
+from pipeline.wire.audit import AuditRecord
+
+_LOG = logging.getLogger("pipeline.services.auditor")
+
+
+@dataclass(frozen=True)
+class CaseEvents:
+    """A decision's recorded events as read now: the trajectory, or why there is none."""
+
+    trajectory: Trajectory | None
+    problem: str | None = None  # "erased", or what changed at the recorded offsets
+
+
+class KafkaAuditor:
+    """The index, followed live from the output topics, and reads by offset for one decision at a time.
+
+    Kafka clients and the case keys are used by one thread at a time (a lock): the index's
+    refresh thread and the request threads take turns; list pages need neither.
+    """
+
+    def __init__(self, settings: Settings, names: TopicNames | None = None) -> None:
+        config = settings.kafka.client_config()
+        self.names = names or TopicNames(settings.kafka.topic_prefix)
+        self._keys = case_keys_from(settings, client_config=config, names=self.names)
+        self._live = LiveIndex(config, self.names, self._keys, settings.ui.max_decisions)
+        self._events = KafkaEventLog(config, self.names.events)
+        self._audit_log = KafkaEventLog(config, self.names.audit)
+        self._backends = registry_backends(settings.model, None)
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.refresh_failures = 0
+
+    @property
+    def index(self) -> DecisionIndex:
+        return self._live.index
+
+    def refresh(self) -> None:
+        with self._lock:
+            self._live.refresh()
+
+    def start(self, interval_s: float) -> None:
+        """Reads every output so far (failing loudly), then follows new ones every `interval_s`."""
+        self.refresh()
+        self._thread = threading.Thread(target=self._follow, args=(interval_s,), name="ui-index", daemon=True)
+        self._thread.start()
+
+    def _follow(self, interval_s: float) -> None:
+        while not self._stop.wait(interval_s):
+            try:
+                self.refresh()
+            except KafkaAdapterError as exc:
+                self.refresh_failures += 1
+                _LOG.warning("new outputs could not be read (next try in %.1f s): %s", interval_s, exc)
+
+    def events(self, item: IndexedDecision) -> CaseEvents:
+        with self._lock:
+            try:
+                trajectory = read_recorded_events(item.record, self._events, self._keys)
+            except LogChangedError as exc:
+                return CaseEvents(None, f"the recorded offsets now hold other records: {exc.detail}")
+        return CaseEvents(trajectory, None if trajectory is not None else "erased: the case's data key is destroyed")
+
+    def audits(self, item: IndexedDecision) -> list[AuditRecord]:
+        with self._lock:
+            return read_audits(item, self._audit_log, self._keys, self.names.audit)
+
+    def replay(self, item: IndexedDecision) -> ReplayReport:
+        """Re-reads the recorded offsets and re-runs the recorded backend, as `dpm replay --decision` does.
+
+        Raises DpmError when it cannot run (the broker or the model unreachable).
+        """
+        with self._lock:
+            audits = read_audits(item, self._audit_log, self._keys, self.names.audit)
+            return replay_one(item.record, item.view, audits, self._events, self._backends, recorded_only=False,
+                              cipher=self._keys)  # fmt: skip
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(30)
+        with self._lock:
+            self._live.close()
+            self._events.close()
+            self._audit_log.close()
+            self._keys.close()

@@ -1,0 +1,255 @@
+"""The auditor's pages without a broker: tenant isolation on every route, the decision page, sign-in, the index."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from pydantic import SecretStr
+from starlette.testclient import TestClient
+
+from pipeline.config.settings import Settings, SettingsError
+from pipeline.core.case import Case
+from pipeline.core.events import CaseRef, LogPosition, Trajectory
+from pipeline.core.run import RunResult, run_dpm, run_summ
+from pipeline.core.task import Architecture, Budget
+from pipeline.core.verification import ReplayReport, verify_replay
+from pipeline.core.view import Fact, MemoryView
+from pipeline.llm.extractive.backend import ExtractiveBackend
+from pipeline.services.audit_index import DecisionFilter, DecisionIndex, ErasedDecision, IndexedDecision
+from pipeline.services.auditor import CaseEvents
+from pipeline.ui import Tokens, create_app
+from pipeline.ui.auth import COOKIE, NoTokensError
+from pipeline.ui.pages import cited_events, fact_rows, marked
+from pipeline.wire.audit import AuditRecord
+from pipeline.wire.decision import PositionsSource, Provenance
+from pipeline.wire.run_records import RunRecords, run_records
+from pipeline.wire.trigger import DecisionId
+from tests.cases import load_fixture
+
+BUDGET = Budget(900)
+ACME, GLOBEX, ADMIN = "acme-token-0123456789", "globex-token-0123456789", "admin-token-0123456789"
+
+
+def _as_tenant(case: Case, tenant: str) -> Case:
+    ref = CaseRef(tenant, case.ref.case_id)
+    events = tuple(replace(e, case=ref) for e in case.trajectory.events)
+    return replace(case, trajectory=Trajectory(ref, events))
+
+
+def _published(case: Case, trigger_id: str, result: RunResult) -> RunRecords:
+    positions = tuple(LogPosition(0, i) for i in range(len(case.trajectory.events)))
+    provenance = Provenance(DecisionId(trigger_id, result.architecture), positions, PositionsSource.TRIGGER,
+                            "extractive", "w-1")  # fmt: skip
+    return run_records(result, case.trajectory, task=case.task, budget=BUDGET, provenance=provenance)
+
+
+class _Auditor:
+    """The index filled with two tenants' decisions (DPM and Summ-only for one trigger each); events from memory."""
+
+    def __init__(self) -> None:
+        self.index = DecisionIndex(capacity=100)
+        self.cases: dict[CaseRef, Trajectory] = {}
+        self.audit_records: dict[DecisionId, list[AuditRecord]] = {}
+        self.replays = 0
+        fixture = load_fixture()
+        for n, tenant in enumerate(("acme", "globex")):
+            case = _as_tenant(fixture, tenant)
+            self.cases[case.ref] = case.trajectory
+            for runner in (run_dpm, run_summ):
+                published = _published(case, f"t-{tenant}", runner(case.trajectory, case.task, BUDGET,
+                                                                    ExtractiveBackend()))  # fmt: skip
+                record = published.decision
+                self.index.add_decision(record, 1_800_000_000_000 + n * 1000, sealed=True)
+                self.index.add_view(published.view)
+                for audit in published.audits:
+                    self.index.add_audit(record.decision_id, audit.call_index, LogPosition(0, audit.call_index))
+                self.audit_records[record.decision_id] = list(published.audits)
+
+    def events(self, item: IndexedDecision) -> CaseEvents:
+        return CaseEvents(self.cases[item.case])
+
+    def audits(self, item: IndexedDecision) -> list[AuditRecord]:
+        return self.audit_records[item.decision_id]
+
+    def replay(self, item: IndexedDecision) -> ReplayReport:
+        self.replays += 1
+        view = item.view.text if item.view else None
+        return verify_replay(item.record.replay_target(), self.cases[item.case], view, ExtractiveBackend())
+
+
+@pytest.fixture
+def auditor() -> _Auditor:
+    return _Auditor()
+
+
+def _client(auditor: _Auditor, token: str | None = None) -> TestClient:
+    tokens = Tokens({"acme": SecretStr(ACME), "globex": SecretStr(GLOBEX)}, SecretStr(ADMIN))
+    client = TestClient(create_app(auditor, tokens), follow_redirects=False)
+    if token:
+        client.headers["Authorization"] = f"Bearer {token}"
+    return client
+
+
+ACME_DPM, GLOBEX_DPM = "t-acme:dpm", "t-globex:dpm"
+
+
+def test_without_a_token_pages_redirect_to_sign_in_and_a_wrong_token_is_refused(auditor: _Auditor) -> None:
+    anonymous = _client(auditor)
+    for path in ("/decisions", f"/decision?id={ACME_DPM}"):
+        response = anonymous.get(path)
+        assert response.status_code == 303
+        assert response.headers["location"].startswith("/login")
+    assert anonymous.post("/decision/replay", data={"id": ACME_DPM}).status_code == 303
+    assert _client(auditor, "wrong-token-0123456789").get("/decisions").status_code == 401
+    assert anonymous.get("/healthz").text == "ok: 4 decisions indexed"  # no content, no tenant
+
+
+def test_a_tenant_reaches_none_of_another_tenants_decisions_on_any_route(auditor: _Auditor) -> None:
+    acme = _client(auditor, ACME)
+    listed = acme.get("/decisions")
+    assert listed.status_code == 200
+    assert "t-acme:dpm" in listed.text
+    assert "t-acme:summ" in listed.text
+    assert "globex" not in listed.text
+    assert acme.get("/decisions?tenant=globex").status_code == 403
+    assert "t-globex" not in acme.get(f"/decisions?case={load_fixture().ref.case_id}").text
+    globex_rationale = auditor.index.get(DecisionId.parse(GLOBEX_DPM)).record.outcome.rationale  # type: ignore[union-attr]
+    for response in (acme.get(f"/decision?id={GLOBEX_DPM}"), acme.get("/decision?id=t-globex:summ"),
+                     acme.post("/decision/replay", data={"id": GLOBEX_DPM})):  # fmt: skip
+        assert response.status_code == 404
+        assert "globex" not in response.text
+        assert globex_rationale not in response.text
+    assert auditor.replays == 0
+    assert acme.get(f"/decision?id={GLOBEX_DPM}").text == acme.get("/decision?id=nothing:dpm").text  # as unknown
+    admin = _client(auditor, ADMIN).get("/decisions")
+    assert "t-acme:dpm" in admin.text
+    assert "t-globex:dpm" in admin.text
+
+
+def test_the_decision_page_shows_cited_evidence_checks_records_audits_and_the_other_architecture(
+    auditor: _Auditor,
+) -> None:
+    page = _client(auditor, ACME).get(f"/decision?id={ACME_DPM}")
+    assert page.status_code == 200
+    item = auditor.index.get(DecisionId.parse(ACME_DPM))
+    assert isinstance(item, IndexedDecision)
+    assert item.view is not None
+    record = item.record
+    assert record.outcome.rationale in page.text.replace("&#39;", "'").replace("&#34;", '"')
+    first_cited = item.view.view.facts[0].citations[0]
+    assert f'href="#event-{first_cited}"' in page.text
+    assert f'id="event-{first_cited}"' in page.text
+    assert "<mark>" in page.text  # the cited figures, highlighted in their event
+    assert record.view_sha256 in page.text
+    assert record.events_sha256 in page.text
+    assert "0:0 0:1" in page.text  # the recorded offsets
+    assert page.text.count('<details class="audit">') == record.llm_calls  # collapsed by default
+    assert "same trigger" in page.text
+    assert "/decision?id=t-acme%3Asumm" in page.text
+    assert "default-src 'none'" in page.headers["content-security-policy"]
+
+
+def test_replay_now_reports_match(auditor: _Auditor) -> None:
+    page = _client(auditor, ACME).post("/decision/replay", data={"id": ACME_DPM})
+    assert page.status_code == 200
+    assert 'class="status-MATCH"' in page.text
+    assert auditor.replays == 1
+
+
+def test_an_erased_case_is_listed_as_erased_with_no_content(auditor: _Auditor) -> None:
+    item = auditor.index.get(DecisionId.parse(ACME_DPM))
+    assert isinstance(item, IndexedDecision)
+    rationale = item.record.outcome.rationale
+    assert auditor.index.erase_case(item.case) == 2
+    client = _client(auditor, ACME)
+    page = client.get(f"/decision?id={ACME_DPM}")
+    assert page.status_code == 200
+    assert "ERASED" in page.text
+    assert rationale not in page.text
+    assert client.post("/decision/replay", data={"id": ACME_DPM}).status_code == 200
+    assert auditor.replays == 0  # nothing to replay: no content is left
+    assert client.get("/decisions").text.count('class="erased"') == 2
+
+
+def test_sign_in_sets_a_strict_cookie_and_never_redirects_off_site(auditor: _Auditor) -> None:
+    client = _client(auditor)
+    refused = client.post("/login", data={"token": "nope", "next": "/decisions"})
+    assert refused.status_code == 401
+    assert "not valid" in refused.text
+    signed = client.post("/login", data={"token": GLOBEX, "next": "//evil.example/x"})
+    assert signed.status_code == 303
+    assert signed.headers["location"] == "/decisions"
+    cookie = signed.headers["set-cookie"]
+    assert COOKIE in cookie
+    assert "HttpOnly" in cookie
+    assert "SameSite=strict" in cookie
+    client.cookies.set(COOKIE, GLOBEX)
+    assert "t-globex:dpm" in client.get("/decisions").text
+    assert client.get(f"/decision?id={ACME_DPM}").status_code == 404
+
+
+def test_filters_and_pages(auditor: _Auditor) -> None:
+    admin = _client(auditor, ADMIN)
+    summ = admin.get("/decisions?architecture=summ").text
+    assert "t-acme:summ" in summ
+    assert "t-acme:dpm" not in summ
+    assert admin.get("/decisions?since=2027-01-15").text.count("/decision?id=") == 4  # 2027-01-15 < 1.8e12 ms
+    assert admin.get("/decisions?since=2030-01-01").text.count("/decision?id=") == 0
+    assert admin.get("/decisions?since=yesterday").status_code == 400
+    page = auditor.index.query(DecisionFilter(), number=2, per_page=3)
+    assert (page.number, page.pages, page.total, len(page.items)) == (2, 2, 4, 1)
+    newest = auditor.index.query(DecisionFilter(), per_page=1).items[0]
+    assert newest.case.tenant == "globex"  # published last
+
+
+def test_the_index_is_bounded_keeps_the_first_decision_of_an_id_and_attaches_early_views() -> None:
+    auditor = _Auditor()
+    records = [auditor.index.get(DecisionId.parse(d)) for d in (ACME_DPM, GLOBEX_DPM)]
+    index = DecisionIndex(capacity=1)
+    first, second = (r for r in records if isinstance(r, IndexedDecision))
+    assert first.view is not None
+    index.add_view(first.view)  # the view arrives before its decision
+    index.add_decision(first.record, 1, sealed=True)
+    index.add_decision(first.record, 2, sealed=True)
+    got = index.get(first.decision_id)
+    assert isinstance(got, IndexedDecision)
+    assert got.view is first.view
+    assert got.decided_ms == 1
+    assert index.duplicates == 1
+    index.add_decision(second.record, 3, sealed=True)
+    assert len(index) == 1
+    assert index.get(first.decision_id) is None
+    assert index.dropped == 1
+    index.add_erased(DecisionId("gone", Architecture.DPM), CaseRef("acme", "c"), 4)
+    assert isinstance(index.get(DecisionId("gone", Architecture.DPM)), ErasedDecision)
+
+
+def test_page_checks_flag_invalid_citations_and_ungrounded_figures_and_mark_whole_numbers_only() -> None:
+    trajectory = load_fixture().trajectory
+    event = trajectory.by_index(1)
+    figure = next(t for t in event.text.split() if t.strip(".,").isdigit()).strip(".,")
+    facts = (Fact(f"Figure {figure}", (1,)), Fact("Figure 123456789", (1,)), Fact("No figure", (999,)))
+    view = MemoryView(facts, (), ())
+    rows = fact_rows(view, trajectory)
+    assert [(r.citations_valid, r.grounded) for r in rows] == [(True, True), (True, False), (False, None)]
+    assert [(r.citations_valid, r.grounded) for r in fact_rows(view, None)] == [(None, None)] * 3
+    [cited] = cited_events(view, trajectory)
+    assert cited.index == 1
+    assert cited.cited_by == (1, 2)
+    assert any(s.marked and s.text == figure for s in cited.segments)
+    assert [s.text for s in marked("779 and 7790 and 779.", ["779"]) if s.marked] == ["779", "779"]
+
+
+def test_tokens_are_required_long_and_never_echoed_in_errors() -> None:
+    with pytest.raises(NoTokensError):
+        Tokens({}, None)
+    for env in ({"DPM_UI_TOKENS": "acme=short"}, {"DPM_UI_ADMIN_TOKEN": "short"},
+                {"DPM_UI_TOKENS": f"acme={ACME},globex={ACME}"}):  # fmt: skip
+        with pytest.raises(SettingsError) as caught:
+            Settings.from_env(env)
+        assert "short" not in str(caught.value)
+        assert ACME not in str(caught.value)
+    settings = Settings.from_env({"DPM_UI_TOKENS": f"acme={ACME}, globex={GLOBEX}"})
+    assert Tokens.from_settings(settings.ui).principal(GLOBEX) is not None
+    assert ACME not in repr(settings)
