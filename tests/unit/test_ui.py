@@ -165,7 +165,7 @@ def test_an_erased_case_is_listed_as_erased_with_no_content(auditor: _Auditor) -
     client = _client(auditor, ACME)
     page = client.get(f"/decision?id={ACME_DPM}")
     assert page.status_code == 200
-    assert "ERASED" in page.text
+    assert "ERASED: case" in page.text
     assert rationale not in page.text
     assert client.post("/decision/replay", data={"id": ACME_DPM}).status_code == 200
     assert auditor.replays == 0  # nothing to replay: no content is left
