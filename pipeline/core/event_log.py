@@ -26,6 +26,7 @@ class RawRecord:
     key: bytes | None
     value: bytes | None
     timestamp_ms: int | None = None
+    headers: tuple[tuple[str, bytes], ...] = ()
 
 
 @dataclass(frozen=True)

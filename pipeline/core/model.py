@@ -128,3 +128,18 @@ class ModelBackend(Protocol):
     def complete(self, request: ModelRequest) -> ModelResponse:
         """Answers one request; raises ModelBackendError when it cannot."""
         ...
+
+
+class WrappedBackend:
+    """Base of a backend that wraps another (latency, tracing): it answers under the wrapped one's name and model."""
+
+    def __init__(self, inner: ModelBackend) -> None:
+        self._inner = inner
+
+    @property
+    def name(self) -> str:
+        return self._inner.name
+
+    @property
+    def model(self) -> str:
+        return self._inner.model

@@ -15,9 +15,10 @@ from pipeline.kafka.topics import TopicNames
 from pipeline.keys.providers import KeyProvider, LocalFileKeyProvider
 from pipeline.keys.ring import KeyRing
 from pipeline.keys.store import CaseKeys
-from pipeline.wire.headers import TENANT_HEADER
+from pipeline.wire.headers import standard_headers
 from pipeline.wire.key import KeyRecord
 from pipeline.wire.rejection import RejectedError
+from pipeline.wire.schema_ids import SchemaId
 
 _LOG = logging.getLogger("pipeline.kafka.librdkafka")
 _APP_LOG = logging.getLogger("pipeline.kafka.keystore")
@@ -43,9 +44,12 @@ class KafkaKeyTopic:
 
         try:
             value = None if record is None else record.encode()
+            event_id = case.key if record is None else f"{case.key}/{record.kid}"
+            headers = standard_headers(SchemaId.KEY, source="/dpm/keys", event_id=event_id, tenant=case.tenant,
+                                       tombstone=record is None)  # fmt: skip
             self._producer.produce(self._topic, key=case.key.encode(), value=value,
                                    partition=case_partition(case, self._follower.partition_count()),
-                                   headers=[(TENANT_HEADER, case.tenant.encode())], on_delivery=delivered)  # fmt: skip
+                                   headers=list(headers), on_delivery=delivered)  # fmt: skip
             remaining = self._producer.flush(30)
         except (KafkaException, BufferError) as exc:
             raise KafkaAdapterError(f"writing the key of {case.key} failed: {exc}") from exc

@@ -1,7 +1,8 @@
-"""The project's own Apache Kafka cluster on loopback: KRaft combined mode, 1 or 3 nodes.
+"""The project's own Apache Kafka cluster on loopback: KRaft combined mode, 1 or 3 nodes, Kafka 3.x or 4.x.
 
-Data lives under `<home>/broker/kraft-<n>` and survives `down`/`up`; `<home>/broker/running.json`
-records the running processes so that any later `dpm` invocation can report on or stop them.
+Data lives under `<home>/broker/kraft-<n>` (Kafka 4.x: `kraft-<n>-kafka4`, so the releases never
+share a data folder) and survives `down`/`up`; `<home>/broker/running.json` records the running
+processes so that any later `dpm` invocation can report on or stop them.
 """
 
 from __future__ import annotations
@@ -17,8 +18,9 @@ from pathlib import Path
 
 import orjson
 
+from pipeline.config.settings import KAFKA_VERSION
 from pipeline.kafka.admin import ClusterInfo, fetch_metadata, wait_for_brokers
-from pipeline.kafka.broker_runtime import ensure_broker_jars, java_executable
+from pipeline.kafka.broker_runtime import KafkaRelease, ensure_broker_jars, java_executable
 from pipeline.kafka.errors import BrokerUnavailableError, LocalBrokerError
 from pipeline.runtime.processes import process_alive, terminate
 from pipeline.wire.resources import kafka_deploy_dir
@@ -34,10 +36,16 @@ class ClusterLayout:
     home: Path
     nodes: int
     port: int
+    kafka_version: str = KAFKA_VERSION
+
+    @property
+    def release(self) -> KafkaRelease:
+        return KafkaRelease(self.kafka_version)
 
     @property
     def root(self) -> Path:
-        return self.home / "broker" / f"kraft-{self.nodes}"
+        suffix = "" if self.release.major == 3 else f"-kafka{self.release.major}"
+        return self.home / "broker" / f"kraft-{self.nodes}{suffix}"
 
     @property
     def node_ids(self) -> range:
@@ -74,6 +82,7 @@ class RunningCluster:
     bootstrap: str
     pids: tuple[int, ...]
     root: str
+    kafka_version: str = KAFKA_VERSION  # absent from state files written before 4.x could run
 
 
 def state_file(home: Path) -> Path:
@@ -151,7 +160,8 @@ def _write_node_config(layout: ClusterLayout, node_id: int) -> Path:
     templates = kafka_deploy_dir()
     config = node / "server.properties"
     config.write_text(_render((templates / "server.properties").read_text(), values))
-    (node / "log4j.properties").write_text((templates / "log4j.properties").read_text())
+    logging = layout.release.logging_config
+    (node / logging).write_text((templates / logging).read_text())
     return config
 
 
@@ -169,11 +179,11 @@ def _cluster_id(layout: ClusterLayout) -> str:
     return candidate
 
 
-def _java(java: str, libs: Path, node: Path, main_class: str, *args: str) -> list[str]:
+def _java(java: str, libs: Path, node: Path, release: KafkaRelease, main_class: str, *args: str) -> list[str]:
     return [
         java,
         *_JVM_OPTS,
-        f"-Dlog4j.configuration=file:{node / 'log4j.properties'}",
+        release.logging_property(node / release.logging_config),
         f"-Dkafka.logs.dir={node / 'logs'}",
         "-cp",
         f"{libs}/*",
@@ -184,12 +194,10 @@ def _java(java: str, libs: Path, node: Path, main_class: str, *args: str) -> lis
 
 def _format_storage(layout: ClusterLayout, java: str, libs: Path, configs: dict[int, Path]) -> None:
     """Formats each node's log dir once; formatted dirs (with meta.properties) keep their data."""
-    cluster_id = _cluster_id(layout)
+    formatting = ("format", "-t", _cluster_id(layout), "-c")
     pending = {
         n: subprocess.Popen(
-            _java(
-                java, libs, layout.node_dir(n), "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(cfg)
-            ),
+            _java(java, libs, layout.node_dir(n), layout.release, "kafka.tools.StorageTool", *formatting, str(cfg)),
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
@@ -240,7 +248,7 @@ def _launch(layout: ClusterLayout, java: str, libs: Path, configs: dict[int, Pat
         with (node / "logs" / "console.log").open("ab") as console:
             procs.append(
                 subprocess.Popen(
-                    _java(java, libs, node, "kafka.Kafka", str(config)),
+                    _java(java, libs, node, layout.release, "kafka.Kafka", str(config)),
                     stdout=console,
                     stderr=subprocess.STDOUT,
                     stdin=subprocess.DEVNULL,
@@ -270,20 +278,21 @@ def start(
         raise LocalBrokerError(f"--nodes must be 1 or 3, got {nodes}")
     running = read_running(home)
     if running is not None:
-        if running.nodes != nodes or running.port != port:
+        if (running.nodes, running.port, running.kafka_version) != (nodes, port, kafka_version):
             raise LocalBrokerError(
-                f"a {running.nodes}-node local broker is already running at {running.bootstrap}; "
-                "run `dpm broker down` first"
+                f"a {running.nodes}-node Kafka {running.kafka_version} local broker is already running at "
+                f"{running.bootstrap}; run `dpm broker down` first"
             )
         return running, True
-    layout = ClusterLayout(home, nodes, port)
+    layout = ClusterLayout(home, nodes, port, kafka_version)
     libs = ensure_broker_jars(cache_dir, kafka_version, say=say)
     java = java_executable(java_home)
     _check_ports_free(layout)
     configs = {n: _write_node_config(layout, n) for n in layout.node_ids}
     _format_storage(layout, java, libs, configs)
     procs = _launch(layout, java, libs, configs)
-    cluster = RunningCluster(nodes, port, layout.bootstrap, tuple(p.pid for p in procs), str(layout.root))
+    cluster = RunningCluster(nodes, port, layout.bootstrap, tuple(p.pid for p in procs), str(layout.root),
+                             kafka_version)  # fmt: skip
     state_file(home).write_bytes(orjson.dumps(asdict(cluster)))
     try:
         _await_ready(layout, procs, timeout_s)

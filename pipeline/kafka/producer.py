@@ -15,20 +15,22 @@ from pipeline.kafka.errors import KafkaAdapterError
 from pipeline.kafka.partitioning import case_partition
 from pipeline.kafka.topics import TopicNames
 from pipeline.wire.event import CaseOpening, opened
-from pipeline.wire.headers import TENANT_HEADER
+from pipeline.wire.headers import Headers, standard_headers
 from pipeline.wire.schema_ids import SchemaId
 from pipeline.wire.sealing import CaseCipher, seal_body
 from pipeline.wire.trigger import DecisionRequest
 from pipeline.wire.validation import validate
 
 _LOG = logging.getLogger("pipeline.kafka.librdkafka")
+SOURCE = "/dpm/producer"  # the CloudEvents source of the events and triggers this API writes
 
 
 class EventProducer:
     """Idempotent (acks=all) producer of events and triggers.
 
     Every event of a case goes to the partition derived from `tenant/case`, keyed
-    `tenant/case/seq`, with the tenant in a header too; appends return delivery positions.
+    `tenant/case/seq`, with the standard headers (the tenant among them); appends return
+    delivery positions.
     """
 
     def __init__(self, client_config: dict[str, str], names: TopicNames, cipher: CaseCipher | None = None) -> None:
@@ -46,8 +48,8 @@ class EventProducer:
             self._partitions[topic] = topic_partitions(self._admin_config, topic)
         return self._partitions[topic]
 
-    def _send(self, topic: str, records: Sequence[tuple[str, int, bytes, str]]) -> list[LogPosition]:
-        """Produces (key, partition, value, tenant) records and waits for every delivery, in order."""
+    def _send(self, topic: str, records: Sequence[tuple[str, int, bytes, Headers]]) -> list[LogPosition]:
+        """Produces (key, partition, value, headers) records and waits for every delivery, in order."""
         positions: list[LogPosition | None] = [None] * len(records)
         failures: list[str] = []
 
@@ -61,13 +63,13 @@ class EventProducer:
             return callback
 
         try:
-            for slot, (key, partition, value, tenant) in enumerate(records):
+            for slot, (key, partition, value, headers) in enumerate(records):
                 self._producer.produce(
                     topic,
                     key=key.encode("utf-8"),
                     value=value,
                     partition=partition,
-                    headers=[(TENANT_HEADER, tenant.encode("utf-8"))],
+                    headers=list(headers),
                     on_delivery=delivered(slot),
                 )
                 self._producer.poll(0)
@@ -92,7 +94,7 @@ class EventProducer:
         if self._cipher is not None:
             self._cipher.sync()  # a case erased since the last append starts again under a new key
         keyed = [(r.event.key, case_partition(r.event.case, count), orjson.dumps(seal_body(v, self._cipher)),
-                  r.event.case.tenant)
+                  standard_headers(SchemaId.EVENT, source=SOURCE, event_id=r.event.key, tenant=r.event.case.tenant))
                  for r, v in zip(records, values, strict=True)]  # fmt: skip
         return self._send(topic, keyed)
 
@@ -104,7 +106,9 @@ class EventProducer:
         """Publishes decision requests in one flush; returns their positions in order."""
         topic = self._names.triggers
         count = self._partition_count(topic)
-        records = [(r.case.key, case_partition(r.case, count), r.encode(), r.case.tenant) for r in requests]
+        records = [(r.case.key, case_partition(r.case, count), r.encode(),
+                    standard_headers(SchemaId.TRIGGER, source=SOURCE, event_id=r.trigger_id, tenant=r.case.tenant))
+                   for r in requests]  # fmt: skip
         return self._send(topic, records)
 
     def erase(self, case: CaseRef, keys: Iterable[bytes]) -> int:
@@ -121,8 +125,9 @@ class EventProducer:
             for key in keys:
                 if not key.startswith(prefix):
                     raise KafkaAdapterError(f"key {key!r} is not an event of {case.key}")
-                self._producer.produce(topic, key=key, value=None, partition=partition,
-                                       headers=[(TENANT_HEADER, case.tenant.encode("utf-8"))])  # fmt: skip
+                headers = standard_headers(SchemaId.EVENT, source=SOURCE, event_id=key.decode("utf-8", "replace"),
+                                           tenant=case.tenant, tombstone=True)  # fmt: skip
+                self._producer.produce(topic, key=key, value=None, partition=partition, headers=list(headers))
                 count += 1
             remaining = self._producer.flush(60)
         except (KafkaException, BufferError) as exc:

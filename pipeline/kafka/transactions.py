@@ -45,6 +45,8 @@ class Deferred(Generic[_Result]):
 
     slow: Callable[[], _Result]
     finish: Callable[[_Result], Sequence[Output]]
+    # Called instead of `finish` when the batch is consumed again (another record's failure, say).
+    abandon: Callable[[], None] = lambda: None
 
     def run_inline(self) -> Sequence[Output]:
         return self.finish(self.slow())
@@ -91,6 +93,7 @@ class LoopConfig:
     max_model_attempts: int = 3
     retry_backoff_s: float = 2.0
     concurrency: int = 1  # records of a batch whose slow parts (model calls) run at once
+    group_protocol: str = "classic"  # or "consumer": KIP-848, the broker assigns and times out members
 
 
 @dataclass
@@ -151,9 +154,8 @@ class TransactionalLoop:
                 "enable.auto.commit": False,
                 "auto.offset.reset": "earliest",
                 "isolation.level": "read_committed",
-                "session.timeout.ms": config.session_timeout_ms,
-                "heartbeat.interval.ms": max(500, config.session_timeout_ms // 5),
                 "max.poll.interval.ms": config.max_poll_interval_ms,
+                **_membership(config),
             },
             logger=_LIB_LOG,
         )
@@ -244,15 +246,21 @@ class TransactionalLoop:
         slots = threading.BoundedSemaphore(self._config.concurrency)
         taken: list[_Started] = []
         try:
-            for msg in batch:
-                slots.acquire()
-                if taken and time.monotonic() - started > self._config.batch_time_s:
-                    slots.release()
-                    break
-                taken.append(self._launch(raw_record(msg), slots))
-        finally:  # never leave a model call running for a batch that is consumed again
-            wait([s.future for s in taken if s.future is not None])
-        return batch[: len(taken)], self._finish(taken)
+            try:
+                for msg in batch:
+                    slots.acquire()
+                    if taken and time.monotonic() - started > self._config.batch_time_s:
+                        slots.release()
+                        break
+                    taken.append(self._launch(raw_record(msg), slots))
+            finally:  # never leave a model call running for a batch that is consumed again
+                wait([s.future for s in taken if s.future is not None])
+            return batch[: len(taken)], self._finish(taken)
+        except BaseException:
+            for record in taken:
+                if record.deferred is not None:
+                    record.deferred.abandon()
+            raise
 
     def _launch(self, record: RawRecord, slot: threading.BoundedSemaphore) -> _Started:
         """Starts `record`; its slow part goes to the pool and gives `slot` back when it ends."""
@@ -388,6 +396,19 @@ class TransactionalLoop:
         self._pool.shutdown(wait=True)
         self._consumer.close()
         self._producer.flush(10)
+
+
+def _membership(config: LoopConfig) -> dict[str, str | int]:
+    """How the consumer takes part in its group.
+
+    Under the classic protocol the member sets its session timeout and heartbeats; under KIP-848's
+    consumer protocol the broker owns both (group.consumer.session.timeout.ms) and the client must
+    not set them.
+    """
+    if config.group_protocol == "consumer":
+        return {"group.protocol": "consumer"}
+    return {"session.timeout.ms": config.session_timeout_ms,
+            "heartbeat.interval.ms": max(500, config.session_timeout_ms // 5)}  # fmt: skip
 
 
 def _firsts(batch: Sequence[Message]) -> dict[int, int]:

@@ -11,24 +11,16 @@ from __future__ import annotations
 import dataclasses
 import time
 
-from pipeline.core.model import ModelBackend, ModelRequest, ModelResponse
+from pipeline.core.model import ModelBackend, ModelRequest, ModelResponse, WrappedBackend
 
 
-class LatencyBackend:
+class LatencyBackend(WrappedBackend):
     """`inner`, answering after `latency_ms` plus up to `jitter_ms` more (seeded by the request)."""
 
     def __init__(self, inner: ModelBackend, latency_ms: int, jitter_ms: int = 0) -> None:
-        self._inner = inner
+        super().__init__(inner)
         self._latency_ms = latency_ms
         self._jitter_ms = jitter_ms
-
-    @property
-    def name(self) -> str:
-        return self._inner.name
-
-    @property
-    def model(self) -> str:
-        return self._inner.model
 
     def delay_s(self, request: ModelRequest) -> float:
         """The wait for `request`: fixed for a given request, set latency and digest-drawn jitter."""

@@ -16,7 +16,7 @@ from pipeline.wire.case_files import (
 from pipeline.wire.dead_letter import DeadLetterRecord
 from pipeline.wire.decision import DecisionRecord, PositionsSource, Provenance, ViewChecks
 from pipeline.wire.event import CaseOpening, EventRecord, append_events, opened
-from pipeline.wire.headers import REASON_HEADER, TENANT_HEADER
+from pipeline.wire.headers import REASON_HEADER, TENANT_HEADER, standard_headers
 from pipeline.wire.limits import MAX_DEAD_LETTER_DETAIL_CHARS, MAX_TRAJECTORY_CHARS, MAX_TRIGGER_BYTES
 from pipeline.wire.rejection import RejectedError, Rejection, decode_object
 from pipeline.wire.run_records import RunRecords, run_records
@@ -60,6 +60,7 @@ __all__ = [
     "load_event_lines",
     "opened",
     "run_records",
+    "standard_headers",
     "validate",
     "write_case",
 ]

@@ -9,31 +9,46 @@ import orjson
 
 from pipeline.core.event_log import RawRecord
 from pipeline.core.run import RunResult
+from pipeline.core.task import Architecture
 from pipeline.kafka.topics import TopicNames
 from pipeline.kafka.transactions import Output
 from pipeline.observability.metrics import PipelineMetrics
 from pipeline.wire.dead_letter import DeadLetterRecord
-from pipeline.wire.headers import REASON_HEADER
+from pipeline.wire.headers import REASON_HEADER, Headers, standard_headers
 from pipeline.wire.rejection import Rejection
 from pipeline.wire.run_records import RunRecords
+from pipeline.wire.schema_ids import SchemaId
 from pipeline.wire.sealing import CaseCipher, seal_body
 
 
-def run_outputs(published: RunRecords, names: TopicNames, cipher: CaseCipher | None) -> list[Output]:
+def run_outputs(
+    published: RunRecords, names: TopicNames, cipher: CaseCipher | None, trace_context: Headers = ()
+) -> list[Output]:
     """The view, the decision and the audit records as output messages, keyed by decision id.
 
     With a cipher, their case content is sealed under the case's data key (digests stay in clear).
+    Each carries the standard headers (CloudEvents attributes, schema id, tenant) and the trace
+    context headers given (W3C traceparent, tracestate).
     """
-    key = str(published.decision_id).encode()
+    decision_id = str(published.decision_id)
+    key = decision_id.encode()
+    source = worker_source(published.decision_id.architecture, published.decision.worker_id)
+    tenant = published.decision.case.tenant
 
-    def value(body: dict[str, Any]) -> bytes:
-        return orjson.dumps(seal_body(body, cipher))
+    def output(topic: str, schema: SchemaId, body: dict[str, Any], what: str) -> Output:
+        headers = standard_headers(schema, source=source, event_id=f"{decision_id}/{what}", tenant=tenant)
+        return Output(topic, key, orjson.dumps(seal_body(body, cipher)), (*headers, *trace_context))
 
     return [
-        Output(names.views, key, value(published.view.to_wire())),
-        Output(names.decisions, key, value(published.decision.to_wire())),
-        *(Output(names.audit, key, value(a.to_wire())) for a in published.audits),
+        output(names.views, SchemaId.VIEW, published.view.to_wire(), "view"),
+        output(names.decisions, SchemaId.DECISION, published.decision.to_wire(), "decision"),
+        *(output(names.audit, SchemaId.AUDIT, a.to_wire(), f"audit/{a.call_index}") for a in published.audits),
     ]
+
+
+def worker_source(architecture: Architecture, worker_id: str) -> str:
+    """The CloudEvents source of what a worker writes: `/dpm/projection/<id>` or `/dpm/summ-only/<id>`."""
+    return f"/dpm/{'projection' if architecture is Architecture.DPM else 'summ-only'}/{worker_id}"
 
 
 def observe_published(
@@ -56,4 +71,6 @@ def dead_letter(
 ) -> Output:
     """The DLQ record: the original bytes and why they were refused, keyed by the original key."""
     letter = DeadLetterRecord.of(record, source_topic=source_topic, reason=reason, detail=detail, worker_id=worker_id)
-    return Output(names.dlq, record.key, letter.encode(), ((REASON_HEADER, reason.value.encode()),))
+    where = f"{source_topic}/{record.position.partition}/{record.position.offset}"
+    headers = standard_headers(SchemaId.DEAD_LETTER, source=f"/dpm/workers/{worker_id}", event_id=where, tenant=None)
+    return Output(names.dlq, record.key, letter.encode(), (*headers, (REASON_HEADER, reason.value.encode())))

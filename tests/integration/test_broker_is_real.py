@@ -12,7 +12,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import ConfigResource, ResourceType
 
-from pipeline.config.settings import KAFKA_VERSION, Settings
+from pipeline.config.settings import Settings
 from pipeline.kafka import local_broker
 from pipeline.kafka.admin import admin_client, fetch_metadata
 from pipeline.kafka.errors import LocalBrokerError, TopicConflictError
@@ -138,7 +138,9 @@ def test_broker_restart_loses_nothing(private_home: Path) -> None:
     assert local_broker.read_running(private_home) is None
     settings = Settings.from_env()
     port = free_cluster_port(1)
-    cluster, already = local_broker.start(private_home, settings.paths.cache_dir, KAFKA_VERSION, nodes=1, port=port)
+    cluster, already = local_broker.start(
+        private_home, settings.paths.cache_dir, settings.kafka.version, nodes=1, port=port
+    )
     try:
         assert not already
         assert _read_at({"bootstrap.servers": cluster.bootstrap}, topic, 0, 0) == [v for _, v in records]
@@ -151,16 +153,21 @@ def test_second_up_reports_the_running_broker_and_failed_start_shows_logs(privat
     settings = Settings.from_env()
     with private_cluster(Settings.from_env(), private_home) as cluster:
         again, already = local_broker.start(
-            private_home, settings.paths.cache_dir, KAFKA_VERSION, nodes=1, port=cluster.port
+            private_home, settings.paths.cache_dir, settings.kafka.version, nodes=1, port=cluster.port
         )
         assert already
         assert again.pids == cluster.pids
         with pytest.raises(LocalBrokerError, match="already running"):
-            local_broker.start(private_home, settings.paths.cache_dir, KAFKA_VERSION, nodes=3, port=cluster.port)
-    meta = private_home / "broker" / "kraft-1" / "node-1" / "data" / "meta.properties"
+            local_broker.start(
+                private_home, settings.paths.cache_dir, settings.kafka.version, nodes=3, port=cluster.port
+            )
+    layout = local_broker.ClusterLayout(private_home, 1, cluster.port, settings.kafka.version)
+    meta = layout.node_dir(1) / "data" / "meta.properties"
     meta.write_text(meta.read_text().replace("node.id=1", "node.id=7"))
     with pytest.raises(LocalBrokerError, match=r"server\.log") as failure:
-        local_broker.start(private_home, settings.paths.cache_dir, KAFKA_VERSION, nodes=1, port=free_cluster_port(1))
+        local_broker.start(
+            private_home, settings.paths.cache_dir, settings.kafka.version, nodes=1, port=free_cluster_port(1)
+        )
     assert "exited with code" in str(failure.value)
     assert local_broker.read_running(private_home) is None
 

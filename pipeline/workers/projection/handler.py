@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import NamedTuple, TypeVar
 
@@ -20,6 +20,7 @@ from pipeline.kafka.errors import KafkaAdapterError
 from pipeline.kafka.topics import TopicNames
 from pipeline.kafka.transactions import Deferred, Output, Step, run_inline
 from pipeline.observability.metrics import PipelineMetrics
+from pipeline.observability.tracing import PassThroughTracing, Tracing, trace_headers
 from pipeline.wire.decision import PositionsSource, Provenance
 from pipeline.wire.limits import MAX_TRAJECTORY_CHARS
 from pipeline.wire.rejection import RejectedError, Rejection
@@ -37,6 +38,7 @@ RECENT_DECISIONS = 100_000
 
 
 _Done = TypeVar("_Done", bound=Step)
+_CONSUMED_AGAIN = RuntimeError("not committed: the batch is consumed again")
 
 
 class _CaseRead(NamedTuple):
@@ -65,6 +67,8 @@ class ProjectionHandler:
     # that is aborted or consumed again must not count twice.
     _on_commit: dict[LogPosition, Callable[[], None]] = field(default_factory=dict, init=False, repr=False)
     recent_decisions: int = RECENT_DECISIONS
+    # Spans of each trigger when tracing is on; either way its trace context goes on to its outputs.
+    tracing: Tracing = field(default_factory=PassThroughTracing)
     # Keyed by tenant too: one tenant's trigger ids never refuse another's.
     _decided: LRUCache[tuple[str, DecisionId], None] = field(init=False, repr=False)
     _deciding: dict[LogPosition, tuple[str, DecisionId]] = field(default_factory=dict, init=False, repr=False)
@@ -99,14 +103,34 @@ class ProjectionHandler:
         if Architecture.DPM not in request.architectures:
             return []
         self._claim((request.case.tenant, request.decision_id(Architecture.DPM)), record.position)
-        if self.cipher is not None:
-            self.cipher.sync()  # an erasure published before this trigger is seen by it
-        read = self._read(request)
+        trace = self.tracing.trigger(record.headers, {"dpm.decision_id": str(request.decision_id(Architecture.DPM)),
+                                                      "dpm.tenant": request.case.tenant})  # fmt: skip
+        try:
+            if self.cipher is not None:
+                self.cipher.sync()  # an erasure published before this trigger is seen by it
+            with trace.span("dpm.read"):
+                read = self._read(request)
+        except BaseException as exc:
+            trace.end(exc)
+            raise
+
+        def slow() -> RunResult | Exception:
+            try:
+                with trace.span("dpm.project_and_decide"):
+                    return self._project(request, read.trajectory)
+            except BaseException as exc:  # the batch is consumed again: this attempt's trace ends here
+                trace.end(exc)
+                raise
 
         def finish(result: RunResult | Exception) -> Sequence[Output]:
-            return self._guarded(record, partial(self._publish, request, record, read, result))
+            try:
+                with trace.span("dpm.publish"):
+                    publish = partial(self._publish, request, record, read, result, trace.output_headers())
+                    return self._guarded(record, publish)
+            finally:
+                trace.end()
 
-        return Deferred(slow=partial(self._project, request, read.trajectory), finish=finish)
+        return Deferred(slow=slow, finish=finish, abandon=lambda: trace.end(_CONSUMED_AGAIN))
 
     def _guarded(self, record: RawRecord, work: Callable[[], _Done]) -> _Done | list[Output]:
         """`work`'s result; a rejection or a bug becomes this record's dead letter, retryable failures go out."""
@@ -137,9 +161,10 @@ class ProjectionHandler:
         return self._refuse(record, Rejection.MODEL_ERROR, detail)
 
     def _dead_letter(self, record: RawRecord, reason: Rejection, detail: str) -> Output:
-        return dead_letter(
+        letter = dead_letter(
             self.names, record, source_topic=self.names.triggers, reason=reason, detail=detail, worker_id=self.worker_id
         )
+        return replace(letter, headers=(*letter.headers, *trace_headers(record.headers)))
 
     def _read(self, request: DecisionRequest) -> _CaseRead:
         deadline = time.monotonic() + self.read_deadline_s
@@ -169,7 +194,12 @@ class ProjectionHandler:
             return exc
 
     def _publish(
-        self, request: DecisionRequest, record: RawRecord, read: _CaseRead, result: RunResult | Exception
+        self,
+        request: DecisionRequest,
+        record: RawRecord,
+        read: _CaseRead,
+        result: RunResult | Exception,
+        trace_context: tuple[tuple[str, bytes], ...],
     ) -> list[Output]:
         if isinstance(result, Exception):
             raise result
@@ -184,4 +214,4 @@ class ProjectionHandler:
         if metrics is not None:
             self._on_commit[record.position] = lambda: observe_published(metrics, result, published,
                                                                          triggered_ms=record.timestamp_ms)  # fmt: skip
-        return run_outputs(published, self.names, self.cipher if self.seal else None)
+        return run_outputs(published, self.names, self.cipher if self.seal else None, trace_context)

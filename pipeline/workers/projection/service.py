@@ -15,6 +15,7 @@ from pipeline.kafka.topics import TopicNames
 from pipeline.kafka.transactions import LoopConfig, TransactionalLoop
 from pipeline.llm.registry import make_backend
 from pipeline.observability.metrics import Liveness, PipelineMetrics
+from pipeline.observability.tracing import tracing_from
 from pipeline.wire.trigger import TriggerLimits
 from pipeline.workers.projection.handler import ProjectionHandler
 
@@ -46,9 +47,11 @@ def build_projection_worker(
     keys = case_keys_from(settings)
     resources.callback(keys.close)
     limits = TriggerLimits.of(settings.worker.max_trigger_positions, settings.worker.domains)
-    handler = ProjectionHandler(names, log, make_backend(settings.model), options.worker_id, metrics=metrics,
-                                limits=limits, read_deadline_s=settings.worker.trigger_deadline_s,
-                                cipher=keys, seal=settings.keys.encryption)  # fmt: skip
+    tracing = tracing_from(settings.tracing.mode, settings.tracing.otlp_endpoint, service="dpm-worker")
+    resources.callback(tracing.shutdown)  # exports the spans still buffered
+    handler = ProjectionHandler(names, log, tracing.traced(make_backend(settings.model)), options.worker_id,
+                                metrics=metrics, limits=limits, read_deadline_s=settings.worker.trigger_deadline_s,
+                                cipher=keys, seal=settings.keys.encryption, tracing=tracing)  # fmt: skip
     group = options.group(settings)
     config = LoopConfig(
         group_id=group,
@@ -60,6 +63,7 @@ def build_projection_worker(
         max_poll_interval_ms=settings.worker.max_poll_interval_ms,
         batch_time_s=settings.worker.batch_time_s(),
         concurrency=settings.model.concurrency,
+        group_protocol=settings.kafka.group_protocol,
     )
     return TransactionalLoop(client, config, handler), resources
 
