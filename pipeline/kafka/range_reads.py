@@ -11,6 +11,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Topic
 from pipeline.core.event_log import RawRecord
 from pipeline.core.events import LogPosition
 from pipeline.kafka.errors import KafkaAdapterError
+from pipeline.wire.headers import header_pairs
 
 _LOG = logging.getLogger("pipeline.kafka.librdkafka")
 
@@ -130,11 +131,8 @@ def _first_at_or_after(
 
 def raw_record(msg: Message) -> RawRecord:
     """A consumed message as the core's RawRecord: where it was read, its bytes, its timestamp, its headers."""
-    found = msg.headers() or ()
-    pairs = found.items() if isinstance(found, dict) else found
-    headers = tuple((name, value) for name, value in pairs if isinstance(value, bytes))
     return RawRecord(LogPosition(msg.partition() or 0, msg.offset() or 0), msg.key(), msg.value(), msg.timestamp()[1],
-                     headers)  # fmt: skip
+                     header_pairs(msg.headers()))  # fmt: skip
 
 
 def _release(consumer: Consumer, topic: str, partition: int) -> None:

@@ -97,18 +97,23 @@ class Page:
     total: int
 
 
+# A decision's key in the index: its tenant and id (decision ids are chosen per tenant, so two
+# tenants may use the same trigger id, and neither may see the other's decision through it).
+Key = tuple[str, DecisionId]
+
+
 class DecisionIndex:
     """The newest `capacity` decisions (and erased ones), with views and audit positions; thread-safe.
 
-    The first committed decision of an id is kept, as every reader keeps it; views and audit
+    The first committed decision of a tenant's id is kept, as every reader keeps it; views and audit
     records that arrive before their decision wait for it in bounded maps.
     """
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
-        self._items: OrderedDict[DecisionId, Listed] = OrderedDict()
-        self._early_views: OrderedDict[DecisionId, ViewRecord] = OrderedDict()
-        self._early_audits: OrderedDict[DecisionId, dict[int, LogPosition]] = OrderedDict()
+        self._items: OrderedDict[Key, Listed] = OrderedDict()
+        self._early_views: OrderedDict[Key, ViewRecord] = OrderedDict()
+        self._early_audits: OrderedDict[Key, dict[int, LogPosition]] = OrderedDict()
         self._lock = threading.Lock()
         self.duplicates = 0
         self.dropped = 0  # evicted as the oldest beyond capacity
@@ -117,44 +122,47 @@ class DecisionIndex:
         return len(self._items)
 
     def add_decision(self, record: DecisionRecord, decided_ms: int, *, sealed: bool) -> None:
+        key = (record.case.tenant, record.decision_id)
         with self._lock:
-            if record.decision_id in self._items:
+            if key in self._items:
                 self.duplicates += 1
                 return
-            item = IndexedDecision(record, decided_ms, sealed, self._early_views.pop(record.decision_id, None),
-                                   self._early_audits.pop(record.decision_id, {}))  # fmt: skip
-            self._insert(record.decision_id, item)
+            item = IndexedDecision(record, decided_ms, sealed, self._early_views.pop(key, None),
+                                   self._early_audits.pop(key, {}))  # fmt: skip
+            self._insert(key, item)
 
     def add_erased(self, decision_id: DecisionId, case: CaseRef, decided_ms: int) -> None:
         with self._lock:
-            if decision_id not in self._items:
-                self._insert(decision_id, ErasedDecision(decision_id, case, decided_ms))
+            if (case.tenant, decision_id) not in self._items:
+                self._insert((case.tenant, decision_id), ErasedDecision(decision_id, case, decided_ms))
 
     def add_view(self, view: ViewRecord) -> None:
+        key = (view.case.tenant, view.decision_id)
         with self._lock:
-            item = self._items.get(view.decision_id)
+            item = self._items.get(key)
             if isinstance(item, IndexedDecision):
                 item.view = item.view or view
             elif item is None:
-                self._early(self._early_views, view.decision_id, view)
+                self._early(self._early_views, key, view)
 
-    def add_audit(self, decision_id: DecisionId, call_index: int, position: LogPosition) -> None:
+    def add_audit(self, audit: AuditRecord, position: LogPosition) -> None:
+        key = (audit.case.tenant, audit.decision_id)
         with self._lock:
-            item = self._items.get(decision_id)
+            item = self._items.get(key)
             if isinstance(item, IndexedDecision):
-                item.audit_positions.setdefault(call_index, position)
+                item.audit_positions.setdefault(audit.call_index, position)
             elif item is None:
-                positions = self._early_audits.get(decision_id) or {}
-                positions.setdefault(call_index, position)
-                self._early(self._early_audits, decision_id, positions)
+                positions = self._early_audits.get(key) or {}
+                positions.setdefault(audit.call_index, position)
+                self._early(self._early_audits, key, positions)
 
-    def _early(self, waiting: OrderedDict[DecisionId, Any], decision_id: DecisionId, value: object) -> None:
-        waiting[decision_id] = value
+    def _early(self, waiting: OrderedDict[Key, Any], key: Key, value: object) -> None:
+        waiting[key] = value
         while len(waiting) > self.capacity:
             waiting.popitem(last=False)
 
-    def _insert(self, decision_id: DecisionId, item: Listed) -> None:
-        self._items[decision_id] = item
+    def _insert(self, key: Key, item: Listed) -> None:
+        self._items[key] = item
         while len(self._items) > self.capacity:
             self._items.popitem(last=False)
             self.dropped += 1
@@ -166,14 +174,14 @@ class DecisionIndex:
     def erase_case(self, case: CaseRef) -> int:
         """Drops the content of the case's decisions, keeping them listed as erased; returns how many."""
         with self._lock:
-            ids = [d for d, i in self._items.items() if isinstance(i, IndexedDecision) and i.case == case]
-            for decision_id in ids:
-                self._items[decision_id] = ErasedDecision(decision_id, case, self._items[decision_id].decided_ms)
-            return len(ids)
+            keys = [k for k, i in self._items.items() if isinstance(i, IndexedDecision) and i.case == case]
+            for key in keys:
+                self._items[key] = ErasedDecision(key[1], case, self._items[key].decided_ms)
+            return len(keys)
 
-    def get(self, decision_id: DecisionId) -> Listed | None:
+    def get(self, tenant: str, decision_id: DecisionId) -> Listed | None:
         with self._lock:
-            return self._items.get(decision_id)
+            return self._items.get((tenant, decision_id))
 
     def query(self, wanted: DecisionFilter, number: int = 1, per_page: int = 50) -> Page:
         """The matching decisions, newest first, one page of them."""
@@ -217,7 +225,7 @@ class LiveIndex:
         for view in self._decoded(self._views, ViewRecord.from_wire, sink):
             self.index.add_view(view.record)
         for audit in self._decoded(self._audits, AuditRecord.from_wire, sink):
-            self.index.add_audit(audit.record.decision_id, audit.record.call_index, audit.raw.position)
+            self.index.add_audit(audit.record, audit.raw.position)
         for decision_id, case in sink.erased.items():
             self.index.add_erased(decision_id, case, sink.erased_ms.get(decision_id, 0))
         if self._keys is not None:

@@ -79,16 +79,19 @@ class _Pages:
             return PlainTextResponse("invalid token", status_code=401, headers=_HEADERS)
         return RedirectResponse(f"/login?next={quote(request.url.path, safe='/')}", status_code=303)
 
-    def _item(self, principal: Principal, raw_id: str | None) -> Listed | None:
-        """The decision of this id if the principal may read it; None for unknown and foreign alike."""
+    def _item(self, principal: Principal, tenant: str | None, raw_id: str | None) -> Listed | None:
+        """The tenant's decision of this id if the principal may read it; None for unknown and foreign alike.
+
+        A tenant's principal names no tenant (its own is taken); the admin names one.
+        """
+        tenant = tenant or principal.tenant
+        if tenant is None or not principal.may_read(tenant):
+            return None
         try:
             decision_id = DecisionId.parse(raw_id or "")
         except InvalidDecisionIdError:
             return None
-        item = self.auditor.index.get(decision_id)
-        if item is None or not principal.may_read(item.case.tenant):
-            return None
-        return item
+        return self.auditor.index.get(tenant, decision_id)
 
     def _not_found(self, principal: Principal) -> HTMLResponse:
         return self.render("error.html", 404, principal=principal, message="No such decision.")
@@ -148,7 +151,8 @@ class _Pages:
         principal = self._principal(request)
         if not isinstance(principal, Principal):
             return principal
-        item = self._item(principal, request.query_params.get("id"))
+        params = request.query_params
+        item = self._item(principal, params.get("tenant"), params.get("id"))
         if item is None:
             return self._not_found(principal)
         return self._decision_page(principal, item, replayed=None)
@@ -158,10 +162,11 @@ class _Pages:
         if not isinstance(principal, Principal):
             return principal
         form = await request.form()
-        return await run_in_threadpool(self._replayed, principal, str(form.get("id") or ""))
+        return await run_in_threadpool(self._replayed, principal, str(form.get("tenant") or ""),
+                                       str(form.get("id") or ""))  # fmt: skip
 
-    def _replayed(self, principal: Principal, raw_id: str) -> Response:
-        item = self._item(principal, raw_id)
+    def _replayed(self, principal: Principal, tenant: str, raw_id: str) -> Response:
+        item = self._item(principal, tenant, raw_id)
         if item is None:
             return self._not_found(principal)
         if isinstance(item, ErasedDecision):
@@ -176,7 +181,9 @@ class _Pages:
         if isinstance(item, ErasedDecision):
             return self.render("erased.html", principal=principal, item=item)
         other_arch = Architecture.SUMM if item.decision_id.architecture is Architecture.DPM else Architecture.DPM
-        other = self.auditor.index.get(DecisionId(item.decision_id.trigger_id, other_arch))
+        other = self.auditor.index.get(item.case.tenant, DecisionId(item.decision_id.trigger_id, other_arch))
+        if other is not None and other.case != item.case:
+            other = None  # the same trigger id for another case is another trigger
         try:
             events = self.auditor.events(item)
             audits = self.auditor.audits(item)

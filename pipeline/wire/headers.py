@@ -9,6 +9,7 @@ filter without parsing (or being able to open) the value.
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Iterable, Mapping
 
 from pipeline.wire.schema_ids import SchemaId
 
@@ -21,6 +22,15 @@ SPEC_VERSION = "1.0"
 TOMBSTONE = ".tombstone"  # appended to ce_type on a record without a value (an erasure)
 
 Headers = tuple[tuple[str, bytes], ...]
+
+
+def header_pairs(found: Mapping[str, object] | Iterable[tuple[str, object]] | None) -> Headers:
+    """A consumed record's headers as (name, bytes) pairs, whatever shape the client gave them in.
+
+    Clients hand headers over as a list of pairs or a mapping; a header without a value is dropped.
+    """
+    pairs = found.items() if isinstance(found, Mapping) else (found or ())
+    return tuple((str(name), value) for name, value in pairs if isinstance(value, bytes))
 
 
 def standard_headers(

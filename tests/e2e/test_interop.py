@@ -159,5 +159,5 @@ def test_every_record_carries_the_standard_headers(
             unique = (headers["ce_source"], headers["ce_id"])
             assert unique not in seen, unique  # CloudEvents: source + id identify one event
             seen.add(unique)
-            if headers["ce_source"].startswith(b"/dpm/projection/"):  # tracing off: the caller's trace, as is
-                assert headers["traceparent"] == TRACEPARENT, topic
+            if headers["ce_source"].startswith((b"/dpm/projection/", b"/dpm/summ-only/")):
+                assert headers["traceparent"] == TRACEPARENT, topic  # tracing off: the caller's trace, as it came

@@ -152,7 +152,9 @@ def _replay(page: Page) -> None:
 
 
 def _refused_the_other_tenant(page: Page, run: _Run) -> None:
-    for path in (f"/decision?id={quote(str(run.dpm_id(run.theirs)))}", f"/decisions?tenant={run.theirs.ref.tenant}"):
+    theirs = quote(str(run.dpm_id(run.theirs)))
+    for path in (f"/decision?id={theirs}", f"/decision?tenant={run.theirs.ref.tenant}&id={theirs}",
+                 f"/decisions?tenant={run.theirs.ref.tenant}"):  # fmt: skip
         answer = page.goto(f"{run.base}{path}")
         assert answer is not None
         assert answer.status in (403, 404)

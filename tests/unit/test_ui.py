@@ -47,7 +47,7 @@ def _published(case: Case, trigger_id: str, result: RunResult) -> RunRecords:
 class _Auditor:
     """The index filled with two tenants' decisions (DPM and Summ-only for one trigger each); events from memory."""
 
-    def __init__(self) -> None:
+    def __init__(self, trigger_of: str = "t-{tenant}") -> None:
         self.index = DecisionIndex(capacity=100)
         self.cases: dict[CaseRef, Trajectory] = {}
         self.audit_records: dict[DecisionId, list[AuditRecord]] = {}
@@ -57,13 +57,13 @@ class _Auditor:
             case = _as_tenant(fixture, tenant)
             self.cases[case.ref] = case.trajectory
             for runner in (run_dpm, run_summ):
-                published = _published(case, f"t-{tenant}", runner(case.trajectory, case.task, BUDGET,
-                                                                    ExtractiveBackend()))  # fmt: skip
+                result = runner(case.trajectory, case.task, BUDGET, ExtractiveBackend())
+                published = _published(case, trigger_of.format(tenant=tenant), result)
                 record = published.decision
                 self.index.add_decision(record, 1_800_000_000_000 + n * 1000, sealed=True)
                 self.index.add_view(published.view)
                 for audit in published.audits:
-                    self.index.add_audit(record.decision_id, audit.call_index, LogPosition(0, audit.call_index))
+                    self.index.add_audit(audit, LogPosition(0, audit.call_index))
                 self.audit_records[record.decision_id] = list(published.audits)
 
     def events(self, item: IndexedDecision) -> CaseEvents:
@@ -76,6 +76,12 @@ class _Auditor:
         self.replays += 1
         view = item.view.text if item.view else None
         return verify_replay(item.record.replay_target(), self.cases[item.case], view, ExtractiveBackend())
+
+
+def _get(auditor: _Auditor, tenant: str, decision_id: str) -> IndexedDecision:
+    item = auditor.index.get(tenant, DecisionId.parse(decision_id))
+    assert isinstance(item, IndexedDecision)
+    return item
 
 
 @pytest.fixture
@@ -114,9 +120,11 @@ def test_a_tenant_reaches_none_of_another_tenants_decisions_on_any_route(auditor
     assert "globex" not in listed.text
     assert acme.get("/decisions?tenant=globex").status_code == 403
     assert "t-globex" not in acme.get(f"/decisions?case={load_fixture().ref.case_id}").text
-    globex_rationale = auditor.index.get(DecisionId.parse(GLOBEX_DPM)).record.outcome.rationale  # type: ignore[union-attr]
+    globex_rationale = _get(auditor, "globex", GLOBEX_DPM).record.outcome.rationale
     for response in (acme.get(f"/decision?id={GLOBEX_DPM}"), acme.get("/decision?id=t-globex:summ"),
-                     acme.post("/decision/replay", data={"id": GLOBEX_DPM})):  # fmt: skip
+                     acme.get(f"/decision?tenant=globex&id={GLOBEX_DPM}"),
+                     acme.post("/decision/replay", data={"id": GLOBEX_DPM}),
+                     acme.post("/decision/replay", data={"tenant": "globex", "id": GLOBEX_DPM})):  # fmt: skip
         assert response.status_code == 404
         assert "globex" not in response.text
         assert globex_rationale not in response.text
@@ -127,13 +135,28 @@ def test_a_tenant_reaches_none_of_another_tenants_decisions_on_any_route(auditor
     assert "t-globex:dpm" in admin.text
 
 
+def test_two_tenants_with_the_same_trigger_id_each_see_their_own_decisions_only() -> None:
+    auditor = _Auditor(trigger_of="shared")
+    assert len(auditor.index) == 4  # one tenant's id never hides the other's decision
+    for token, own, other in ((ACME, "acme", "globex"), (GLOBEX, "globex", "acme")):
+        client = _client(auditor, token)
+        page = client.get("/decision?id=shared:dpm")
+        assert page.status_code == 200
+        assert f"Tenant {own}" in page.text
+        assert f"tenant={own}&amp;id=shared%3Asumm" in page.text  # its own Summ-only decision beside it
+        assert other not in page.text
+        assert client.get(f"/decision?tenant={other}&id=shared:dpm").status_code == 404
+    admin = _client(auditor, ADMIN)
+    assert "Tenant globex" in admin.get("/decision?tenant=globex&id=shared:dpm").text
+    assert admin.get("/decision?id=shared:dpm").status_code == 404  # the admin names the tenant
+
+
 def test_the_decision_page_shows_cited_evidence_checks_records_audits_and_the_other_architecture(
     auditor: _Auditor,
 ) -> None:
     page = _client(auditor, ACME).get(f"/decision?id={ACME_DPM}")
     assert page.status_code == 200
-    item = auditor.index.get(DecisionId.parse(ACME_DPM))
-    assert isinstance(item, IndexedDecision)
+    item = _get(auditor, "acme", ACME_DPM)
     assert item.view is not None
     record = item.record
     assert record.outcome.rationale in page.text.replace("&#39;", "'").replace("&#34;", '"')
@@ -146,7 +169,7 @@ def test_the_decision_page_shows_cited_evidence_checks_records_audits_and_the_ot
     assert "0:0 0:1" in page.text  # the recorded offsets
     assert page.text.count('<details class="audit">') == record.llm_calls  # collapsed by default
     assert "same trigger" in page.text
-    assert "/decision?id=t-acme%3Asumm" in page.text
+    assert "/decision?tenant=acme&amp;id=t-acme%3Asumm" in page.text
     assert "default-src 'none'" in page.headers["content-security-policy"]
 
 
@@ -158,8 +181,7 @@ def test_replay_now_reports_match(auditor: _Auditor) -> None:
 
 
 def test_an_erased_case_is_listed_as_erased_with_no_content(auditor: _Auditor) -> None:
-    item = auditor.index.get(DecisionId.parse(ACME_DPM))
-    assert isinstance(item, IndexedDecision)
+    item = _get(auditor, "acme", ACME_DPM)
     rationale = item.record.outcome.rationale
     assert auditor.index.erase_case(item.case) == 2
     client = _client(auditor, ACME)
@@ -194,8 +216,8 @@ def test_filters_and_pages(auditor: _Auditor) -> None:
     summ = admin.get("/decisions?architecture=summ").text
     assert "t-acme:summ" in summ
     assert "t-acme:dpm" not in summ
-    assert admin.get("/decisions?since=2027-01-15").text.count("/decision?id=") == 4  # 2027-01-15 < 1.8e12 ms
-    assert admin.get("/decisions?since=2030-01-01").text.count("/decision?id=") == 0
+    assert admin.get("/decisions?since=2027-01-15").text.count("/decision?tenant=") == 4  # 2027-01-15 < 1.8e12 ms
+    assert admin.get("/decisions?since=2030-01-01").text.count("/decision?tenant=") == 0
     assert admin.get("/decisions?since=yesterday").status_code == 400
     page = auditor.index.query(DecisionFilter(), number=2, per_page=3)
     assert (page.number, page.pages, page.total, len(page.items)) == (2, 2, 4, 1)
@@ -205,24 +227,23 @@ def test_filters_and_pages(auditor: _Auditor) -> None:
 
 def test_the_index_is_bounded_keeps_the_first_decision_of_an_id_and_attaches_early_views() -> None:
     auditor = _Auditor()
-    records = [auditor.index.get(DecisionId.parse(d)) for d in (ACME_DPM, GLOBEX_DPM)]
+    first, second = _get(auditor, "acme", ACME_DPM), _get(auditor, "globex", GLOBEX_DPM)
     index = DecisionIndex(capacity=1)
-    first, second = (r for r in records if isinstance(r, IndexedDecision))
     assert first.view is not None
     index.add_view(first.view)  # the view arrives before its decision
     index.add_decision(first.record, 1, sealed=True)
     index.add_decision(first.record, 2, sealed=True)
-    got = index.get(first.decision_id)
+    got = index.get("acme", first.decision_id)
     assert isinstance(got, IndexedDecision)
     assert got.view is first.view
     assert got.decided_ms == 1
     assert index.duplicates == 1
     index.add_decision(second.record, 3, sealed=True)
     assert len(index) == 1
-    assert index.get(first.decision_id) is None
+    assert index.get("acme", first.decision_id) is None
     assert index.dropped == 1
     index.add_erased(DecisionId("gone", Architecture.DPM), CaseRef("acme", "c"), 4)
-    assert isinstance(index.get(DecisionId("gone", Architecture.DPM)), ErasedDecision)
+    assert isinstance(index.get("acme", DecisionId("gone", Architecture.DPM)), ErasedDecision)
 
 
 def test_page_checks_flag_invalid_citations_and_ungrounded_figures_and_mark_whole_numbers_only() -> None:

@@ -33,8 +33,10 @@ from pipeline.core.view import EMPTY_VIEW
 from pipeline.kafka.topics import TopicNames
 from pipeline.kafka.transactions import Output
 from pipeline.observability.metrics import PipelineMetrics
+from pipeline.observability.tracing import trace_headers
 from pipeline.wire.decision import PositionsSource, Provenance
 from pipeline.wire.event import EventRecord
+from pipeline.wire.headers import header_pairs
 from pipeline.wire.rejection import RejectedError, Rejection
 from pipeline.wire.run_records import run_records
 from pipeline.wire.sealing import CaseCipher, open_state, seal_state
@@ -79,6 +81,7 @@ def _record(event: Any) -> RawRecord:  # noqa: ANN401 - faust's EventT
         msg.key,
         msg.value,
         int(msg.timestamp * 1000) if msg.timestamp else None,
+        header_pairs(msg.headers),
     )
 
 
@@ -350,7 +353,8 @@ class Baseline:
         provenance = Provenance(request.decision_id(Architecture.SUMM), positions, PositionsSource.TRIGGER,
                                 self.backend.name, self.options.worker_id)  # fmt: skip
         published = run_records(result, trajectory, task=request.task, budget=budget, provenance=provenance)
-        await self._send(run_outputs(published, self.names, self.sealing))
+        # The trigger's trace context goes on to the outputs as it came (the baseline makes no spans).
+        await self._send(run_outputs(published, self.names, self.sealing, trace_headers(record.headers)))
         self._remember(request, handled, record.position, refused=False)
         if self.metrics is not None:  # the N steps were counted as they ran
             observe_published(self.metrics, result, published, triggered_ms=record.timestamp_ms,
