@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import uuid
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
@@ -44,7 +45,9 @@ class KafkaKeyTopic:
 
         try:
             value = None if record is None else record.encode()
-            event_id = case.key if record is None else f"{case.key}/{record.kid}"
+            # Unique per record: a rotation publishes the same data key again, wrapped under a new KEK.
+            event_id = f"{case.key}/erased/{uuid.uuid4().hex}" if record is None else (
+                f"{case.key}/{record.kid}/{record.kek_id}")  # fmt: skip
             headers = standard_headers(SchemaId.KEY, source="/dpm/keys", event_id=event_id, tenant=case.tenant,
                                        tombstone=record is None)  # fmt: skip
             self._producer.produce(self._topic, key=case.key.encode(), value=value,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -125,8 +126,9 @@ class EventProducer:
             for key in keys:
                 if not key.startswith(prefix):
                     raise KafkaAdapterError(f"key {key!r} is not an event of {case.key}")
-                headers = standard_headers(SchemaId.EVENT, source=SOURCE, event_id=key.decode("utf-8", "replace"),
-                                           tenant=case.tenant, tombstone=True)  # fmt: skip
+                erased_id = f"{key.decode('utf-8', 'replace')}/erased/{uuid.uuid4().hex}"  # the event keeps its own id
+                headers = standard_headers(SchemaId.EVENT, source=SOURCE, event_id=erased_id, tenant=case.tenant,
+                                           tombstone=True)  # fmt: skip
                 self._producer.produce(topic, key=key, value=None, partition=partition, headers=list(headers))
                 count += 1
             remaining = self._producer.flush(60)

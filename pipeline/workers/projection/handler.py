@@ -22,6 +22,7 @@ from pipeline.kafka.transactions import Deferred, Output, Step, run_inline
 from pipeline.observability.metrics import PipelineMetrics
 from pipeline.observability.tracing import PassThroughTracing, Tracing, trace_headers
 from pipeline.wire.decision import PositionsSource, Provenance
+from pipeline.wire.headers import Headers
 from pipeline.wire.limits import MAX_TRAJECTORY_CHARS
 from pipeline.wire.rejection import RejectedError, Rejection
 from pipeline.wire.run_records import run_records
@@ -199,7 +200,7 @@ class ProjectionHandler:
         record: RawRecord,
         read: _CaseRead,
         result: RunResult | Exception,
-        trace_context: tuple[tuple[str, bytes], ...],
+        trace_context: Headers,
     ) -> list[Output]:
         if isinstance(result, Exception):
             raise result
