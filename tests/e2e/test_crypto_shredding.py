@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
-from confluent_kafka import Consumer, KafkaError, TopicPartition
+from confluent_kafka import Consumer
 
 from pipeline.core.case import Case
 from pipeline.core.events import CaseRef
@@ -20,6 +19,7 @@ from pipeline.services.cluster import pipeline_processes
 from pipeline.services.read_outputs import await_decisions, load_outputs
 from pipeline.wire.event import CaseOpening
 from pipeline.wire.trigger import DecisionId, DecisionRequest
+from tests.kafka_support import every_record
 from tests.pipeline_support import small_cases, worker_env
 from tests.processes import dpm_cli
 
@@ -30,29 +30,6 @@ def _marked(case: Case, marker: str) -> Case:
     """The case with a unique marker in every event's text (a name, say, that must vanish)."""
     events = tuple(replace(e, text=f"{e.text} Contact: {marker}.") for e in case.trajectory.events)
     return replace(case, trajectory=replace(case.trajectory, events=events))
-
-
-def _raw_records(config: dict[str, str], topic: str) -> Iterator[tuple[bytes | None, bytes | None]]:
-    """Every record's key and value bytes, uncommitted ones included, from the start of each partition."""
-    consumer = Consumer({**config, "group.id": f"scan-{uuid.uuid4().hex}", "enable.partition.eof": True,
-                         "isolation.level": "read_uncommitted", "enable.auto.commit": False})  # fmt: skip
-    try:
-        partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
-        for partition in partitions:
-            low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
-            if high <= low:
-                continue
-            consumer.assign([TopicPartition(topic, partition, low)])
-            while True:
-                msg = consumer.poll(10)
-                assert msg is not None, f"timed out reading {topic}[{partition}]"
-                error = msg.error()
-                if error is not None and error.code() == KafkaError._PARTITION_EOF:
-                    break
-                assert error is None, error
-                yield msg.key(), msg.value()
-    finally:
-        consumer.close()
 
 
 def _topics(config: dict[str, str], prefix: str) -> list[str]:
@@ -95,8 +72,8 @@ def test_after_erase_the_marker_is_nowhere_in_plaintext_and_only_the_erased_case
     assert {topic_names.events, topic_names.audit, topic_names.keys} <= set(topics)
     assert any("changelog" in t for t in topics), topics
     for topic in topics:
-        for key, value in _raw_records(kafka_config, topic):
-            assert marker.encode() not in (key or b"") + (value or b""), f"marker in plaintext in {topic}"
+        for record in every_record(kafka_config, topic, committed_only=False):  # open transactions too
+            assert marker.encode() not in (record.key or b"") + (record.value or b""), f"marker in plaintext in {topic}"
     replay = dpm_cli("replay", "--all", env=env)
     lines = {line.split()[1]: line for line in replay.stdout.splitlines() if ":dpm" in line or ":summ" in line}
     for arch in ("dpm", "summ"):
@@ -118,9 +95,9 @@ def _baseline_forgot(config: dict[str, str], names: TopicNames, case: CaseRef) -
     """True once the latest record of every key of `case` on the baseline's step changelog is a tombstone."""
     changelog = next(t for t in _topics(config, names.prefix) if t.endswith("summ-steps-changelog"))
     latest: dict[bytes, bytes | None] = {}
-    for key, value in _raw_records(config, changelog):
-        if key is not None and case.key.encode() in key:
-            latest[key] = value
+    for record in every_record(config, changelog, committed_only=False):
+        if record.key is not None and case.key.encode() in record.key:
+            latest[record.key] = record.value
     return bool(latest) and all(v is None for v in latest.values())
 
 
@@ -138,7 +115,8 @@ def test_erased_event_and_key_records_are_physically_gone_within_the_configured_
     erased_at = time.monotonic()
 
     def remaining() -> int:
-        keyed = [k for topic in (topic_names.events, topic_names.keys) for k, _ in _raw_records(kafka_config, topic)]
+        keyed = [r.key for topic in (topic_names.events, topic_names.keys)
+                 for r in every_record(kafka_config, topic, committed_only=False)]  # fmt: skip
         return sum(1 for k in keyed if k is not None and k.startswith(case.ref.key.encode()))
 
     other = 0

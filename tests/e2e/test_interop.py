@@ -6,11 +6,10 @@ from __future__ import annotations
 import subprocess
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import orjson
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Producer
 
 from pipeline.config.settings import Settings
 from pipeline.core.case import Case
@@ -18,7 +17,6 @@ from pipeline.core.task import Architecture
 from pipeline.kafka.broker_runtime import KafkaRelease, ensure_broker_jars, java_executable
 from pipeline.kafka.partitioning import case_partition
 from pipeline.kafka.producer import EventProducer
-from pipeline.kafka.range_reads import raw_record
 from pipeline.kafka.topics import TopicNames, create_pipeline_topics
 from pipeline.keys.store import CaseKeys
 from pipeline.services.cluster import pipeline_processes
@@ -27,6 +25,7 @@ from pipeline.wire.event import CaseOpening, opened
 from pipeline.wire.headers import standard_headers
 from pipeline.wire.schema_ids import SchemaId
 from pipeline.wire.trigger import DecisionRequest
+from tests.kafka_support import every_record
 from tests.pipeline_support import small_cases, worker_env
 
 BUDGET = 900
@@ -87,26 +86,6 @@ def test_kafkas_console_tools_produce_a_case_and_a_trigger_and_read_the_decision
     assert "ce_specversion:1.0" in headers
 
 
-def _records(config: dict[str, str], topic: str) -> Iterator[tuple[bytes | None, tuple[tuple[str, bytes], ...]]]:
-    """Every committed record's value and headers, read with a plain consumer."""
-    consumer = Consumer({**config, "group.id": f"plain-{uuid.uuid4().hex}", "enable.partition.eof": True,
-                         "isolation.level": "read_committed", "enable.auto.commit": False})  # fmt: skip
-    try:
-        for partition in consumer.list_topics(topic, timeout=10).topics[topic].partitions:
-            low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
-            if high <= low:
-                continue
-            consumer.assign([TopicPartition(topic, partition, low)])
-            while (msg := consumer.poll(10)) is not None:
-                error = msg.error()
-                if error is not None and error.code() == KafkaError._PARTITION_EOF:
-                    break
-                assert error is None, error
-                yield msg.value(), raw_record(msg).headers
-    finally:
-        consumer.close()
-
-
 TRACEPARENT = b"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 
 
@@ -136,18 +115,19 @@ def test_every_record_carries_the_standard_headers(
     with pipeline_processes([["worker"], ["baseline", "--budgets", str(BUDGET)]], env, tmp_path / "logs"):
         await_decisions(kafka_config, topic_names, 2, timeout_s=180, cipher=case_keys)
         deadline = time.monotonic() + 60
-        while not list(_records(kafka_config, topic_names.dlq)):  # the malformed trigger's dead letter
+        while not list(every_record(kafka_config, topic_names.dlq)):  # the malformed trigger's dead letter
             assert time.monotonic() < deadline, "no dead letter for the malformed trigger"
             time.sleep(0.5)
     seen: set[tuple[bytes, bytes]] = set()
     for topic in (topic_names.events, topic_names.triggers, topic_names.views, topic_names.decisions,
                   topic_names.audit, topic_names.dlq, topic_names.keys):  # fmt: skip
-        records = list(_records(kafka_config, topic))
+        records = list(every_record(kafka_config, topic))
         assert records, topic
-        for value, header_list in records:
+        for record in records:
+            value = record.value
             if value == b"{not json":
                 continue  # the one record a client that is not ours wrote without them
-            headers = dict(header_list)
+            headers = dict(record.headers)
             assert headers["ce_specversion"] == b"1.0", topic
             assert headers["ce_type"] == headers["dpm-schema"], topic
             assert headers["content-type"] == b"application/json", topic
