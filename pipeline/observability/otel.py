@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
 
 from opentelemetry import trace
 from opentelemetry.context import Context
@@ -25,13 +25,8 @@ class _Traced:
         self._context: Context = trace.set_span_in_context(root)
         self._ended = False
 
-    @contextmanager
-    def _span(self, name: str) -> Iterator[None]:
-        with self._tracer.start_as_current_span(name, context=self._context):
-            yield
-
-    def span(self, name: str) -> AbstractContextManager[None]:
-        return self._span(name)
+    def span(self, name: str) -> AbstractContextManager[object]:
+        return self._tracer.start_as_current_span(name, context=self._context)
 
     def output_headers(self) -> Headers:
         carrier: dict[str, str] = {}

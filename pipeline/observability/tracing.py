@@ -27,7 +27,7 @@ def trace_headers(headers: Sequence[tuple[str, bytes]]) -> Headers:
 class TriggerTrace(Protocol):
     """The trace of one trigger's handling."""
 
-    def span(self, name: str) -> AbstractContextManager[None]:
+    def span(self, name: str) -> AbstractContextManager[object]:
         """A child span of the trigger's, current on this thread while the block runs."""
         ...
 
@@ -54,7 +54,7 @@ class _PassedOn:
     def __init__(self, headers: Sequence[tuple[str, bytes]]) -> None:
         self._headers = trace_headers(headers)
 
-    def span(self, _name: str) -> AbstractContextManager[None]:
+    def span(self, _name: str) -> AbstractContextManager[object]:
         return nullcontext()
 
     def output_headers(self) -> Headers:

@@ -1,7 +1,7 @@
 """The auditor's index: published decisions, their views and where their audit records are, in memory.
 
-Built by following the output topics (each record read once) and kept current by a thread of its
-own, so a page never re-reads a topic: a decision page reads only its own audit records (by offset)
+Built by following the output topics (each record read once; the auditor service refreshes it from
+a thread of its own), so a page never re-reads a topic: a decision page reads only its own audit records (by offset)
 and its case's recorded events.
 
 Memory is bounded by `capacity` decisions, newest kept: each holds its decision record (with one
@@ -16,7 +16,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 
 from pipeline.core.event_log import EventLog
 from pipeline.core.events import CaseRef, LogPosition
@@ -24,13 +24,11 @@ from pipeline.core.task import Architecture
 from pipeline.kafka.follow import TopicFollower
 from pipeline.kafka.topics import TopicNames
 from pipeline.keys.store import CaseKeys
-from pipeline.services.read_outputs import Opened, PublishedOutputs, decoded
+from pipeline.services.read_outputs import Opened, OutputRecord, PublishedOutputs, decoded
 from pipeline.wire.audit import AuditRecord
 from pipeline.wire.decision import DecisionRecord
 from pipeline.wire.trigger import DecisionId
 from pipeline.wire.view import ViewRecord
-
-_Record = TypeVar("_Record", DecisionRecord, ViewRecord, AuditRecord)
 
 
 @dataclass
@@ -233,8 +231,8 @@ class LiveIndex:
                 if not self._keys.ring.knows(case):
                     self.index.erase_case(case)
 
-    def _decoded(self, follower: TopicFollower, decode: Callable[[Mapping[str, Any]], _Record],
-                 sink: PublishedOutputs) -> Iterator[Opened[_Record]]:  # fmt: skip
+    def _decoded(self, follower: TopicFollower, decode: Callable[[Mapping[str, Any]], OutputRecord],
+                 sink: PublishedOutputs) -> Iterator[Opened[OutputRecord]]:  # fmt: skip
         return decoded(follower.new_records(), follower.topic, decode, sink, self._keys)
 
     def close(self) -> None:

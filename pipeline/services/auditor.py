@@ -82,13 +82,13 @@ class KafkaAuditor:
         with self._lock:
             return read_audits(item, self._audit_log, self._keys, self.names.audit)
 
-    def replay(self, item: IndexedDecision) -> ReplayReport:
+    def replay(self, item: IndexedDecision, audits: list[AuditRecord]) -> ReplayReport:
         """Re-reads the recorded offsets and re-runs the recorded backend, as `dpm replay --decision` does.
 
-        Raises DpmError when it cannot run (the broker or the model unreachable).
+        `audits` are the decision's audit records (`audits(item)`). Raises DpmError when it cannot
+        run (the broker or the model unreachable).
         """
         with self._lock:
-            audits = read_audits(item, self._audit_log, self._keys, self.names.audit)
             return replay_one(item.record, item.view, audits, self._events, self._backends, recorded_only=False,
                               cipher=self._keys)  # fmt: skip
 

@@ -22,7 +22,7 @@ from pipeline.wire.trigger import DecisionId, DecisionRequest, TriggerLimits
 from pipeline.wire.view import ViewRecord
 
 _LOG = logging.getLogger("pipeline.services.read_outputs")
-_Record = TypeVar("_Record", DecisionRecord, ViewRecord, AuditRecord)
+OutputRecord = TypeVar("OutputRecord", DecisionRecord, ViewRecord, AuditRecord)  # what the workers publish
 
 
 @dataclass
@@ -44,16 +44,16 @@ class PublishedOutputs:
 _READ_ANY = TriggerLimits(max_positions=100_000, domains=None)
 
 
-class Opened(NamedTuple, Generic[_Record]):
+class Opened(NamedTuple, Generic[OutputRecord]):
     """An output record decoded and opened, the raw record it came from, and whether it was sealed."""
 
     raw: RawRecord
-    record: _Record
+    record: OutputRecord
     sealed: bool
 
 
-def decoded(raws: Iterable[RawRecord], topic: str, decode: Callable[[Mapping[str, Any]], _Record],
-            outputs: PublishedOutputs, cipher: CaseCipher | None) -> Iterator[Opened[_Record]]:  # fmt: skip
+def decoded(raws: Iterable[RawRecord], topic: str, decode: Callable[[Mapping[str, Any]], OutputRecord],
+            outputs: PublishedOutputs, cipher: CaseCipher | None) -> Iterator[Opened[OutputRecord]]:  # fmt: skip
     """Output records decoded and opened, each with the raw record it came from.
 
     One that does not decode is counted in `outputs.unreadable`, never crashes the reader. The
@@ -75,8 +75,8 @@ def decoded(raws: Iterable[RawRecord], topic: str, decode: Callable[[Mapping[str
             outputs.unreadable += 1
 
 
-def _records(config: dict[str, str], topic: str, decode: Callable[[Mapping[str, Any]], _Record],
-             outputs: PublishedOutputs, cipher: CaseCipher | None) -> Iterator[_Record]:  # fmt: skip
+def _records(config: dict[str, str], topic: str, decode: Callable[[Mapping[str, Any]], OutputRecord],
+             outputs: PublishedOutputs, cipher: CaseCipher | None) -> Iterator[OutputRecord]:  # fmt: skip
     """Every record of an output topic, decoded and opened (see `decoded`)."""
     return (opened.record for opened in decoded(read_topic(config, topic), topic, decode, outputs, cipher))
 

@@ -52,7 +52,9 @@ class Auditor(Protocol):
 
     def audits(self, item: IndexedDecision) -> list[AuditRecord]: ...
 
-    def replay(self, item: IndexedDecision) -> ReplayReport: ...
+    def replay(self, item: IndexedDecision, audits: list[AuditRecord]) -> ReplayReport:
+        """`item` re-derived from its recorded offsets, with its audit records (read already for the page)."""
+        ...
 
 
 class _Pages:
@@ -155,7 +157,7 @@ class _Pages:
         item = self._item(principal, params.get("tenant"), params.get("id"))
         if item is None:
             return self._not_found(principal)
-        return self._decision_page(principal, item, replayed=None)
+        return self._decision_page(principal, item, replay=False)
 
     async def replay(self, request: Request) -> Response:
         principal = self._principal(request)
@@ -169,15 +171,16 @@ class _Pages:
         item = self._item(principal, tenant, raw_id)
         if item is None:
             return self._not_found(principal)
-        if isinstance(item, ErasedDecision):
-            return self._decision_page(principal, item, replayed=None)
-        try:
-            report: ReplayReport | str = self.auditor.replay(item)
-        except DpmError as exc:
-            report = f"replay could not run: {exc}"
-        return self._decision_page(principal, item, replayed=report)
+        return self._decision_page(principal, item, replay=True)
 
-    def _decision_page(self, principal: Principal, item: Listed, replayed: ReplayReport | str | None) -> Response:
+    def _replay(self, item: IndexedDecision, audits: list[AuditRecord]) -> ReplayReport | str:
+        try:
+            return self.auditor.replay(item, audits)
+        except DpmError as exc:
+            return f"replay could not run: {exc}"
+
+    def _decision_page(self, principal: Principal, item: Listed, *, replay: bool) -> Response:
+        """The decision's page, after replaying it when `replay` (an erased case has nothing to replay)."""
         if isinstance(item, ErasedDecision):
             return self.render("erased.html", principal=principal, item=item)
         other_arch = Architecture.SUMM if item.decision_id.architecture is Architecture.DPM else Architecture.DPM
@@ -202,7 +205,7 @@ class _Pages:
             events=events,
             audits=audits,
             other=other,
-            replayed=replayed,
+            replayed=self._replay(item, audits) if replay else None,
         )
 
 

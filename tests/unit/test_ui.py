@@ -72,7 +72,8 @@ class _Auditor:
     def audits(self, item: IndexedDecision) -> list[AuditRecord]:
         return self.audit_records[item.decision_id]
 
-    def replay(self, item: IndexedDecision) -> ReplayReport:
+    def replay(self, item: IndexedDecision, audits: list[AuditRecord]) -> ReplayReport:
+        assert audits == self.audit_records[item.decision_id]  # the page's own, not read again
         self.replays += 1
         view = item.view.text if item.view else None
         return verify_replay(item.record.replay_target(), self.cases[item.case], view, ExtractiveBackend())
