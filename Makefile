@@ -59,7 +59,7 @@ chaos: $(STAMP)
 	$(BIN)/python benchmarks/chaos.py
 
 # Figures, not pass/fail: scale-out under model latency, latency, reads, memory, per-decision cost
-# and the cost of encryption on this machine (about 7 minutes), written to out/bench/figures.json.
+# and the cost of encryption on this machine (about 8 minutes), written to out/bench/figures.json.
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks.pipeline_bench
 

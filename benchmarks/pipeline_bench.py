@@ -198,7 +198,9 @@ def rows(figures: dict[str, Any]) -> list[tuple[str, str]]:
         out += [
             ("reading one 90-event case by offset: alone / 100x / 1000x other traffic in its partition",
              f"{_f(read['alone_ms'])} / {_f(read['foreign_100x_ms'])} / {_f(read['foreign_1000x_ms'])} ms "
-             f"(x{_f(read['foreign_100x/alone'])} / x{_f(read['foreign_1000x/alone'])}; targets x2 / x4)"),
+             f"(x{_f(read['foreign_100x/alone'])} / x{_f(read['foreign_1000x/alone'])}; targets x2 / x4); on "
+             f"the broker before 10 s of reads warmed it: {_f(read['cold_alone_ms'])} / "
+             f"{_f(read['cold_foreign_100x_ms'])} / {_f(read['cold_foreign_1000x_ms'])} ms"),
             ("a far-apart position: per position of the 1000x read / one read alone",
              f"{_f(read['far_position_ms'], 2)} / {_f(read['one_far_position_ms'], 2)} ms (target 15)"),
         ]  # fmt: skip

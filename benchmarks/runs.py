@@ -17,6 +17,7 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import partial
+from itertools import cycle
 from pathlib import Path
 from typing import Any
 
@@ -212,38 +213,55 @@ def _noisy_case(config: dict[str, str], noise: int) -> tuple[KafkaEventLog, list
     return KafkaEventLog(config, names.events), positions
 
 
+def _timed_ms(work: Callable[[], object]) -> float:
+    started = time.perf_counter()
+    work()
+    return (time.perf_counter() - started) * 1000
+
+
 def _median_ms(work: Callable[[], object], repeats: int) -> float:
     work()  # warm: connections made, readers started
-    timings = []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        work()
-        timings.append(time.perf_counter() - started)
-    return statistics.median(timings) * 1000
+    return statistics.median(_timed_ms(work) for _ in range(repeats))
 
 
 def _read_one_each(log: KafkaEventLog, positions: Iterator[LogPosition]) -> None:
     log.read([next(positions)])
 
 
-def read_costs(bootstrap: str, repeats: int = 15) -> dict[str, float]:
+_READS = ((0, "alone_ms"), (100, "foreign_100x_ms"), (1000, "foreign_1000x_ms"))
+
+
+def read_costs(bootstrap: str, repeats: int = 15, warm_s: float = 10.0) -> dict[str, float]:
     """Median ms to read one 90-event case by offset, alone and among 100x and 1000x other traffic.
 
     Far-apart positions: ms per position within the 1000x read (90 seeks), and for a read of one alone.
+    The three reads take turns, so each is timed against the same broker. A broker that has just
+    started serves fetches several times slower until its JVM has compiled the fetch path, and one in
+    service is warm: the figures are timed after `warm_s` of these reads; `cold_*` are the median of
+    their first 5 (after one that makes the connections), on the broker as the section found it.
     """
     config = {"bootstrap.servers": bootstrap}
-    figures: dict[str, float] = {}
-    for noise, name in ((0, "alone_ms"), (100, "foreign_100x_ms"), (1000, "foreign_1000x_ms")):
-        log, positions = _noisy_case(config, noise)
+    cases = {name: _noisy_case(config, noise) for noise, name in _READS}
 
-        def read(log: KafkaEventLog = log, positions: list[LogPosition] = positions) -> None:
-            if len(log.read(positions).records) != len(positions):
-                raise SystemExit("a read came back short")
+    def read(name: str) -> None:
+        log, positions = cases[name]
+        if len(log.read(positions).records) != len(positions):
+            raise SystemExit("a read came back short")
 
-        figures[name] = _median_ms(read, repeats)
-        if noise == 1000:  # the case's positions are 1,001 records apart here: each is read by a seek
-            figures["far_position_ms"] = figures[name] / len(positions)
-            figures["one_far_position_ms"] = _median_ms(partial(_read_one_each, log, iter(positions * 3)), 30)
+    figures = {f"cold_{name}": _median_ms(partial(read, name), 5) for name in cases}
+    warm_until = time.monotonic() + warm_s
+    while time.monotonic() < warm_until:
+        for name in cases:
+            read(name)
+    timings: dict[str, list[float]] = {name: [] for name in cases}
+    for _ in range(repeats):
+        for name in cases:
+            timings[name].append(_timed_ms(partial(read, name)))
+    figures |= {name: statistics.median(times) for name, times in timings.items()}
+    log, positions = cases["foreign_1000x_ms"]  # its positions are 1,001 records apart: each is sought
+    figures["far_position_ms"] = figures["foreign_1000x_ms"] / len(positions)
+    figures["one_far_position_ms"] = _median_ms(partial(_read_one_each, log, cycle(positions)), 30)
+    for log, _ in cases.values():
         log.close()
     return figures
 

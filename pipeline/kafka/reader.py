@@ -20,14 +20,29 @@ from pipeline.kafka.partitioning import case_partition
 from pipeline.kafka.range_reads import read_points, read_range
 
 _LOG = logging.getLogger("pipeline.kafka.librdkafka")
-# Offsets at most this far apart are read through as one run; farther ones are read by seeking. On
-# loopback, reading past a record costs about 1 us and a seek with a one-batch fetch about 0.5 ms
-# (benchmarks/pipeline_bench.py), so either way a read costs at most about (own events x one seek),
-# whatever the other traffic in the partition.
-_MAX_GAP = 256
-# Consumers that read isolated positions side by side: the seeks' round trips overlap.
+# Offsets at most this far apart are read through as one run; farther ones are read by seeking. Here
+# (2 cores, loopback) reading past a record costs about 2 us and a far position about 0.25 ms with
+# POINT_READERS seeking side by side (0.4 ms of CPU, broker and client together), so they break even
+# near 128 records; either way a read costs at most about (own events x one seek), whatever the
+# other traffic in the partition (figures: benchmarks/pipeline_bench.py, read section).
+_MAX_GAP = 128
+# Consumers that read isolated positions side by side: the seeks' round trips overlap. More do not
+# help on 2 cores (12 measured the same as 8; 4 took a third longer).
 POINT_READERS = 8
 _POLL_S = 5.0
+# fetch.wait.max.ms: every record asked for already exists, so a fetch has no reason to long-poll. With
+# a wait, the fetch librdkafka sends past the last record read (at the log's end) is held by the broker
+# for that long, and the next read's first fetch queues behind it on the same connection: at 5 ms,
+# back-to-back reads of a 90-event case took 6.7 ms instead of 1.6. At 0, reading through other
+# traffic got slower (100x: 24 ms against 18.5), so the run reader waits 1 ms.
+_RUN_FETCH = {"max.partition.fetch.bytes": 262_144, "fetch.wait.max.ms": 1}
+# A point reader's fetch brings one record batch (max.partition.fetch.bytes 1). Right after the
+# batch it wants, librdkafka fetches the next one (prefetch), which the next seek throws away, often
+# after parsing it: CPU for nothing on both sides. With queued.min.messages 1 that prefetch waits
+# fetch.queue.backoff.ms, by which time a seek has usually replaced it. A seek does not cut that wait
+# short (at 5 ms a far position took 2.5 ms), so it stays at 1 ms: 40% less CPU per far position.
+_POINT_FETCH = {"max.partition.fetch.bytes": 1, "fetch.wait.max.ms": 0, "queued.min.messages": 1,
+                "fetch.queue.backoff.ms": 1}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -66,21 +81,20 @@ class KafkaEventLog:
     Close positions are read through on one consumer, keeping only the records asked for; isolated
     positions are read by seeking, spread over POINT_READERS consumers whose fetches bring one record
     batch each. None of them belongs to a group or commits anything.
-    (Capping the prefetch queue, queued.max.messages.kbytes, was measured to make each seek ~30x slower.)
     """
 
     def __init__(self, client_config: dict[str, str], topic: str, point_readers: int = POINT_READERS) -> None:
         self._topic = topic
         self._client_config = client_config
         # A run's fetches may be large: it wants most of what lies between its first and last offset.
-        self._consumer = self._new_consumer(max_partition_fetch_bytes=262_144)
+        self._consumer = self._new_consumer(_RUN_FETCH)
         self._point_readers = point_readers
         self._points: list[Consumer] = []  # made on first use
         self._pool: ThreadPoolExecutor | None = None
         self._partitions: int | None = None
         self._ends: dict[int, int] = {}  # partition -> its end (next offset) when last asked
 
-    def _new_consumer(self, *, max_partition_fetch_bytes: int) -> Consumer:
+    def _new_consumer(self, fetch: dict[str, int]) -> Consumer:
         return Consumer(
             {
                 **self._client_config,
@@ -88,9 +102,7 @@ class KafkaEventLog:
                 "enable.auto.commit": False,
                 "enable.partition.eof": True,
                 "isolation.level": "read_committed",
-                "max.partition.fetch.bytes": max_partition_fetch_bytes,
-                # The records asked for already exist: a fetch should answer at once, not long-poll for more.
-                "fetch.wait.max.ms": 5,
+                **fetch,
             },
             logger=_LOG,
         )
@@ -119,7 +131,7 @@ class KafkaEventLog:
             return []
         if self._pool is None:
             self._pool = ThreadPoolExecutor(self._point_readers, thread_name_prefix="event-reader")
-            self._points = [self._new_consumer(max_partition_fetch_bytes=1) for _ in range(self._point_readers)]
+            self._points = [self._new_consumer(_POINT_FETCH) for _ in range(self._point_readers)]
         pool = self._pool
         return [pool.submit(self._read_points, reader, chunk, deadline)
                 for reader, chunk in zip(self._points, _chunks(runs, self._point_readers), strict=False)]  # fmt: skip
