@@ -5,6 +5,9 @@ Scenarios (loopback only, bounded in count and time):
             run, then valid triggers for both architectures
   kills     triggers while worker processes are SIGKILLed one after another (each replaced)
   node-loss triggers on a 3-node cluster while one broker node is SIGKILLed
+  outage    triggers for both architectures while a single-node cluster is stopped and started
+            again; every trigger must be decided within 60 s of the broker's return by the same
+            processes, and each must then stop on SIGTERM within its drain deadline
   poison    a trigger listing 10,000 far-apart positions among valid ones
   oversize  a 500 KB event before a valid case, at the Summ-only baseline
 
@@ -42,8 +45,10 @@ from pipeline.config.settings import Settings
 from pipeline.core.case import Case
 from pipeline.core.events import CaseRef, Event, LogPosition
 from pipeline.core.task import Architecture
+from pipeline.kafka import local_broker
 from pipeline.kafka.errors import KafkaAdapterError
 from pipeline.kafka.keystore import kafka_case_keys
+from pipeline.kafka.partitioning import case_partition
 from pipeline.kafka.producer import EventProducer
 from pipeline.kafka.range_reads import read_topic
 from pipeline.kafka.topics import TopicNames, create_pipeline_topics
@@ -70,10 +75,12 @@ class Outcome:
     duplicated: int = 0
     crashes: int = 0
     recover_s: float | None = None
+    recover_limit_s: float | None = None  # a recovery slower than this fails the scenario
 
     @property
     def ok(self) -> bool:
-        return self.lost == 0 and self.duplicated == 0 and self.crashes == 0
+        slow = self.recover_limit_s is not None and (self.recover_s or 0) > self.recover_limit_s
+        return self.lost == 0 and self.duplicated == 0 and self.crashes == 0 and not slow
 
 
 @dataclass
@@ -220,7 +227,10 @@ def _fuzz(stage: Stage, rng: random.Random, count: int, trigger: dict[str, Any],
         on_triggers = n % 2 == 0
         valid = {**trigger, "trigger_id": f"fz-{n}"} if on_triggers else {**event, "case_id": f"fz-{n}"}
         topic = stage.names.triggers if on_triggers else stage.names.events
-        producer.produce(topic, value=_fuzz_value(rng, valid), key=f"chaos/fz-{n}".encode(), partition=n % 3)
+        # Keyed and placed as the record was before its value was fuzzed, as a real producer would have.
+        case = CaseRef(valid["tenant"], valid["case_id"])
+        key = case.key if on_triggers else f"{case.key}/{valid['seq']:08d}"
+        producer.produce(topic, value=_fuzz_value(rng, valid), key=key.encode(), partition=case_partition(case, 3))
         producer.poll(0)
     producer.flush(60)
 
@@ -303,6 +313,54 @@ def _pipeline(stage: Stage, commands: list[list[str]]) -> Any:  # noqa: ANN401 -
     return pipeline_processes(commands, stage.env, stage.logs)
 
 
+# --- the broker away -----------------------------------------------------------------------------
+
+DRAIN_S = 10.0  # the processes' drain deadline in the outage scenario (DPM_DRAIN_S)
+
+
+def outage(work: Path, triggers: int, away_s: float) -> Outcome:
+    """The only broker stopped for `away_s` while triggers flow, then started again on the same port and data."""
+    outcome = Outcome("outage", injected=1, recover_limit_s=60.0)
+    home = work / "outage-cluster"
+    settings = Settings.from_env()
+    commands = [["worker"], ["worker"], ["baseline", "--budgets", str(BUDGET)]]
+    with (
+        private_cluster(settings, home, nodes=1) as running,
+        _stage(running.bootstrap, "outage", work, DPM_DRAIN_S=str(DRAIN_S)) as stage,
+    ):
+        cases = _cases(8)
+        positions = _append(stage, cases)
+        requests = _requests(cases, positions, triggers, "u", (Architecture.DPM, Architecture.SUMM))
+        with _pipeline(stage, commands) as procs:
+            before, after = requests[: triggers // 2], requests[triggers // 2 :]
+            expected = _trigger(stage, before)
+            _await_count(stage, len(before), 180)
+            local_broker.stop(home)
+            time.sleep(away_s)
+            local_broker.start(home, settings.paths.cache_dir, settings.kafka.version, nodes=1, port=running.port)
+            since = time.monotonic()
+            expected |= _trigger(stage, after)
+            _settle(stage, outcome, expected, since, timeout_s=180)
+            outcome.crashes = _crashed(procs, set()) + _stopped_late(procs, DRAIN_S + 5)
+    return outcome
+
+
+def _stopped_late(procs: list[subprocess.Popen[bytes]], limit_s: float) -> int:
+    """SIGTERM to each process; counts those that were not gone within `limit_s` (then killed)."""
+    late = 0
+    for proc in procs:
+        proc.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + limit_s
+    for proc in procs:
+        try:
+            proc.wait(max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            late += 1
+            proc.kill()
+            proc.wait(10)
+    return late
+
+
 # --- one poison trigger, one oversize event ------------------------------------------------------
 
 
@@ -348,26 +406,35 @@ def _row(o: Outcome) -> str:
             f"{o.duplicated} | {o.crashes} | {recover} |")  # fmt: skip
 
 
+def _scenarios(big: bool) -> dict[str, Callable[[str, Path], Outcome]]:
+    """Every scenario by name; each takes the shared cluster's bootstrap servers (some start their own) and a folder."""
+    return {
+        "fuzz": lambda b, w: fuzz(b, w, records=2_000 if big else 400, valid=20 if big else 10),
+        "kills": lambda b, w: kills(b, w, triggers=200 if big else 60, kill_count=3 if big else 1),
+        "poison": poison,
+        "oversize": oversize,
+        "node-loss": lambda _, w: node_loss(w, triggers=100 if big else 40),
+        "outage": lambda _, w: outage(w, triggers=100 if big else 40, away_s=60 if big else 30),
+    }
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--reduced", action="store_true", help="smaller counts, for CI")
+    parser.add_argument("--only", action="append", default=[], help="run only this scenario (repeatable)")
     args = parser.parse_args()
     big = not args.reduced
-    settings = Settings.from_env()
-    scenarios: list[Callable[[str, Path], Outcome]] = [
-        lambda b, w: fuzz(b, w, records=2_000 if big else 400, valid=20 if big else 10),
-        lambda b, w: kills(b, w, triggers=200 if big else 60, kill_count=3 if big else 1),
-        poison,
-        oversize,
-    ]
+    scenarios = _scenarios(big)
+    unknown = sorted(set(args.only) - set(scenarios))
+    if unknown:
+        parser.error(f"unknown scenario(s) {', '.join(unknown)}; known: {', '.join(scenarios)}")
+    chosen = [name for name in scenarios if not args.only or name in args.only]
     outcomes = []
     started = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="dpm-chaos-") as tmp, cluster(settings, print) as bootstrap:
-        work = Path(tmp)
-        for scenario in scenarios:
-            outcomes.append(scenario(bootstrap, work))
+    with tempfile.TemporaryDirectory(prefix="dpm-chaos-") as tmp, cluster(Settings.from_env(), print) as bootstrap:
+        for name in chosen:
+            outcomes.append(scenarios[name](bootstrap, Path(tmp)))
             print(_row(outcomes[-1]), flush=True)
-        outcomes.append(node_loss(work, triggers=100 if big else 40))
     print(f"\nchaos suite ({'full' if big else 'reduced'}), {time.monotonic() - started:.0f} s\n")
     print("| scenario | injected | dead-lettered by reason | decided exactly once | lost | duplicated | crashes "
           "| seconds to recover |")  # fmt: skip
@@ -376,7 +443,7 @@ def main() -> int:
         print(_row(outcome))
     failed = [o.scenario for o in outcomes if not o.ok]
     if failed:
-        print(f"\nFAILED: {', '.join(failed)} lost, duplicated or crashed")
+        print(f"\nFAILED: {', '.join(failed)} lost, duplicated, crashed or recovered too slowly")
     return 1 if failed else 0
 
 

@@ -197,11 +197,17 @@ class WorkerSettings(_Group):
         validation_alias="DPM_MAX_TRIGGER_POSITIONS",
         description="most event positions one trigger may list (schema ceiling 100,000)",
     )
-    health_stall_s: float | None = Field(
-        None,
+    health_stall_s: float = Field(
+        60.0,
         gt=0,
         validation_alias="DPM_HEALTH_STALL_S",
-        description="/healthz fails once one loop turn lasts this long (unset: the poll interval)",
+        description="/healthz fails once the loop has not turned for this long (waiting on a model call counts)",
+    )
+    drain_s: float = Field(
+        25.0,
+        gt=0,
+        validation_alias="DPM_DRAIN_S",
+        description="after SIGTERM, how long a worker may take to finish its batch before it exits without it",
     )
     domains: tuple[str, ...] = Field(
         (),
@@ -229,9 +235,6 @@ class WorkerSettings(_Group):
                 f"({model.timeout_s:g}) x (DPM_MODEL_MAX_RETRIES ({model.max_retries}) + 1) = {worst:g} s must fit "
                 f"in half of DPM_MAX_POLL_INTERVAL_MS ({self.max_poll_interval_ms}): {allowed:g} s"
             )
-
-    def stall_limit_s(self) -> float:
-        return self.health_stall_s if self.health_stall_s is not None else self.max_poll_interval_ms / 1000
 
     def batch_time_s(self) -> float:
         """After this long a batch takes no more triggers (the rest is consumed again)."""

@@ -10,8 +10,9 @@ from pipeline.kafka.partitioning import case_partition
 from pipeline.kafka.producer import EventProducer
 from pipeline.kafka.range_reads import read_range, read_topic
 from pipeline.kafka.reader import KafkaEventLog
+from pipeline.kafka.steps import Handler, Output
 from pipeline.kafka.topics import TopicNames, TopicSpec, create_pipeline_topics, ensure_topics, pipeline_topics
-from pipeline.kafka.transactions import Handler, LoopConfig, Output, TransactionalLoop
+from pipeline.kafka.transactions import LoopConfig, TransactionalLoop
 
 __all__ = [
     "BrokerUnavailableError",

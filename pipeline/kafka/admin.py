@@ -7,7 +7,7 @@ import time
 from dataclasses import dataclass
 
 from confluent_kafka import KafkaException
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import AdminClient, TopicMetadata
 
 from pipeline.kafka.errors import BrokerUnavailableError, KafkaAdapterError
 
@@ -82,8 +82,7 @@ def wait_for_brokers(client_config: dict[str, str], expected_brokers: int, timeo
     raise BrokerUnavailableError(f"cluster not ready after {timeout_s:.0f}s: {last_error}")
 
 
-def topic_partitions(client_config: dict[str, str], topic: str) -> int:
-    """How many partitions `topic` has; KafkaAdapterError when it does not exist."""
+def _topic(client_config: dict[str, str], topic: str) -> TopicMetadata:
     try:
         metadata = admin_client(client_config).list_topics(topic, timeout=10)
     except KafkaException as exc:
@@ -91,4 +90,15 @@ def topic_partitions(client_config: dict[str, str], topic: str) -> int:
     found = metadata.topics.get(topic)
     if found is None or found.error is not None or not found.partitions:
         raise KafkaAdapterError(f"topic {topic} does not exist: run `dpm topics create`")
-    return len(found.partitions)
+    return found
+
+
+def topic_partitions(client_config: dict[str, str], topic: str) -> int:
+    """How many partitions `topic` has; KafkaAdapterError when it does not exist."""
+    return len(_topic(client_config, topic).partitions)
+
+
+def topic_replication(client_config: dict[str, str], topic: str) -> int:
+    """How many replicas each partition of `topic` has (its first partition's count)."""
+    partitions = _topic(client_config, topic).partitions
+    return len(partitions[min(partitions)].replicas)

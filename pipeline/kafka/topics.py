@@ -106,6 +106,44 @@ def pipeline_topics(
     )
 
 
+# The Summ-only baseline's faust tables (their changelogs are `<app id>-<table>-changelog`).
+BASELINE_TABLES = ("summ-cases", "summ-steps", "summ-decided")
+
+
+@dataclass(frozen=True)
+class BaselineTopics:
+    """The topics the Summ-only baseline (faust app `app_id`) keeps beside the pipeline's seven."""
+
+    app_id: str
+
+    def changelog(self, table: str) -> str:
+        return f"{self.app_id}-{table}-changelog"
+
+    @property
+    def leader(self) -> str:
+        """Faust's leader-election topic."""
+        return f"{self.app_id}-__assignor-__leader"
+
+    @property
+    def ledger(self) -> str:
+        """The published ledger: input offsets whose outputs are committed (pipeline.kafka.once)."""
+        return f"{self.app_id}-published"
+
+    def specs(self, partitions: int, erasure: ErasureBound | None = None) -> tuple[TopicSpec, ...]:
+        """Created before faust starts, so the app never finds a table's changelog missing from the metadata.
+
+        The changelogs hold each case's sealed steps, so they carry the erasure bound like the events;
+        the ledger is compacted to one record per input partition.
+        """
+        compacted = {"cleanup.policy": "compact"}
+        bound = (erasure or ErasureBound()).configs()
+        changelogs = tuple(TopicSpec(self.changelog(t), partitions, compacted, bound) for t in BASELINE_TABLES)
+        # Small segments, cleaned early: a member reads its partitions' ledger records whenever it takes them over.
+        often = {"segment.ms": "600000", "min.cleanable.dirty.ratio": "0.1"}
+        ledger = TopicSpec(self.ledger, partitions, compacted, often)
+        return (*changelogs, TopicSpec(self.leader, 1, {"cleanup.policy": "delete"}), ledger)
+
+
 @dataclass(frozen=True)
 class TopicReport:
     """Outcome of `ensure_topics`: which topics were made and which already matched."""

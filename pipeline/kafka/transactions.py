@@ -8,76 +8,30 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any
 
-from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
 
 from pipeline.core.event_log import RawRecord
 from pipeline.core.events import LogPosition
 from pipeline.core.model import ModelBackendError
 from pipeline.kafka.errors import KafkaAdapterError
 from pipeline.kafka.range_reads import raw_record
+from pipeline.kafka.steps import Deferred, Handler, Output, max_record_bytes, oversized
+from pipeline.kafka.txn_producer import (
+    OutputsRefusedError,
+    PublishFailedError,
+    TransactionalProducer,
+    TransientPublishError,
+)
+from pipeline.wire.rejection import Rejection
 
 _LOG = logging.getLogger("pipeline.kafka.transactions")
 _LIB_LOG = logging.getLogger("pipeline.kafka.librdkafka")
-
-
-@dataclass(frozen=True)
-class Output:
-    """One record to publish inside the transaction."""
-
-    topic: str
-    key: bytes | None
-    value: bytes
-    headers: tuple[tuple[str, bytes], ...] = ()
-
-
-_Result = TypeVar("_Result")
-
-
-@dataclass(frozen=True)
-class Deferred(Generic[_Result]):
-    """A record's slow part (model calls), which may run on another thread, and what turns its result into outputs.
-
-    `slow` must not touch the consumer, the producer or anything else the loop's thread uses;
-    `finish` runs back on the loop's thread, in input order.
-    """
-
-    slow: Callable[[], _Result]
-    finish: Callable[[_Result], Sequence[Output]]
-    # Called instead of `finish` when the batch is consumed again (another record's failure, say).
-    abandon: Callable[[], None] = lambda: None
-
-    def run_inline(self) -> Sequence[Output]:
-        return self.finish(self.slow())
-
-
-Step = Sequence[Output] | Deferred[Any]
-
-
-def run_inline(step: Step) -> Sequence[Output]:
-    """The outputs of `step`, its slow part run on this thread."""
-    return step.run_inline() if isinstance(step, Deferred) else step
-
-
-class Handler(Protocol):
-    """Turns one input record into outputs; bad input becomes a dead letter, never an exception."""
-
-    def start(self, record: RawRecord) -> Step:
-        """Outputs for `record`, or the deferred work that makes them (called in input order on the loop's thread).
-
-        Raises ModelBackendError or KafkaAdapterError only for a failure worth retrying; so may a
-        Deferred's `slow` part.
-        """
-        ...
-
-    def dead_letter(self, record: RawRecord, detail: str) -> Output:
-        """The dead letter for a record whose processing kept failing (model or log unavailable)."""
-        ...
-
-    def committed(self, records: Sequence[RawRecord]) -> None:
-        """Called once the outputs of `records` are committed (metrics count committed work only)."""
-        ...
+# Attempts to publish a record's outputs, then its dead letter, before it is committed with nothing.
+PUBLISH_ATTEMPTS = 3
+# Waits between attempts after a transient failure (the broker away): doubling up to this.
+MAX_BACKOFF_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -94,6 +48,7 @@ class LoopConfig:
     retry_backoff_s: float = 2.0
     concurrency: int = 1  # records of a batch whose slow parts (model calls) run at once
     group_protocol: str = "classic"  # or "consumer": KIP-848, the broker assigns and times out members
+    call_timeout_s: float = 30.0  # each transactional call; a call that hangs past it replaces the producer
 
 
 @dataclass
@@ -103,10 +58,12 @@ class LoopStats:
     batches: int = 0
     records: int = 0
     outputs: int = 0
-    aborts: int = 0  # transactions aborted
-    retries: int = 0  # batches consumed again after a transient failure, before any transaction began
+    aborts: int = 0  # transactions that did not commit
+    retries: int = 0  # batches consumed again after a transient failure
     producers_replaced: int = 0
     reseeks: int = 0  # rewinds that had not taken effect when the next batch came, so were made again
+    publish_failures: int = 0  # records whose outputs could not be published (dead-lettered after PUBLISH_ATTEMPTS)
+    dropped: int = 0  # records committed without any output: not even their dead letter could be published
     on_batch: list[Callable[[int, float], None]] = field(default_factory=list)
 
 
@@ -139,13 +96,23 @@ class TransactionalLoop:
     never has to cover model latency, and a worker killed mid-batch leaves no open transaction
     holding back its partitions. A crash anywhere leaves nothing committed: outputs stay invisible
     to read_committed readers and the batch is consumed again by whichever member owns it next.
+
+    Failures, by kind: a model that keeps failing dead-letters its record after
+    `max_model_attempts`; Kafka that is away (reads, the transaction) is waited for, with backoff,
+    however long it takes, since no record is at fault; outputs the broker refuses are tried
+    PUBLISH_ATTEMPTS times, then replaced by their record's dead letter, then by nothing, so no
+    record can hold its partition back.
     """
 
     def __init__(self, client_config: dict[str, str], config: LoopConfig, handler: Handler) -> None:
         self._config = config
         self._handler = handler
-        self._attempts: dict[LogPosition, int] = {}
-        self._on_progress: Callable[[], None] | None = None
+        self._model_attempts: dict[LogPosition, int] = {}
+        self._publish_failures: dict[LogPosition, list[str]] = {}
+        self._alone: dict[int, int] = {}  # partition -> last offset of a failed batch: published record by record
+        self._on_progress: Callable[[], None] = lambda: None
+        self._should_stop: Callable[[], bool] = lambda: False
+        self._backoff_s = config.retry_backoff_s
         self.stats = LoopStats()
         self._consumer = Consumer(
             {
@@ -159,52 +126,47 @@ class TransactionalLoop:
             },
             logger=_LIB_LOG,
         )
-        self._producer_config = {
-            **client_config,
-            "transactional.id": config.transactional_id,
-            "transaction.timeout.ms": config.transaction_timeout_ms,
-            "linger.ms": 5,
-        }
-        self._producer = Producer(self._producer_config, logger=_LIB_LOG)
+        self._producer = TransactionalProducer(
+            {**client_config, "transactional.id": config.transactional_id,
+             "transaction.timeout.ms": config.transaction_timeout_ms, "linger.ms": 5},
+            call_timeout_s=config.call_timeout_s,
+        )  # fmt: skip
+        self._max_record_bytes = max_record_bytes(client_config)
         self._pool = ThreadPoolExecutor(max_workers=config.concurrency, thread_name_prefix="model-call")
         # partition -> offset a rewind sought to, until the partition's next batch shows that it took
         self._rewound: dict[int, int] = {}
 
     def start(self) -> None:
+        """Registers the transactional id and joins the group; waits (with backoff) while Kafka is away."""
+        while not self._should_stop():
+            try:
+                self._producer.ready()
+                break
+            except TransientPublishError as exc:
+                _LOG.warning("transactional producer not started yet: %s", exc)
+                self._pause()
+        else:
+            return
         try:
-            self._producer.init_transactions(30)
             self._consumer.subscribe([self._config.input_topic], on_assign=self._forget_rewinds,
                                      on_revoke=self._forget_rewinds, on_lost=self._forget_rewinds)  # fmt: skip
         except KafkaException as exc:
             raise KafkaAdapterError(f"worker could not join {self._config.group_id}: {exc}") from exc
 
-    def _replace_producer(self, reason: str) -> None:
-        """A fenced or otherwise fatal producer cannot be used again: a new one takes its place.
-
-        Its init_transactions bumps the epoch, which aborts whatever the old one left open.
-        """
-        _LOG.warning("transactional producer replaced after a fatal error: %s", reason)
-        self.stats.producers_replaced += 1
-        self._producer = Producer(self._producer_config, logger=_LIB_LOG)
-        try:
-            self._producer.init_transactions(30)
-        except KafkaException as exc:
-            raise KafkaAdapterError(f"could not start a new transactional producer: {exc}") from exc
-
-    def _start(self, record: RawRecord) -> Step:
-        if self._attempts.get(record.position, 0) >= self._config.max_model_attempts:
-            detail = f"processing failed {self._attempts.pop(record.position)} times (model or event log)"
-            return [self._handler.dead_letter(record, detail)]
+    def _start(self, record: RawRecord) -> Sequence[Output] | Deferred[Any]:
+        if self._model_attempts.get(record.position, 0) >= self._config.max_model_attempts:
+            attempts = self._model_attempts.pop(record.position)
+            return [self._handler.dead_letter(record, Rejection.MODEL_ERROR, f"the model failed {attempts} times")]
         try:
             return self._handler.start(record)
-        except (ModelBackendError, KafkaAdapterError):
-            self._failed(record)
+        except ModelBackendError:
+            self._model_failed(record)
             raise
 
-    def _failed(self, record: RawRecord) -> None:
-        self._attempts[record.position] = self._attempts.get(record.position, 0) + 1
+    def _model_failed(self, record: RawRecord) -> None:
+        self._model_attempts[record.position] = self._model_attempts.get(record.position, 0) + 1
 
-    def _rewind(self, batch: list[Message], to: dict[int, int] | None = None) -> None:
+    def _rewind(self, batch: Sequence[Message], to: dict[int, int] | None = None) -> None:
         """Seeks each partition of `batch` back to its first record there (or to the offset `to` names)."""
         for partition, offset in {**_firsts(batch), **(to or {})}.items():
             self._consumer.seek(TopicPartition(self._config.input_topic, partition, offset))
@@ -234,13 +196,27 @@ class TransactionalLoop:
         for tp in partitions:
             self._rewound.pop(tp.partition, None)
 
-    def _process(self, batch: list[Message]) -> tuple[list[Message], list[Output]]:
-        """Runs the handler over the batch, outside any transaction: the records done and their outputs.
+    def _one_at_a_time(self, batch: list[Message]) -> list[Message]:
+        """A batch whose publication failed for an unknown reason is published record by record until past it."""
+        first = batch[0]
+        partition, offset = first.partition() or 0, first.offset() or 0
+        last = self._alone.get(partition)
+        if last is None:
+            return batch
+        if offset > last:
+            del self._alone[partition]
+            return batch
+        if len(batch) > 1:
+            self._rewind(batch[1:])
+        return batch[:1]
 
-        Once the batch has used its time (half the poll interval) it takes no more records; those
-        left are consumed again by the next batch, so a member never misses its poll deadline.
-        A record waits for a free slot before it is taken, so the time check sees the model calls
-        already in flight.
+    def _process(self, batch: list[Message]) -> tuple[list[Message], list[Sequence[Output]]]:
+        """Runs the handler over the batch, outside any transaction: the records done and each one's outputs.
+
+        Once the batch has used its time (half the poll interval), or the loop is stopping, it takes
+        no more records; those left are consumed again by the next batch, so a member never misses its
+        poll deadline. A record waits for a free slot before it is taken, so the time check sees the
+        model calls already in flight.
         """
         started = time.monotonic()
         slots = threading.BoundedSemaphore(self._config.concurrency)
@@ -248,19 +224,27 @@ class TransactionalLoop:
         try:
             try:
                 for msg in batch:
-                    slots.acquire()
-                    if taken and time.monotonic() - started > self._config.batch_time_s:
+                    while not slots.acquire(timeout=1.0):
+                        self._on_progress()
+                    if taken and (time.monotonic() - started > self._config.batch_time_s or self._should_stop()):
                         slots.release()
                         break
                     taken.append(self._launch(raw_record(msg), slots))
             finally:  # never leave a model call running for a batch that is consumed again
-                wait([s.future for s in taken if s.future is not None])
+                self._await([s.future for s in taken if s.future is not None])
             return batch[: len(taken)], self._finish(taken)
         except BaseException:
             for record in taken:
                 if record.deferred is not None:
                     record.deferred.abandon()
             raise
+
+    def _await(self, futures: list[Future[Any]]) -> None:
+        """Waits for the model calls in flight, the loop still turning (liveness) while they run."""
+        pending = set(futures)
+        while pending:
+            _, pending = wait(pending, timeout=1.0)
+            self._on_progress()
 
     def _launch(self, record: RawRecord, slot: threading.BoundedSemaphore) -> _Started:
         """Starts `record`; its slow part goes to the pool and gives `slot` back when it ends."""
@@ -276,87 +260,154 @@ class TransactionalLoop:
         future.add_done_callback(lambda _: slot.release())
         return _Started(record, deferred=step, future=future)
 
-    def _finish(self, taken: list[_Started]) -> list[Output]:
-        """The outputs of the started records in input order; raises the first retryable failure."""
+    def _finish(self, taken: list[_Started]) -> list[Sequence[Output]]:
+        """Each started record's outputs in input order; raises the first retryable failure."""
         failure: Exception | None = None
         for started in taken:
             error = started.future.exception() if started.future is not None else None
-            if isinstance(error, (ModelBackendError, KafkaAdapterError)):
-                self._failed(started.record)
+            if isinstance(error, ModelBackendError):
+                self._model_failed(started.record)
+                failure = failure or error
+            elif isinstance(error, KafkaAdapterError):
                 failure = failure or error
             elif error is not None:
                 raise error  # the handler's own bug: its slow parts turn bad input into dead letters
         if failure is not None:
             raise failure
-        outputs: list[Output] = []
+        outputs: list[Sequence[Output]] = []
         for started in taken:
-            self._attempts.pop(started.record.position, None)
-            outputs.extend(started.finished())
-            if self._on_progress is not None:
-                self._on_progress()
+            self._model_attempts.pop(started.record.position, None)
+            outputs.append(started.finished())
+            self._on_progress()
         return outputs
 
-    def _commit(self, done: list[Message], outputs: list[Output]) -> None:
+    def _publishable(self, record: RawRecord, outputs: Sequence[Output]) -> Sequence[Output]:
+        """`outputs`, or what replaces them once they proved unpublishable: the dead letter, then nothing."""
+        failures = self._publish_failures.get(record.position, [])
+        too_large = oversized(outputs, self._max_record_bytes)
+        if too_large is not None and len(failures) < PUBLISH_ATTEMPTS:
+            detail = f"an output to {too_large.topic} of {too_large.size()} bytes exceeds the record limit"
+            failures = self._publish_failures[record.position] = [detail] * PUBLISH_ATTEMPTS
+        if len(failures) < PUBLISH_ATTEMPTS:
+            return outputs
+        if len(failures) < 2 * PUBLISH_ATTEMPTS:
+            reason = Rejection.OVERSIZE if too_large is not None else Rejection.UNPUBLISHABLE
+            return [self._handler.dead_letter(record, reason, f"its outputs could not be published: {failures[0]}")]
+        _LOG.error("record at %s committed without outputs: neither they nor its dead letter could be published (%s)",
+                   record.position, failures[-1])  # fmt: skip
+        return []
+
+    def _publish_failed(self, records: Sequence[RawRecord], detail: str) -> None:
+        for record in records:
+            self._publish_failures.setdefault(record.position, []).append(detail)
+
+    def _commit(self, done: list[Message], outputs: list[Sequence[Output]]) -> None:
         started = time.perf_counter()
-        self._producer.begin_transaction()
-        for out in outputs:
-            self._producer.produce(out.topic, value=out.value, key=out.key, headers=list(out.headers))
         next_offsets: dict[int, int] = {}
         for msg in done:
             next_offsets[msg.partition() or 0] = (msg.offset() or 0) + 1
         offsets = [TopicPartition(self._config.input_topic, p, o) for p, o in next_offsets.items()]
-        self._producer.send_offsets_to_transaction(offsets, self._consumer.consumer_group_metadata(), 30)
-        self._producer.commit_transaction(60)
-        self._handler.committed([raw_record(m) for m in done])
+        flat = [out for outs in outputs for out in outs]
+        try:
+            self._producer.publish(flat, offsets, self._consumer.consumer_group_metadata())
+        finally:
+            self.stats.producers_replaced = self._producer.stats.replaced
+        records = [raw_record(m) for m in done]
+        for record, outs in zip(records, outputs, strict=True):
+            if self._publish_failures.pop(record.position, None) is not None:
+                self.stats.publish_failures += 1
+                self.stats.dropped += int(not outs)
+        self._handler.committed(records)
+        self._backoff_s = self._config.retry_backoff_s
         self.stats.batches += 1
         self.stats.records += len(done)
-        self.stats.outputs += len(outputs)
+        self.stats.outputs += len(flat)
         for callback in self.stats.on_batch:
             callback(len(done), time.perf_counter() - started)
 
     def run_once(self, timeout_s: float = 0.5) -> int:
         """Processes at most one batch; returns how many input records it committed."""
-        # A batch never waits to fill: it is the first record, when one comes, and whatever else has arrived.
-        first = self._consumer.poll(timeout_s)
-        if first is None:
+        self._producer.poll()
+        batch = self._next_batch(timeout_s)
+        if not batch:
             return 0
-        rest = self._consumer.consume(self._config.batch_size - 1, 0) if self._config.batch_size > 1 else []
-        batch = [m for m in (first, *rest) if self._usable(m)]
-        if not batch or not self._rewinds_took(batch):
-            return 0
-        if self._on_progress is not None:  # positions are known now: the lag probe counts from here
-            self._on_progress()
+        self._on_progress()  # positions are known now: the lag probe counts from here
         try:
             done, outputs = self._process(batch)
         except (ModelBackendError, KafkaAdapterError) as exc:
             _LOG.warning("batch not committed after a transient failure, consumed again: %s", exc)
-            self.stats.retries += 1
-            self._rewind(batch)
-            time.sleep(self._config.retry_backoff_s)
+            self._again(batch)
             return 0
         if len(done) < len(batch):
             self._rewind(batch[len(done) :])
+        return self._publish(done, outputs)
+
+    def _next_batch(self, timeout_s: float) -> list[Message]:
+        """The first record when one comes and whatever else has arrived: a batch never waits to fill."""
+        first = self._consumer.poll(timeout_s)
+        if first is None:
+            return []
+        rest = self._consumer.consume(self._config.batch_size - 1, 0) if self._config.batch_size > 1 else []
+        batch = [m for m in (first, *rest) if self._usable(m)]
+        if not batch or not self._rewinds_took(batch):
+            return []
+        return self._one_at_a_time(batch)
+
+    def _publish(self, done: list[Message], outputs: list[Sequence[Output]]) -> int:
+        """Commits the records done with their outputs; what a failure means decides what happens next."""
+        records = [raw_record(m) for m in done]
+        outputs = [self._publishable(r, outs) for r, outs in zip(records, outputs, strict=True)]
         try:
             self._commit(done, outputs)
-        except KafkaException as exc:
-            error = exc.args[0]
-            if error.fatal() or not (error.txn_requires_abort() or error.retriable()):
-                self.stats.aborts += 1
-                self._replace_producer(error.str())
-                self._rewind(done)
-                return 0
-            _LOG.warning("transaction aborted (%s); batch will be consumed again", error.str())
-            self._abort(done)
+        except TransientPublishError as exc:
+            _LOG.warning("batch not committed (%s); consumed again", exc)
+            self._again(done)
+            return 0
+        except OutputsRefusedError as exc:
+            self._refused(done, records, outputs, exc)
+            return 0
+        except PublishFailedError as exc:
+            self._unpublishable(done, records, str(exc))
             return 0
         return len(done)
 
-    def _abort(self, batch: list[Message]) -> None:
-        self.stats.aborts += 1
-        try:
-            self._producer.abort_transaction(30)
-        except KafkaException as exc:
-            self._replace_producer(f"abort failed: {exc.args[0].str()}")
+    def _again(self, batch: Sequence[Message]) -> None:
+        """The batch is consumed again after a pause that doubles, up to MAX_BACKOFF_S, while failures last."""
+        self.stats.retries += 1
         self._rewind(batch)
+        self._pause()
+        self._backoff_s = min(MAX_BACKOFF_S, self._backoff_s * 2)
+
+    def _pause(self) -> None:
+        """Sleeps the current backoff, in short steps: a stop request or a liveness check is never kept waiting."""
+        until = time.monotonic() + self._backoff_s
+        while time.monotonic() < until and not self._should_stop():
+            time.sleep(min(0.25, max(0.0, until - time.monotonic())))
+            self._on_progress()
+
+    def _refused(self, done: list[Message], records: list[RawRecord], outputs: list[Sequence[Output]],
+                 exc: OutputsRefusedError) -> None:  # fmt: skip
+        """Outputs the broker refused: each failure counts against the record that made them."""
+        self.stats.aborts += 1
+        owners: list[RawRecord] = [r for r, outs in zip(records, outputs, strict=True) for _ in outs]
+        culprits = {owners[i].position: detail for i, detail in exc.refused.items()}
+        _LOG.warning("outputs of %d record(s) refused by Kafka (%s); consumed again", len(culprits), exc)
+        for record in records:
+            if record.position in culprits:
+                self._publish_failed([record], culprits[record.position])
+        self._rewind(done)
+
+    def _unpublishable(self, done: list[Message], records: list[RawRecord], detail: str) -> None:
+        """A failure that names no output: a record alone is its own culprit; a batch is retried record by record."""
+        self.stats.aborts += 1
+        _LOG.warning("batch not committed (%s); consumed again", detail)
+        if len(records) == 1:
+            self._publish_failed(records, detail)
+        else:
+            for msg in done:
+                partition = msg.partition() or 0
+                self._alone[partition] = max(self._alone.get(partition, -1), msg.offset() or 0)
+        self._rewind(done)
 
     @staticmethod
     def _usable(msg: Message) -> bool:
@@ -378,24 +429,27 @@ class TransactionalLoop:
     def run(self, should_stop: Callable[[], bool], on_progress: Callable[[], None] | None = None) -> None:
         """Runs batches until `should_stop()`; then leaves the group cleanly.
 
-        `on_progress` is called on this thread after every record handled and every loop turn, so
-        liveness and the tracked positions move while a long batch runs (the consumer stays on one
-        thread; a LagProbe turns the positions into the lag gauge from its own).
+        `on_progress` is called on this thread after every record handled, every loop turn and
+        every second of waiting for the model, so liveness and the tracked positions move while a
+        long batch runs (the consumer stays on one thread; a LagProbe turns the positions into the
+        lag gauge from its own). A batch under way when the stop comes takes no further records and
+        is committed if it finishes; the caller bounds how long that may take (see lifecycle).
         """
-        self._on_progress = on_progress
+        self._should_stop = should_stop
+        if on_progress is not None:
+            self._on_progress = on_progress
         self.start()
         try:
             while not should_stop():
                 self.run_once()
-                if on_progress is not None:
-                    on_progress()
+                self._on_progress()
         finally:
             self.close()
 
     def close(self) -> None:
-        self._pool.shutdown(wait=True)
+        self._pool.shutdown(wait=False, cancel_futures=True)
         self._consumer.close()
-        self._producer.flush(10)
+        self._producer.close()
 
 
 def _membership(config: LoopConfig) -> dict[str, str | int]:

@@ -6,6 +6,8 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from cachetools import LRUCache
+
 from pipeline.core.events import CaseRef
 from pipeline.keys.envelope import DataKey, TamperedError
 from pipeline.keys.providers import KeyDestroyedError, KeyProvider, WrappedKey
@@ -13,27 +15,44 @@ from pipeline.wire.key import KeyRecord
 from pipeline.wire.rejection import RejectedError, Rejection
 from pipeline.wire.sealing import CaseErasedError
 
+# Unwrapped data keys kept (about 200 bytes each): unwrapping is one call to the key provider, which
+# for a KMS is a network round trip, so recently used keys stay; the rest are unwrapped again.
+UNWRAPPED_KEYS = 10_000
+# Erased cases remembered (about 150 bytes each), so a missing event can be told apart: erased, or
+# superseded. The key topic's tombstones say the same until compaction removes them.
+ERASED_CASES = 100_000
+
 
 class KeyRing:
-    """Wrapped data keys by case and key id (a case has one, or more after concurrent first writes)."""
+    """Wrapped data keys by case and key id (a case has one, or more after concurrent first writes).
+
+    Every case's wrapped records are kept (the key topic is compacted: one record per case, about
+    400 bytes in memory); unwrapped keys and the erased cases are bounded (least recently used go).
+    """
 
     def __init__(self, provider: KeyProvider) -> None:
         self.provider = provider
         self._records: dict[CaseRef, dict[str, KeyRecord]] = {}
         self._latest: dict[CaseRef, str] = {}
-        self._secrets: dict[tuple[CaseRef, str], DataKey] = {}
+        self._secrets: LRUCache[tuple[CaseRef, str], DataKey] = LRUCache(maxsize=UNWRAPPED_KEYS)
+        self._erased: LRUCache[CaseRef, None] = LRUCache(maxsize=ERASED_CASES)
 
     def apply(self, case: CaseRef, record: KeyRecord | None) -> None:
         """One key-topic record: a wrapped key (kept beside earlier ones) or a tombstone (forgets the case)."""
         if record is None:
-            self._records.pop(case, None)
+            for kid in self._records.pop(case, {}):
+                self._secrets.pop((case, kid), None)
             self._latest.pop(case, None)
-            for cached in [k for k in self._secrets if k[0] == case]:
-                del self._secrets[cached]
+            self._erased[case] = None
             return
+        self._erased.pop(case, None)  # a case written again after its erasure starts over under a new key
         self._records.setdefault(case, {})[record.kid] = record
         self._latest[case] = record.kid
         self._secrets.pop((case, record.kid), None)  # re-wrapped (rotation): unwrap the new record next time
+
+    def erased(self, case: CaseRef) -> bool:
+        """Whether the key topic destroyed the case's key (and no new key came after), as far as remembered."""
+        return case in self._erased
 
     def records(self, tenant: str | None = None) -> list[KeyRecord]:
         """The latest record of every case (of one tenant)."""

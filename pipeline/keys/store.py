@@ -68,6 +68,9 @@ class CaseKeys:
             self.sync()  # a key published since the last sync (a case opened by another process)
             return self.ring.open(case, sealed, aad)
 
+    def erased(self, case: CaseRef) -> bool:
+        return self.ring.erased(case)
+
     def erase_case(self, case: CaseRef) -> bool:
         """Destroys the case's data key (a tombstone on the key topic); False when it had none."""
         self.sync()

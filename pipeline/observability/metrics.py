@@ -131,10 +131,11 @@ class _QuietHandler(WSGIRequestHandler):
 
 
 class Liveness:
-    """Whether a worker's loop still turns: /healthz fails once one turn has lasted `max_stall_s`.
+    """Whether a worker's loop still turns: /healthz fails once it has not turned for `max_stall_s`.
 
-    An idle loop turns every half second; a batch may legitimately run for half the poll interval,
-    so the stall limit is the poll interval itself by default.
+    An idle loop turns every half second, and a loop waiting for model calls turns every second
+    while it waits, so a long batch is not a stall; a loop stuck inside a call that does not
+    return is (DPM_HEALTH_STALL_S, default one minute).
     """
 
     def __init__(self, max_stall_s: float) -> None:

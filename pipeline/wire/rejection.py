@@ -21,9 +21,12 @@ class Rejection(StrEnum):
     OVERSIZE = "oversize"
     DEADLINE = "deadline"
     ERASED = "erased"
+    SUPERSEDED = "superseded"
+    KEY_MISMATCH = "key-mismatch"
     DUPLICATE = "duplicate"
     MODEL_ERROR = "model-error"
     INTERNAL = "internal-error"
+    UNPUBLISHABLE = "unpublishable"
 
 
 class RejectedError(DpmError):

@@ -16,6 +16,7 @@ class SchemaId(StrEnum):
     AUDIT = "dpm.audit.v1"
     DEAD_LETTER = "dpm.dlq.v1"
     KEY = "dpm.key.v1"
+    LEDGER = "dpm.ledger.v1"
 
     @property
     def file_stem(self) -> str:

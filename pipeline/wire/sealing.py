@@ -58,6 +58,10 @@ class CaseCipher(Protocol):
         """The plaintext; raises CaseErasedError when the key is gone, RejectedError(SCHEMA) when tampered."""
         ...
 
+    def erased(self, case: CaseRef) -> bool:
+        """Whether the case was erased (its key destroyed by a tombstone), as far as the last sync told."""
+        ...
+
 
 def case_of(body: Mapping[str, Any]) -> CaseRef:
     """The case a record belongs to, from its clear `tenant` and `case_id`."""

@@ -6,6 +6,7 @@ from pipeline.core.event_log import ReadResult
 from pipeline.core.events import CaseRef, Event, InvalidEventError, LogPosition, Trajectory
 from pipeline.wire.event import EventRecord
 from pipeline.wire.limits import MAX_TRAJECTORY_CHARS
+from pipeline.wire.record_keys import check_event_key
 from pipeline.wire.rejection import RejectedError, Rejection
 from pipeline.wire.sealing import CaseCipher
 
@@ -20,9 +21,10 @@ def assemble(
     """The case's trajectory (seq 1..n, gap-free) and the positions it was read from, in seq order.
 
     Raises RejectedError: ERASED when asked-for positions hold nothing or the case's data key is
-    destroyed (sealed events are opened with `cipher`); CROSS_TENANT when a record
-    belongs to another tenant or case (isolation); SEQUENCE_GAP for gaps, duplicates or a count
-    other than expected; UNKNOWN_CASE when there are no events; OVERSIZE past max_chars.
+    destroyed (sealed events are opened with `cipher`); KEY_MISMATCH when a record's key is not
+    its own event's; CROSS_TENANT when a record belongs to another tenant or case (isolation);
+    SEQUENCE_GAP for gaps, duplicates or a count other than expected; UNKNOWN_CASE when there are
+    no events; OVERSIZE past max_chars.
     """
     if read.missing:
         raise RejectedError(Rejection.ERASED, f"{len(read.missing)} position(s) hold no record, e.g. {read.missing[0]}")
@@ -31,6 +33,7 @@ def assemble(
     events: list[tuple[Event, LogPosition]] = []
     for record in read.records:
         event = EventRecord.decode(record.value, f"event at {record.position}", cipher).event
+        check_event_key(record.key, event)
         if event.case != case:
             raise RejectedError(
                 Rejection.CROSS_TENANT,

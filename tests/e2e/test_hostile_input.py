@@ -38,7 +38,8 @@ def _produce_raw(config: dict[str, str], names: TopicNames, values: list[dict[st
     producer = Producer(config)
     for value in values:
         # the standard library writes integers of any size (orjson stops at 64 bits)
-        producer.produce(names.triggers, value=json.dumps(value).encode(), key=b"raw", partition=0)
+        key = f"{value['tenant']}/{value['case_id']}".encode()  # filed under the case it names
+        producer.produce(names.triggers, value=json.dumps(value).encode(), key=key, partition=0)
     assert producer.flush(30) == 0
 
 

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import itertools
 import threading
+import time
 import uuid
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import orjson
+import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from pipeline.core.case import Case
@@ -16,11 +20,14 @@ from pipeline.core.events import LogPosition
 from pipeline.core.memory_log import InMemoryEventLog
 from pipeline.core.model import ModelBackend, ModelBackendError, ModelRequest, ModelResponse
 from pipeline.core.task import Architecture
+from pipeline.kafka import txn_producer
 from pipeline.kafka.errors import KafkaAdapterError
 from pipeline.kafka.producer import EventProducer
 from pipeline.kafka.range_reads import read_topic
+from pipeline.kafka.steps import Deferred, Output, Step
 from pipeline.kafka.topics import TopicNames
-from pipeline.kafka.transactions import Deferred, LoopConfig, Output, Step, TransactionalLoop
+from pipeline.kafka.transactions import LoopConfig, TransactionalLoop
+from pipeline.kafka.txn_producer import PublishFailedError
 from pipeline.llm.extractive.backend import ExtractiveBackend
 from pipeline.llm.latency import LatencyBackend
 from pipeline.wire.event import append_events
@@ -219,3 +226,121 @@ def test_a_rewind_that_does_not_take_is_made_again_and_no_trigger_is_skipped(
     assert loop.stats.reseeks == 1  # offset 2 came after the lost rewind to 1: sought again, not committed
     decisions = [orjson.loads(r.value or b"")["decision_id"] for r in read_topic(kafka_config, topic_names.decisions)]
     assert sorted(decisions) == ["s0:dpm", "s1:dpm", "s2:dpm"]
+
+
+def _loop(kafka_config: dict[str, str], topic_names: TopicNames, handler: ProjectionHandler, **config: Any
+          ) -> TransactionalLoop:  # fmt: skip
+    settings = LoopConfig(group_id=f"g-{uuid.uuid4().hex}", input_topic=topic_names.triggers,
+                          transactional_id=f"tx-{uuid.uuid4().hex}", retry_backoff_s=0.1, **config)  # fmt: skip
+    loop = TransactionalLoop(kafka_config, settings, handler)
+    loop.start()
+    return loop
+
+
+def _committed(loop: TransactionalLoop, count: int, turns: int = 90) -> int:
+    committed = 0
+    for _ in range(turns):
+        committed += loop.run_once(timeout_s=1.0)
+        if committed >= count:
+            break
+    loop.close()
+    return committed
+
+
+def _decisions(config: dict[str, str], names: TopicNames) -> list[str]:
+    return [orjson.loads(r.value or b"")["decision_id"] for r in read_topic(config, names.decisions)]
+
+
+def _reasons(config: dict[str, str], names: TopicNames) -> list[str]:
+    return [orjson.loads(r.value or b"")["reason"] for r in read_topic(config, names.dlq)]
+
+
+class _HangsOnce(Producer):
+    """A producer whose first send_offsets_to_transaction blocks past any timeout (librdkafka issue 5456)."""
+
+    hung = 0
+
+    def send_offsets_to_transaction(self, *args: Any, **kwargs: Any) -> None:
+        if not _HangsOnce.hung:
+            _HangsOnce.hung += 1
+            threading.Event().wait()  # never returns: the loop must give up on this producer
+        super().send_offsets_to_transaction(*args, **kwargs)
+
+
+def test_a_transactional_call_that_hangs_gives_way_to_a_new_producer(
+    kafka_config: dict[str, str], topic_names: TopicNames, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(txn_producer, "Producer", _HangsOnce)
+    monkeypatch.setattr(txn_producer, "GRACE_S", 0.5)
+    log, case, positions = _logged_fixture(kafka_config, topic_names)
+    _trigger(kafka_config, topic_names, "t-hang", case, positions)
+    loop = _loop(kafka_config, topic_names, ProjectionHandler(topic_names, log, ExtractiveBackend(), "w"),
+                 call_timeout_s=2.0)  # fmt: skip
+    assert _committed(loop, 1) == 1
+    assert _HangsOnce.hung == 1
+    assert loop.stats.producers_replaced == 1
+    assert _decisions(kafka_config, topic_names) == ["t-hang:dpm"]
+
+
+class _Oversized(ProjectionHandler):
+    """Gives the trigger `big` a 2 MB view: more than any broker takes in one record."""
+
+    def start(self, record: RawRecord) -> Step:
+        step = super().start(record)
+        if b'"big"' not in (record.value or b"") or not isinstance(step, Deferred):
+            return step
+
+        def finish(result: object) -> Sequence[Output]:
+            return [replace(o, value=o.value + b" " * 2_000_000) for o in step.finish(result)]
+
+        return Deferred(step.slow, finish)
+
+
+def test_outputs_too_large_to_publish_give_way_to_their_dead_letter(
+    kafka_config: dict[str, str], topic_names: TopicNames
+) -> None:
+    log, case, positions = _logged_fixture(kafka_config, topic_names)
+    for trigger_id in ("big", "after"):
+        _trigger(kafka_config, topic_names, trigger_id, case, positions)
+    loop = _loop(kafka_config, topic_names, _Oversized(topic_names, log, ExtractiveBackend(), "w"), batch_size=1)
+    assert _committed(loop, 2) == 2
+    assert _decisions(kafka_config, topic_names) == ["after:dpm"]
+    assert _reasons(kafka_config, topic_names) == ["oversize"]
+    assert loop.stats.publish_failures == 1
+
+
+def test_a_batch_that_fails_for_an_unknown_reason_is_published_record_by_record(
+    kafka_config: dict[str, str], topic_names: TopicNames
+) -> None:
+    log, case, positions = _logged_fixture(kafka_config, topic_names)
+    for trigger_id in ("first", "poison", "last"):
+        _trigger(kafka_config, topic_names, trigger_id, case, positions)
+    loop = _loop(kafka_config, topic_names, ProjectionHandler(topic_names, log, ExtractiveBackend(), "w"),
+                 batch_size=8)  # fmt: skip
+    publish = loop._producer.publish
+
+    def refuses_poison(outputs: Sequence[Output], *args: Any, **kwargs: Any) -> None:
+        if any(o.key == b"poison:dpm" for o in outputs):
+            raise PublishFailedError("transaction not committed: Local: Invalid argument")
+        publish(outputs, *args, **kwargs)
+
+    loop._producer.publish = refuses_poison  # type: ignore[method-assign]
+    assert _committed(loop, 3) == 3
+    assert sorted(_decisions(kafka_config, topic_names)) == ["first:dpm", "last:dpm"]
+    assert _reasons(kafka_config, topic_names) == ["unpublishable"]
+
+
+def test_the_loop_keeps_turning_while_it_waits_for_the_model(
+    kafka_config: dict[str, str], topic_names: TopicNames
+) -> None:
+    """Liveness sees a loop waiting for a slow model as alive; only a loop stuck in a call stops turning."""
+    log, case, positions = _logged_fixture(kafka_config, topic_names)
+    _trigger(kafka_config, topic_names, "slow", case, positions)
+    backend = LatencyBackend(ExtractiveBackend(), latency_ms=2_500)
+    loop = _loop(kafka_config, topic_names, ProjectionHandler(topic_names, log, backend, "w"))
+    turns: list[float] = []
+    loop._on_progress = lambda: turns.append(time.monotonic())
+    assert _committed(loop, 1) == 1
+    gaps = [b - a for a, b in itertools.pairwise(turns)]
+    assert len(turns) >= 5  # two 2.5 s model calls: a turn at least every second while they run
+    assert max(gaps) < 1.6, gaps

@@ -13,8 +13,8 @@ from pipeline.core.events import CaseRef, Event, LogPosition
 from pipeline.core.memory_log import InMemoryEventLog
 from pipeline.core.model import ModelBackendError, ModelRequest, ModelResponse
 from pipeline.core.task import Architecture
+from pipeline.kafka.steps import Output
 from pipeline.kafka.topics import TopicNames
-from pipeline.kafka.transactions import Output
 from pipeline.llm.extractive.backend import ExtractiveBackend
 from pipeline.observability.metrics import PipelineMetrics, outcome_label
 from pipeline.wire.dead_letter import DeadLetterRecord
@@ -195,7 +195,7 @@ def test_metrics_count_committed_work_only(log: InMemoryEventLog) -> None:
     assert _count(metrics, "dpm_decisions_total", **decided) == 0
     handler.committed([record])
     assert _count(metrics, "dpm_decisions_total", **decided) == 1
-    handler.dead_letter(record, "model failed")  # the loop's dead letter after the last attempt
+    handler.dead_letter(record, Rejection.MODEL_ERROR, "model failed")  # the loop's dead letter after the last attempt
     handler.committed([record])
     assert _count(metrics, "dpm_dead_letters_total", reason="model-error") == 1
 

@@ -23,15 +23,12 @@ from pipeline.wire.event import EventRecord
 class HandledTriggers:
     """A case's last triggers, decided or refused as duplicates, and where each was read.
 
-    A record read again at a position listed here is a redelivery (the baseline is at-least-once)
-    and is skipped: it was decided, or refused, already. A new record whose trigger id was decided
-    is a duplicate. Stored as [[trigger id, [partition, offset], refused], ...], newest last.
+    A new record whose trigger id was decided is a duplicate. (A record delivered again is told by
+    the published ledger, pipeline.kafka.once.) Stored as [[trigger id, [partition, offset],
+    refused], ...], newest last.
     """
 
     entries: tuple[tuple[str, tuple[int, int], bool], ...] = ()
-
-    def handled_at(self, position: LogPosition) -> bool:
-        return any(at == (position.partition, position.offset) for _, at, _ in self.entries)
 
     def decided(self, trigger_id: str) -> bool:
         return any(t == trigger_id and not refused for t, _, refused in self.entries)
@@ -51,21 +48,31 @@ class HandledTriggers:
 
 @dataclass(frozen=True)
 class CaseState:
-    """What the baseline keeps per case: the task it summarizes for, its budgets, the last step taken."""
+    """What the baseline keeps per case: the task it summarizes for, its budgets, the last step taken.
+
+    `rewritten` lists events sent again with other content after they were folded: the running
+    summary holds their old text, which the log no longer does, so the case is not decided again.
+    """
 
     task: TaskSpec
     budgets: tuple[int, ...]
     last_seq: int = 0
+    rewritten: tuple[int, ...] = ()
 
     def after(self, seq: int) -> CaseState:
         return replace(self, last_seq=seq)
 
+    def with_rewritten(self, seq: int) -> CaseState:
+        return replace(self, rewritten=tuple(sorted({*self.rewritten, seq})))
+
     def to_json(self) -> dict[str, Any]:
-        return {"task": self.task.wire(), "budgets": list(self.budgets), "last_seq": self.last_seq}
+        value = {"task": self.task.wire(), "budgets": list(self.budgets), "last_seq": self.last_seq}
+        return {**value, "rewritten": list(self.rewritten)} if self.rewritten else value
 
     @classmethod
     def from_json(cls, raw: Mapping[str, Any]) -> CaseState:
-        return cls(TaskSpec.from_wire(raw["task"]), tuple(int(b) for b in raw["budgets"]), int(raw["last_seq"]))
+        return cls(TaskSpec.from_wire(raw["task"]), tuple(int(b) for b in raw["budgets"]), int(raw["last_seq"]),
+                   tuple(int(s) for s in raw.get("rewritten", ())))  # fmt: skip
 
 
 def memory_to_json(memory: SummMemory) -> dict[str, Any]:

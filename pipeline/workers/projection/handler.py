@@ -17,13 +17,14 @@ from pipeline.core.model import ModelBackend, ModelBackendError
 from pipeline.core.run import RunResult, run_dpm
 from pipeline.core.task import Architecture, Budget
 from pipeline.kafka.errors import KafkaAdapterError
+from pipeline.kafka.steps import Deferred, Output, Step, run_inline
 from pipeline.kafka.topics import TopicNames
-from pipeline.kafka.transactions import Deferred, Output, Step, run_inline
 from pipeline.observability.metrics import PipelineMetrics
 from pipeline.observability.tracing import PassThroughTracing, Tracing, trace_headers
 from pipeline.wire.decision import PositionsSource, Provenance
 from pipeline.wire.headers import Headers
 from pipeline.wire.limits import MAX_TRAJECTORY_CHARS
+from pipeline.wire.record_keys import check_case_key
 from pipeline.wire.rejection import RejectedError, Rejection
 from pipeline.wire.run_records import run_records
 from pipeline.wire.sealing import CaseCipher
@@ -101,6 +102,7 @@ class ProjectionHandler:
 
     def _prepare(self, record: RawRecord) -> Step:
         request = DecisionRequest.decode(record.value, limits=self.limits)
+        check_case_key(record.key, request.case, "trigger")  # for every architecture: the baseline leaves it to us
         if Architecture.DPM not in request.architectures:
             return []
         self._claim((request.case.tenant, request.decision_id(Architecture.DPM)), record.position)
@@ -158,8 +160,8 @@ class ProjectionHandler:
             self._on_commit[record.position] = lambda: metrics.observe_rejection(reason)
         return self._dead_letter(record, reason, detail)
 
-    def dead_letter(self, record: RawRecord, detail: str) -> Output:
-        return self._refuse(record, Rejection.MODEL_ERROR, detail)
+    def dead_letter(self, record: RawRecord, reason: Rejection, detail: str) -> Output:
+        return self._refuse(record, reason, detail)
 
     def _dead_letter(self, record: RawRecord, reason: Rejection, detail: str) -> Output:
         letter = dead_letter(

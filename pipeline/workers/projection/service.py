@@ -17,6 +17,7 @@ from pipeline.llm.registry import make_backend
 from pipeline.observability.metrics import Liveness, PipelineMetrics
 from pipeline.observability.tracing import tracing_from
 from pipeline.wire.trigger import TriggerLimits
+from pipeline.workers.lifecycle import run_until_stopped
 from pipeline.workers.projection.handler import ProjectionHandler
 
 _LOG = logging.getLogger("pipeline.workers")
@@ -71,7 +72,7 @@ def build_projection_worker(
 def serve_projection(settings: Settings, options: WorkerOptions, stop: threading.Event) -> None:
     """Runs the projection worker (and its /metrics and /healthz endpoint) until `stop` is set."""
     metrics = PipelineMetrics(settings.metrics.tenants)
-    liveness = Liveness(settings.worker.stall_limit_s())
+    liveness = Liveness(settings.worker.health_stall_s)
     loop, resources = build_projection_worker(settings, options, metrics)
     server = (metrics.serve(settings.metrics.port, settings.metrics.addr, health=liveness.check)
               if settings.metrics.port >= 0 else None)  # fmt: skip
@@ -87,7 +88,8 @@ def serve_projection(settings: Settings, options: WorkerOptions, stop: threading
               extra={"worker_id": options.worker_id})  # fmt: skip
     probe.start()
     try:
-        loop.run(stop.is_set, on_progress=progressed)
+        run_until_stopped(lambda: loop.run(stop.is_set, on_progress=progressed), stop, settings.worker.drain_s,
+                          name="projection-loop")  # fmt: skip
     finally:
         probe.stop()
         resources.close()

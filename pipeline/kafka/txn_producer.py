@@ -1,0 +1,298 @@
+"""A transactional producer whose calls never hang and which is replaced whenever it cannot go on.
+
+librdkafka's transactional calls can block long past their timeout: send_offsets_to_transaction
+waits on a group coordinator it cached before an outage and never looks for the new one (seen
+here for minutes after a single-node broker came back; librdkafka issues 5456 and 5511). So:
+
+- every transactional call runs on a helper thread and is given up on after its timeout plus a
+  grace; the producer is then abandoned (kept referenced, since its threads may still be inside
+  it) and a new one with the same transactional id takes its place: its init_transactions fences
+  the old one and aborts whatever it left open;
+- a producer that has seen every broker go down is replaced before its next transaction, so the
+  stale coordinator is never asked at all.
+
+Publishing raises one of three errors, which say what the caller should do: TransientPublishError
+(try the same outputs again later), OutputsRefusedError (these outputs will never be accepted) and
+PublishFailedError (a non-retriable failure whose cause is not known).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from confluent_kafka import KafkaError, KafkaException, Message, Producer, TopicPartition
+
+from pipeline.kafka.errors import KafkaAdapterError
+from pipeline.kafka.steps import Output
+
+_LOG = logging.getLogger("pipeline.kafka.transactions")
+_LIB_LOG = logging.getLogger("pipeline.kafka.librdkafka")
+_T = TypeVar("_T")
+
+# Seconds each transactional call may take (librdkafka's own timeout), and how long past it a
+# call is waited for before the producer is abandoned.
+CALL_TIMEOUT_S = 30.0
+GRACE_S = 10.0
+# A process whose producers hang this many times in a row gives up: something is wrong that a new
+# producer does not fix, and an orchestrator restarting the process is the next remedy.
+MAX_ABANDONED = 5
+
+# Errors a record's content causes: the same outputs would be refused again however often sent.
+_REFUSED_CODES = frozenset(
+    {
+        KafkaError.MSG_SIZE_TOO_LARGE,
+        KafkaError.RECORD_LIST_TOO_LARGE,
+        KafkaError.INVALID_RECORD,
+        KafkaError.INVALID_MSG,
+        KafkaError.INVALID_MSG_SIZE,
+    }
+)
+
+
+class TransientPublishError(KafkaAdapterError):
+    """Nothing was committed, for a reason that passes (a broker away, a coordinator moving, a hung call)."""
+
+
+class OutputsRefusedError(KafkaAdapterError):
+    """Nothing was committed: the broker or client refused these outputs (by index), and always will."""
+
+    def __init__(self, message: str, refused: dict[int, str] | None = None) -> None:
+        super().__init__(message)
+        self.refused = refused or {}
+
+    @classmethod
+    def of(cls, refused: dict[int, str]) -> OutputsRefusedError:
+        return cls(f"{len(refused)} output(s) refused: {next(iter(refused.values()), '')}", refused)
+
+    def __reduce__(self) -> tuple[type[OutputsRefusedError], tuple[str, dict[int, str]]]:
+        return type(self), (str(self), self.refused)
+
+
+class PublishFailedError(KafkaAdapterError):
+    """Nothing was committed, for a reason that does not pass and does not name an output."""
+
+
+class ProducerExhaustedError(KafkaAdapterError):
+    """Producers kept hanging; the process should stop and be started again."""
+
+
+@dataclass
+class ProducerStats:
+    replaced: int = 0  # producers replaced after a fatal error, a hang or an outage
+    abandoned: int = 0  # of those, producers given up on inside a call that did not return
+
+
+class TransactionalProducer:
+    """Publishes a batch's outputs with the input offsets in one transaction, or nothing."""
+
+    def __init__(self, config: dict[str, Any], call_timeout_s: float = CALL_TIMEOUT_S) -> None:
+        self._config = {**config, "error_cb": self._on_error}
+        self._timeout_s = call_timeout_s
+        self._producer = self._new()
+        self._ready = False  # init_transactions has succeeded on the current producer
+        self.generation = 0  # successful init_transactions so far: each fences every earlier producer of the id
+        self._suspect: str | None = None  # why the producer should be replaced before its next use
+        self._abandoned: list[Producer] = []  # hung in a call: kept so their threads can finish
+        self._hung_in_a_row = 0
+        self.stats = ProducerStats()
+
+    def _new(self) -> Producer:
+        return Producer(self._config, logger=_LIB_LOG)
+
+    def _on_error(self, error: KafkaError) -> None:
+        """Error callback of librdkafka (served by poll and flush): every broker down marks the producer suspect."""
+        if error.code() == KafkaError._ALL_BROKERS_DOWN:
+            self._suspect = "every broker was down"
+
+    def _call(self, what: str, work: Callable[[], _T], timeout_s: float | None = None) -> _T:
+        """`work` on a thread of its own; a call that does not return in time abandons the producer."""
+        limit = (timeout_s or self._timeout_s) + GRACE_S
+        try:
+            result = call_with_deadline(work, limit, name=f"txn-{what}")
+        except FutureTimeout:
+            self._abandon(what, limit)
+            raise TransientPublishError(f"{what} did not return in {limit:.0f} s; the producer was replaced") from None
+        self._hung_in_a_row = 0
+        return result
+
+    def _abandon(self, what: str, waited_s: float) -> None:
+        _LOG.error("transactional producer hung in %s for %.0f s: abandoned, a new one takes its place", what, waited_s)
+        self._abandoned.append(self._producer)
+        self.stats.abandoned += 1
+        self._hung_in_a_row += 1
+        if self._hung_in_a_row >= MAX_ABANDONED:
+            raise ProducerExhaustedError(f"{self._hung_in_a_row} transactional producers in a row hung")
+        self._replace(f"it hung in {what}")
+
+    def _replace(self, reason: str) -> None:
+        """A new producer with the same transactional id, started on first use: its init fences the old one."""
+        _LOG.warning("transactional producer replaced: %s", reason)
+        self.stats.replaced += 1
+        self._suspect = None
+        self._producer, self._ready = self._new(), False
+
+    def ready(self) -> int:
+        """Replaces a suspect producer and registers the transactional id of a new one; returns the generation.
+
+        A caller that keeps state next to the transactions (a ledger of what was published) reads
+        it again whenever the generation changes: only what was committed before the latest
+        registration is final, since the registration aborted whatever was still open.
+        """
+        self.poll()
+        if self._suspect is not None:
+            self._replace(self._suspect)
+        if self._ready:
+            return self.generation
+        producer = self._producer
+        try:
+            self._call("init_transactions", lambda: producer.init_transactions(self._timeout_s))
+        except KafkaException as exc:
+            error = exc.args[0]
+            if error.fatal():
+                self._replace(f"init_transactions failed: {error.str()}")
+            raise TransientPublishError(f"could not start a transactional producer: {error.str()}") from exc
+        self._ready = True
+        self.generation += 1
+        return self.generation
+
+    def poll(self) -> None:
+        """Serves the producer's callbacks (error reports among them); call between batches."""
+        self._producer.poll(0)
+
+    def publish(
+        self,
+        outputs: Sequence[Output],
+        offsets: Sequence[TopicPartition] = (),
+        group: object | None = None,
+        *,
+        generation: int | None = None,
+    ) -> None:
+        """Produces `outputs` and commits them, with the consumer's `offsets` if any, in one transaction.
+
+        With `generation`, refuses (TransientPublishError) to publish on a producer registered since.
+        Raises TransientPublishError, OutputsRefusedError or PublishFailedError; nothing is
+        committed then, and no transaction is left open.
+        """
+        current = self.ready()
+        if generation is not None and current != generation:
+            raise TransientPublishError("the producer was registered again; what it guards must be read again")
+        producer = self._producer
+        failures: dict[int, KafkaError] = {}
+        try:
+            self._call("begin_transaction", producer.begin_transaction)
+            for index, out in enumerate(outputs):
+                self._produce(producer, index, out, failures)
+            if offsets:
+                sent = list(offsets)
+                self._call("send_offsets_to_transaction",
+                           lambda: producer.send_offsets_to_transaction(sent, group, self._timeout_s))  # fmt: skip
+            self._call("commit_transaction", lambda: producer.commit_transaction(self._timeout_s))
+        except KafkaException as exc:
+            self._end_failed(producer, exc.args[0])
+            raise _classified(exc.args[0], failures) from exc
+
+    def _produce(self, producer: Producer, index: int, out: Output, failures: dict[int, KafkaError]) -> None:
+        def delivered(error: KafkaError | None, _msg: Message) -> None:
+            if error is not None:
+                failures[index] = error
+
+        for _ in range(100):  # a full local queue empties as the broker acknowledges
+            try:
+                if out.partition is None:
+                    producer.produce(out.topic, value=out.value, key=out.key, headers=list(out.headers),
+                                     on_delivery=delivered)  # fmt: skip
+                else:
+                    producer.produce(out.topic, value=out.value, key=out.key, headers=list(out.headers),
+                                     partition=out.partition, on_delivery=delivered)  # fmt: skip
+            except BufferError:
+                producer.poll(0.1)
+                continue
+            except KafkaException as exc:
+                failures[index] = exc.args[0]
+                raise
+            return
+        raise KafkaException(KafkaError(KafkaError._QUEUE_FULL, "the local queue stayed full"))
+
+    def _end_failed(self, producer: Producer, error: KafkaError) -> None:
+        """Leaves no transaction open: aborts it, or replaces a producer that cannot go on."""
+        if error.fatal():
+            self._replace(f"fatal error: {error.str()}")
+            return
+        try:
+            self._call("abort_transaction", lambda: producer.abort_transaction(self._timeout_s))
+        except KafkaException as exc:
+            self._replace(f"abort failed: {exc.args[0].str()}")
+        except TransientPublishError:
+            pass  # it hung and was replaced: the new producer's init aborts the transaction
+
+    def close(self) -> None:
+        producer = self._producer
+        try:
+            self._call("flush", lambda: producer.flush(10), timeout_s=10)
+        except TransientPublishError as exc:
+            _LOG.warning("closing the transactional producer: %s", exc)
+
+
+# Errors that say nothing against the outputs: the broker was away, the transaction was aborted and
+# its queued records purged, or the deployment is wrong (a topic missing, an ACL not granted). The
+# last kind does not pass by itself, but no record is at fault: dead-lettering every record until an
+# operator fixes it would turn good input into dead letters, so it is retried and logged instead.
+_NOT_THE_RECORDS_FAULT = frozenset(
+    {
+        KafkaError._MSG_TIMED_OUT,
+        KafkaError._TRANSPORT,
+        KafkaError._ALL_BROKERS_DOWN,
+        KafkaError._TIMED_OUT,
+        KafkaError._PURGE_QUEUE,
+        KafkaError._PURGE_INFLIGHT,
+        KafkaError.NOT_ENOUGH_REPLICAS,
+        KafkaError.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+        KafkaError.REQUEST_TIMED_OUT,
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+        KafkaError.UNKNOWN_TOPIC_OR_PART,
+        KafkaError._UNKNOWN_TOPIC,
+        KafkaError.TOPIC_AUTHORIZATION_FAILED,
+        KafkaError.GROUP_AUTHORIZATION_FAILED,
+        KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+        KafkaError.CLUSTER_AUTHORIZATION_FAILED,
+    }
+)
+
+
+def _passes(error: KafkaError) -> bool:
+    return error.retriable() or error.fatal() or error.txn_requires_abort() or error.code() in _NOT_THE_RECORDS_FAULT
+
+
+def call_with_deadline(work: Callable[[], _T], deadline_s: float, name: str) -> _T:
+    """`work()` run on a daemon thread; raises TimeoutError (leaving the thread behind) if it takes longer.
+
+    A daemon thread, unlike an executor's, is not waited for when the interpreter exits, so a call
+    that never returns cannot keep the process from ending.
+    """
+    future: Future[_T] = Future()
+
+    def run() -> None:
+        try:
+            future.set_result(work())
+        except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
+            future.set_exception(exc)
+
+    threading.Thread(target=run, name=name, daemon=True).start()
+    return future.result(timeout=deadline_s)
+
+
+def _classified(error: KafkaError, failures: dict[int, KafkaError]) -> KafkaAdapterError:
+    """What a failed transaction means for the caller, from its error and its outputs' delivery errors."""
+    refused = {i: e.str() for i, e in failures.items() if e.code() in _REFUSED_CODES}
+    if refused:
+        return OutputsRefusedError.of(refused)
+    lasting = [e for e in failures.values() if not _passes(e)]
+    if not lasting and _passes(error):
+        return TransientPublishError(f"transaction not committed: {error.str()}")
+    return PublishFailedError(f"transaction not committed: {'; '.join(e.str() for e in lasting) or error.str()}")

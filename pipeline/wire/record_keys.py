@@ -1,0 +1,41 @@
+"""A record's Kafka key against its value: they must name the same tenant, case (and event).
+
+Consumers refuse a record whose key and value disagree (dead letter `key-mismatch`): its key decides
+where it is stored and how it is found again (scans and erasure go by key, compaction by key), its
+value what it says, and a record that says one thing where it is filed under another must not be
+decided, folded or kept. Our producers derive every key from the value, so they cannot write one.
+"""
+
+from __future__ import annotations
+
+from pipeline.core.events import CaseRef, Event
+from pipeline.wire.rejection import RejectedError, Rejection
+
+
+def _shown(key: bytes | None) -> str:
+    text = (key or b"").decode("utf-8", "replace")
+    return repr(text if len(text) <= 80 else f"{text[:80]}...")
+
+
+def check_event_key(key: bytes | None, event: Event) -> None:
+    """Raises RejectedError(KEY_MISMATCH) unless `key` is the event's own `tenant/case/seq`."""
+    if key != event.key.encode("utf-8"):
+        raise RejectedError(Rejection.KEY_MISMATCH, f"key {_shown(key)} but the value is event {event.key}")
+
+
+def check_case_key(key: bytes | None, case: CaseRef, what: str) -> None:
+    """Raises RejectedError(KEY_MISMATCH) unless `key` is the case's `tenant/case` (a trigger's key)."""
+    if key != case.key.encode("utf-8"):
+        raise RejectedError(Rejection.KEY_MISMATCH, f"key {_shown(key)} but the {what} is for {case.key}")
+
+
+def check_partition(partition: int, case: CaseRef, expected: int) -> None:
+    """Raises RejectedError(KEY_MISMATCH) for a record stored in another partition than its case's.
+
+    A case's records must share one partition (murmur2 of `tenant/case`): the baseline keeps a case's
+    state with the partition it owns, and a scan looks for a case in its partition only.
+    """
+    if partition != expected:
+        raise RejectedError(
+            Rejection.KEY_MISMATCH, f"stored in partition {partition}, but {case.key} belongs in partition {expected}"
+        )

@@ -1,0 +1,70 @@
+"""What a failed transaction means for the loop: pass and retry, refused outputs, or an unknown lasting failure."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from confluent_kafka import KafkaError
+
+from pipeline.kafka.steps import Output, oversized
+from pipeline.kafka.txn_producer import (
+    OutputsRefusedError,
+    PublishFailedError,
+    TransientPublishError,
+    _classified,
+    call_with_deadline,
+)
+
+
+def _error(code: int, *, fatal: bool = False, retriable: bool = False, abort: bool = False) -> KafkaError:
+    return KafkaError(code, "test", fatal=fatal, retriable=retriable, txn_requires_abort=abort)
+
+
+def test_the_broker_away_and_an_aborted_transaction_pass() -> None:
+    timed_out = _error(KafkaError._TIMED_OUT, retriable=True)
+    assert isinstance(_classified(timed_out, {}), TransientPublishError)
+    purged = {0: _error(KafkaError._PURGE_QUEUE), 1: _error(KafkaError._MSG_TIMED_OUT)}
+    assert isinstance(_classified(_error(KafkaError._STATE, abort=True), purged), TransientPublishError)
+    fenced = _error(KafkaError._FENCED, fatal=True)
+    assert isinstance(_classified(fenced, {}), TransientPublishError)  # a new producer takes over
+
+
+def test_a_deployment_fault_is_retried_not_blamed_on_the_record() -> None:
+    """A missing topic or ACL is fixed by an operator: dead-lettering every record meanwhile would lose good input."""
+    denied = {0: _error(KafkaError.TOPIC_AUTHORIZATION_FAILED)}
+    assert isinstance(_classified(_error(KafkaError._STATE, abort=True), denied), TransientPublishError)
+
+
+def test_outputs_the_broker_refuses_are_named() -> None:
+    refused = _classified(_error(KafkaError._STATE, abort=True), {2: _error(KafkaError.MSG_SIZE_TOO_LARGE)})
+    assert isinstance(refused, OutputsRefusedError)
+    assert set(refused.refused) == {2}
+
+
+def test_an_unknown_lasting_failure_is_neither() -> None:
+    lasting = _classified(_error(KafkaError._INVALID_ARG), {})
+    assert isinstance(lasting, PublishFailedError)
+
+
+def test_oversized_counts_key_value_and_headers_against_the_limit() -> None:
+    small = Output("t", b"k", b"v" * 100)
+    big = Output("t", b"k", b"v" * 400, (("h", b"x" * 200),))
+    assert oversized([small, big], 1_100) is big
+    assert oversized([small], 1_100) is None
+
+
+def test_a_call_past_its_deadline_is_left_behind_on_a_daemon_thread() -> None:
+    release = threading.Event()
+    started = time.monotonic()
+    with pytest.raises(TimeoutError):
+        call_with_deadline(release.wait, 0.2, name="hangs")
+    assert time.monotonic() - started < 2
+    hung = [t for t in threading.enumerate() if t.name == "hangs"]
+    assert hung
+    assert all(t.daemon for t in hung)  # never waited for at interpreter exit
+    release.set()
+    assert call_with_deadline(lambda: 42, 5, name="answers") == 42
+    with pytest.raises(ZeroDivisionError):
+        call_with_deadline(lambda: 1 // 0, 5, name="raises")
