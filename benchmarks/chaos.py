@@ -76,11 +76,12 @@ class Outcome:
     crashes: int = 0
     recover_s: float | None = None
     recover_limit_s: float | None = None  # a recovery slower than this fails the scenario
+    broken: list[str] = field(default_factory=list)  # other promises the scenario checks, when broken
 
     @property
     def ok(self) -> bool:
         slow = self.recover_limit_s is not None and (self.recover_s or 0) > self.recover_limit_s
-        return self.lost == 0 and self.duplicated == 0 and self.crashes == 0 and not slow
+        return self.lost == 0 and self.duplicated == 0 and self.crashes == 0 and not slow and not self.broken
 
 
 @dataclass
@@ -396,6 +397,55 @@ def oversize(bootstrap: str, work: Path) -> Outcome:
     return outcome
 
 
+# --- records near Kafka's size limit --------------------------------------------------------------
+
+_BIG = 900_000
+
+
+def big_records(bootstrap: str, work: Path) -> Outcome:
+    """A 900 KB trigger that is not JSON, a 900 KB event, and triggers with 900 KB and 1 MB traceparent headers.
+
+    Each is followed in its partition by valid triggers for both architectures, which must all be
+    decided; no dead letter or output may exceed a record's size, and no invalid trace header may
+    be copied onto an output.
+    """
+    outcome = Outcome("big-records", injected=4)
+    with _stage(bootstrap, "big-records", work) as stage:
+        case, huge = _cases(2)
+        positions = _append(stage, [case])
+        both = (Architecture.DPM, Architecture.SUMM)
+        header_900k, header_1m = _requests([case], positions, 2, "big-header", both)
+        later = _requests([case], positions, 4, "after-big", both)
+        partition = case_partition(case.ref, 3)
+        raw = Producer({**stage.config, "message.max.bytes": 1_048_000})
+        raw.produce(stage.names.triggers, key=case.ref.key.encode(), value=b"\x00" * _BIG, partition=partition)
+        event = EventRecord(Event(huge.ref, 1, "document", "Scanned appendix. " * (_BIG // 18))).encode()
+        raw.produce(stage.names.events, key=f"{huge.ref.key}/00000001".encode(), value=event,
+                    partition=case_partition(huge.ref, 3))  # fmt: skip
+        for request, size in ((header_900k, _BIG), (header_1m, 1_040_000 - len(header_1m.encode()))):
+            raw.produce(stage.names.triggers, key=case.ref.key.encode(), value=request.encode(), partition=partition,
+                        headers=[("traceparent", b"0" * size)])  # fmt: skip
+        raw.flush(60)
+        with pipeline_processes([["worker"], ["baseline", "--budgets", str(BUDGET)]], stage.env, stage.logs) as procs:
+            since = time.monotonic()
+            expected = _trigger(stage, later) | {r.decision_id(a) for r in (header_900k, header_1m) for a in both}
+            _settle(stage, outcome, expected, since, timeout_s=180)
+            outcome.crashes = _crashed(procs, set())
+        outcome.broken = _oversized_outputs(stage)
+    return outcome
+
+
+def _oversized_outputs(stage: Stage) -> list[str]:
+    """Output or dead-letter records over 400 KB, or carrying a trace header that is not W3C trace context."""
+    found = []
+    for topic in (stage.names.views, stage.names.decisions, stage.names.audit, stage.names.dlq):
+        for record in read_topic(stage.config, topic):
+            size = len(record.value or b"") + sum(len(v) for _, v in record.headers)
+            if size > 400_000 or any(name == "traceparent" and len(value) != 55 for name, value in record.headers):
+                found.append(f"{topic} {record.position}: {size} bytes")
+    return found
+
+
 # --- the table -----------------------------------------------------------------------------------
 
 
@@ -413,6 +463,7 @@ def _scenarios(big: bool) -> dict[str, Callable[[str, Path], Outcome]]:
         "kills": lambda b, w: kills(b, w, triggers=200 if big else 60, kill_count=3 if big else 1),
         "poison": poison,
         "oversize": oversize,
+        "big-records": big_records,
         "node-loss": lambda _, w: node_loss(w, triggers=100 if big else 40),
         "outage": lambda _, w: outage(w, triggers=100 if big else 40, away_s=60 if big else 30),
     }
@@ -436,6 +487,9 @@ def main() -> int:
             outcomes.append(scenarios[name](bootstrap, Path(tmp)))
             print(_row(outcomes[-1]), flush=True)
     print(f"\nchaos suite ({'full' if big else 'reduced'}), {time.monotonic() - started:.0f} s\n")
+    for outcome in outcomes:
+        for broken in outcome.broken:
+            print(f"{outcome.scenario}: {broken}")
     print("| scenario | injected | dead-lettered by reason | decided exactly once | lost | duplicated | crashes "
           "| seconds to recover |")  # fmt: skip
     print("|---|---|---|---|---|---|---|---|")

@@ -75,11 +75,11 @@ def verify_replay(
 ) -> ReplayReport:
     """MATCH, DRIFT (with distances), LOG-CHANGED (events digest differs) or ERASED (events gone).
 
-    `trajectory` is None when the recorded offsets no longer hold the events (compacted away or
-    deleted); `recorded_view` is the published view text, used for distances when available.
+    `trajectory` is None when the case is erased (its events and key gone); `recorded_view` is the
+    published view text, used for distances when available.
     """
     if trajectory is None:
-        return ReplayReport(ReplayStatus.ERASED, "the recorded offsets no longer hold the events")
+        return ReplayReport(ReplayStatus.ERASED, "the case is erased: its events and data key are gone")
     digest = events_digest(trajectory.events)
     if digest != target.events_sha256:
         return ReplayReport(

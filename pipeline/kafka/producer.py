@@ -10,7 +10,7 @@ from typing import Any
 import orjson
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
-from pipeline.core.events import CaseRef, Event, LogPosition
+from pipeline.core.events import Event, LogPosition
 from pipeline.kafka.admin import topic_partitions
 from pipeline.kafka.errors import KafkaAdapterError
 from pipeline.kafka.partitioning import case_partition
@@ -112,30 +112,28 @@ class EventProducer:
                    for r in requests]  # fmt: skip
         return self._send(topic, records)
 
-    def erase(self, case: CaseRef, keys: Iterable[bytes]) -> int:
-        """Writes a tombstone for each event key of `case` (the right to erasure); returns how many.
+    def erase(self, tenant: str, records: Iterable[tuple[bytes, int]]) -> int:
+        """Writes a tombstone for each (key, partition) of the erased records (the right to erasure); returns how many.
 
-        Compaction then removes the events and, after delete.retention.ms, the tombstones: replays of
-        decisions that read them report ERASED from then on.
+        Each tombstone goes where its record is, under the record's own key, whatever case that key
+        names (erasure also finds the case's records filed under other keys). Compaction then removes
+        the records and, after delete.retention.ms, the tombstones: replays of decisions that read
+        them report ERASED from then on.
         """
         topic = self._names.events
-        partition = case_partition(case, self._partition_count(topic))
-        prefix = f"{case.key}/".encode()
         count = 0
         try:
-            for key in keys:
-                if not key.startswith(prefix):
-                    raise KafkaAdapterError(f"key {key!r} is not an event of {case.key}")
+            for key, partition in records:
                 erased_id = f"{key.decode('utf-8', 'replace')}/erased/{uuid.uuid4().hex}"  # the event keeps its own id
-                headers = standard_headers(SchemaId.EVENT, source=SOURCE, event_id=erased_id, tenant=case.tenant,
+                headers = standard_headers(SchemaId.EVENT, source=SOURCE, event_id=erased_id, tenant=tenant,
                                            tombstone=True)  # fmt: skip
                 self._producer.produce(topic, key=key, value=None, partition=partition, headers=list(headers))
                 count += 1
             remaining = self._producer.flush(60)
         except (KafkaException, BufferError) as exc:
-            raise KafkaAdapterError(f"erasing {case.key} failed: {exc}") from exc
+            raise KafkaAdapterError(f"erasing records of {tenant} failed: {exc}") from exc
         if remaining:
-            raise KafkaAdapterError(f"{remaining} tombstone(s) for {case.key} not delivered")
+            raise KafkaAdapterError(f"{remaining} tombstone(s) of {tenant}'s records not delivered")
         return count
 
     def close(self) -> None:

@@ -15,8 +15,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExport
 from opentelemetry.trace import Span, Status, StatusCode, Tracer
 
 from pipeline.core.model import ModelBackend, ModelRequest, ModelResponse, WrappedBackend
-from pipeline.observability.tracing import TRACE_HEADERS, TriggerTrace, trace_headers
-from pipeline.wire.headers import Headers
+from pipeline.wire.headers import TRACE_HEADERS, Headers, trace_context
 
 
 class _Traced:
@@ -67,8 +66,8 @@ class OpenTelemetryTracing:
         self._provider.add_span_processor(BatchSpanProcessor(exporter))
         self._tracer = self._provider.get_tracer("dpm.pipeline")
 
-    def trigger(self, headers: Sequence[tuple[str, bytes]], attributes: Mapping[str, str], /) -> TriggerTrace:
-        carrier = {name: value.decode("latin-1") for name, value in trace_headers(headers)}
+    def trigger(self, headers: Sequence[tuple[str, bytes]], attributes: Mapping[str, str], /) -> _Traced:
+        carrier = {name: value.decode("latin-1") for name, value in trace_context(headers)}
         root = self._tracer.start_span("dpm.trigger", context=extract(carrier), attributes=dict(attributes))
         return _Traced(self._tracer, root)
 

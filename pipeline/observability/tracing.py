@@ -1,7 +1,8 @@
 """Trace context through the projection worker: W3C `traceparent` from a trigger to every output record.
 
 Off (the default), a trigger's `traceparent` and `tracestate` headers are copied to its outputs
-unchanged: nothing is imported, no span is made. On (`DPM_TRACING=console` or `otlp`), each
+unchanged when they are valid W3C trace context (wire.headers.trace_context; invalid ones are
+dropped): nothing is imported, no span is made. On (`DPM_TRACING=console` or `otlp`), each
 trigger gets a `dpm.trigger` span continuing the trigger's trace, with `dpm.read`,
 `dpm.project_and_decide` (holding one `dpm.model.project` and one `dpm.model.decide` span) and
 `dpm.publish` inside it, and its outputs carry a `traceparent` of that trace.
@@ -14,14 +15,7 @@ from contextlib import AbstractContextManager, nullcontext
 from typing import Protocol
 
 from pipeline.core.model import ModelBackend
-from pipeline.wire.headers import Headers
-
-TRACE_HEADERS = ("traceparent", "tracestate")
-
-
-def trace_headers(headers: Sequence[tuple[str, bytes]]) -> Headers:
-    """The W3C trace context headers among `headers`, as they are."""
-    return tuple((name, value) for name, value in headers if name in TRACE_HEADERS)
+from pipeline.wire.headers import Headers, trace_context
 
 
 class TriggerTrace(Protocol):
@@ -52,7 +46,7 @@ class _PassedOn:
     """Tracing off: the trigger's own trace context goes on to the outputs; no span."""
 
     def __init__(self, headers: Sequence[tuple[str, bytes]]) -> None:
-        self._headers = trace_headers(headers)
+        self._headers = trace_context(headers)
 
     def span(self, _name: str) -> AbstractContextManager[object]:
         return nullcontext()

@@ -41,7 +41,11 @@ class LogChangedError(RejectedError):
 
 
 def read_recorded_events(record: DecisionRecord, log: EventLog, cipher: CaseCipher | None) -> Trajectory | None:
-    """The events at the record's offsets; None when they are gone or their key is (ERASED). Other damage raises."""
+    """The events at the record's offsets; None when the case is erased. Other damage (LOG-CHANGED) raises.
+
+    A recorded offset that holds nothing any more is ERASED only when the case's key was destroyed;
+    otherwise a later record with the same key superseded it and compaction removed it (LOG-CHANGED).
+    """
     try:
         trajectory, _ = assemble(record.case, log.read(record.positions), len(record.positions), cipher=cipher)
     except RejectedError as exc:

@@ -9,7 +9,8 @@ filter without parsing (or being able to open) the value.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterable, Mapping
+import re
+from collections.abc import Iterable, Mapping, Sequence
 
 from pipeline.wire.schema_ids import SchemaId
 
@@ -62,3 +63,44 @@ def standard_headers(
     if tenant is not None:
         headers.append((TENANT_HEADER, tenant))
     return tuple((name, value.encode("utf-8")) for name, value in headers)
+
+
+# W3C Trace Context: the only headers copied from an input record to what is made for it.
+TRACEPARENT = "traceparent"
+TRACESTATE = "tracestate"
+TRACE_HEADERS = (TRACEPARENT, TRACESTATE)
+# version-traceid-parentid-flags; version ff, an all-zero trace id or parent id are invalid. A later
+# version may append fields after a dash (the spec's forward compatibility), within a sane length.
+_TRACEPARENT = re.compile(rb"(?!ff)[0-9a-f]{2}-(?!0{32})[0-9a-f]{32}-(?!0{16})[0-9a-f]{16}-[0-9a-f]{2}(-[ -~]{0,200})?")
+# One tracestate list member: key (optionally tenant@system) = value of printable ASCII but `,` and `=`.
+_TRACESTATE_MEMBER = re.compile(
+    rb"[a-z0-9][_0-9a-z*/-]{0,255}(@[a-z][_0-9a-z*/-]{0,13})?=[ -+\--<>-~]{0,255}[!-+\--<>-~]"
+)
+MAX_TRACESTATE_BYTES = 512  # what the spec asks every vendor to pass on; longer is dropped, not cut
+_MAX_TRACESTATE_MEMBERS = 32
+
+
+def _valid_traceparent(value: bytes) -> bool:
+    return _TRACEPARENT.fullmatch(value) is not None and (value[:2] != b"00" or len(value) == 55)
+
+
+def _valid_tracestate(value: bytes) -> bool:
+    members = [m.strip(b" \t") for m in value.split(b",") if m.strip(b" \t")]
+    return (len(value) <= MAX_TRACESTATE_BYTES and len(members) <= _MAX_TRACESTATE_MEMBERS
+            and all(_TRACESTATE_MEMBER.fullmatch(m) for m in members))  # fmt: skip
+
+
+def trace_context(headers: Sequence[tuple[str, bytes]]) -> Headers:
+    """The W3C trace context among `headers` worth passing on: one valid traceparent, and with it one valid tracestate.
+
+    Anything else is dropped, never copied: a header is copied to every record made for the input,
+    so an oversized or malformed one (a 900 KB "traceparent") would otherwise be written several
+    times over and could make those records too large to publish.
+    """
+    parents = [value for name, value in headers if name == TRACEPARENT]
+    if len(parents) != 1 or not _valid_traceparent(parents[0]):
+        return ()
+    states = [value for name, value in headers if name == TRACESTATE]
+    if len(states) == 1 and _valid_tracestate(states[0]):
+        return ((TRACEPARENT, parents[0]), (TRACESTATE, states[0]))
+    return ((TRACEPARENT, parents[0]),)

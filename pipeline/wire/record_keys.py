@@ -8,6 +8,8 @@ decided, folded or kept. Our producers derive every key from the value, so they 
 
 from __future__ import annotations
 
+import orjson
+
 from pipeline.core.events import CaseRef, Event
 from pipeline.wire.rejection import RejectedError, Rejection
 
@@ -39,3 +41,29 @@ def check_partition(partition: int, case: CaseRef, expected: int) -> None:
         raise RejectedError(
             Rejection.KEY_MISMATCH, f"stored in partition {partition}, but {case.key} belongs in partition {expected}"
         )
+
+
+def names_case(key: bytes | None, value: bytes | None, case: CaseRef) -> bool:
+    """Whether an events-topic record belongs to `case` by its key or by its value, whichever names it.
+
+    What erasure removes: a record filed under the case, and one whose value says it is the case's
+    however it was keyed. The value's tenant and case id are in clear even when its text is sealed.
+    """
+    return _names(key, value, f"{case.key}/", case.tenant, case.case_id)
+
+
+def names_tenant(key: bytes | None, value: bytes | None, tenant: str) -> bool:
+    """Whether an events-topic record belongs to one of `tenant`'s cases, by its key or by its value."""
+    return _names(key, value, f"{tenant}/", tenant, None)
+
+
+def _names(key: bytes | None, value: bytes | None, key_prefix: str, tenant: str, case_id: str | None) -> bool:
+    if key is not None and key.startswith(key_prefix.encode()):
+        return True
+    if value is None or (case_id or tenant).encode() not in value:  # most records: no parse needed
+        return False
+    try:
+        body = orjson.loads(value)
+    except orjson.JSONDecodeError:
+        return False
+    return isinstance(body, dict) and body.get("tenant") == tenant and case_id in (None, body.get("case_id"))

@@ -20,14 +20,19 @@ def assemble(
 ) -> tuple[Trajectory, tuple[LogPosition, ...]]:
     """The case's trajectory (seq 1..n, gap-free) and the positions it was read from, in seq order.
 
-    Raises RejectedError: ERASED when asked-for positions hold nothing or the case's data key is
-    destroyed (sealed events are opened with `cipher`); KEY_MISMATCH when a record's key is not
+    Raises RejectedError: ERASED when the case's data key is destroyed (asked-for positions that hold
+    nothing any more, or sealed events that no longer open with `cipher`); SUPERSEDED when
+    asked-for positions hold nothing though the case was not erased (compaction removed a record
+    that a later one with its key replaced); KEY_MISMATCH when a record's key is not
     its own event's; CROSS_TENANT when a record belongs to another tenant or case (isolation);
     SEQUENCE_GAP for gaps, duplicates or a count other than expected; UNKNOWN_CASE when there are
     no events; OVERSIZE past max_chars.
     """
     if read.missing:
-        raise RejectedError(Rejection.ERASED, f"{len(read.missing)} position(s) hold no record, e.g. {read.missing[0]}")
+        where = f"{len(read.missing)} position(s) hold no record any more, e.g. {read.missing[0]}"
+        if cipher is not None and cipher.erased(case):
+            raise RejectedError(Rejection.ERASED, f"{where}: case {case.key} is erased")
+        raise RejectedError(Rejection.SUPERSEDED, f"{where}: a later record with the same key replaced it")
     if not read.records:
         raise RejectedError(Rejection.UNKNOWN_CASE, f"no events found for case {case.key}")
     events: list[tuple[Event, LogPosition]] = []

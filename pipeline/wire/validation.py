@@ -7,7 +7,7 @@ from typing import Any
 
 import orjson
 from jsonschema import Draft202012Validator
-from jsonschema.exceptions import best_match
+from jsonschema.exceptions import ValidationError, best_match
 
 from pipeline.core.errors import DpmError
 from pipeline.wire.resources import schemas_dir
@@ -26,9 +26,36 @@ def validator(schema: SchemaId) -> Draft202012Validator:
     return Draft202012Validator(document)
 
 
+# An error names the offending path and what was wrong, never more than this of the offending value.
+_MAX_SHOWN = 80
+_MAX_MESSAGE = 500
+
+
 def validate(schema: SchemaId, value: Any) -> None:  # noqa: ANN401 - any decoded JSON
     """Raises SchemaError with the most relevant violation when `value` does not match."""
     error = best_match(validator(schema).iter_errors(value))
     if error is not None:
-        where = "/".join(str(p) for p in error.absolute_path) or "(root)"
-        raise SchemaError(f"{schema.file_stem}: at {where}: {error.message}")
+        where = "/".join(str(p) for p in error.absolute_path)[:_MAX_SHOWN] or "(root)"
+        raise SchemaError(f"{schema.file_stem}: at {where}: {_message(error)}")
+
+
+def _message(error: ValidationError) -> str:
+    """The violation in words, the offending value described rather than repeated when it is long.
+
+    jsonschema's messages quote the instance: a 5 MB value would make a 5 MB error line.
+    """
+    text = error.message
+    shown = repr(error.instance)
+    if len(shown) > _MAX_SHOWN:
+        text = text.replace(shown, _described(error.instance))
+    return text if len(text) <= _MAX_MESSAGE else f"{text[:_MAX_MESSAGE]}..."
+
+
+def _described(instance: object) -> str:
+    if isinstance(instance, str):
+        return f"a string of {len(instance):,} characters"
+    if isinstance(instance, list):
+        return f"an array of {len(instance):,} items"
+    if isinstance(instance, dict):
+        return f"an object of {len(instance):,} fields"
+    return f"a long {type(instance).__name__}"

@@ -73,4 +73,4 @@ def dead_letter(
     letter = DeadLetterRecord.of(record, source_topic=source_topic, reason=reason, detail=detail, worker_id=worker_id)
     where = f"{source_topic}/{record.position.partition}/{record.position.offset}"
     headers = standard_headers(SchemaId.DEAD_LETTER, source=f"/dpm/workers/{worker_id}", event_id=where, tenant=None)
-    return Output(names.dlq, record.key, letter.encode(), (*headers, (REASON_HEADER, reason.value.encode())))
+    return Output(names.dlq, letter.record_key, letter.encode(), (*headers, (REASON_HEADER, reason.value.encode())))

@@ -110,8 +110,7 @@ def test_erased_event_and_key_records_are_physically_gone_within_the_configured_
     producer = EventProducer(kafka_config, topic_names, case_keys)
     producer.append(case.trajectory.events)
     assert case_keys.erase_case(case.ref)
-    event_keys = [e.key.encode() for e in case.trajectory.events]
-    producer.erase(case.ref, event_keys)
+    producer.erase(case.ref.tenant, [(e.key.encode(), 0) for e in case.trajectory.events])  # one partition
     erased_at = time.monotonic()
 
     def remaining() -> int:

@@ -49,6 +49,20 @@ def test_produce_and_eval_refuse_it_the_same_way_and_send_nothing(tmp_path: Path
         assert "less than the minimum of 1" in result.stderr
 
 
+def test_a_huge_invalid_value_gets_a_short_error_naming_the_field_and_its_size(tmp_path: Path) -> None:
+    events = tmp_path / "events.jsonl"
+    huge = {"tenant": "acme", "case_id": "c-1", "seq": "9" * 5_000_000, "kind": "doc", "text": "t"}
+    nul = {"tenant": "acme", "case_id": "c-1", "seq": 1, "kind": "\u0000", "text": "t"}
+    env = {"DPM_BOOTSTRAP": "127.0.0.1:9", "DPM_HOME": str(tmp_path / "home")}
+    for bad, expected in ((huge, "at seq: a string of 5,000,000 characters is not of type 'integer'"),
+                          (nul, "at kind:")):  # fmt: skip
+        events.write_bytes(orjson.dumps(bad))
+        result = dpm_cli("produce", "--events", str(events), env=env, timeout_s=120)
+        assert result.returncode == 1
+        assert len(result.stderr) < 400, result.stderr[:400]
+        assert expected in result.stderr
+
+
 def _all_error_types() -> list[type[DpmError]]:
     for module in pkgutil.walk_packages(pipeline.__path__, "pipeline."):
         if not module.name.endswith("__main__"):

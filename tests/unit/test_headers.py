@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-from pipeline.wire.headers import standard_headers
+from pipeline.wire.headers import MAX_TRACESTATE_BYTES, standard_headers, trace_context
 from pipeline.wire.schema_ids import SchemaId
 
 
@@ -30,3 +30,30 @@ def test_a_tombstone_has_no_content_type_and_says_so_in_its_type() -> None:
     assert "content-type" not in headers
     assert headers["ce_type"] == b"dpm.key.v1.tombstone"
     assert headers["ce_time"].endswith(b"Z")
+
+
+PARENT = b"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
+
+def test_valid_trace_context_passes_on_and_nothing_else_does() -> None:
+    state = b"rojo=00f067aa0ba902b7, congo=t61rcWkgMzE, acme@vendor=x"
+    assert trace_context([("traceparent", PARENT), ("tracestate", state), ("other", b"x")]) == (
+        ("traceparent", PARENT),
+        ("tracestate", state),
+    )
+    assert trace_context([("traceparent", b"01-" + PARENT[3:] + b"-future-field")])  # a later version's extra fields
+    for bad in (
+        b"x" * 900_000,  # a 900 KB header would be copied onto every output
+        b"ff" + PARENT[2:],  # version ff
+        PARENT.replace(b"4bf92f3577b34da6a3ce929d0e0e4736", b"0" * 32),  # all-zero trace id
+        PARENT.replace(b"00f067aa0ba902b7", b"0" * 16),  # all-zero parent id
+        PARENT.upper(),
+        PARENT + b"-extra",  # version 00 has exactly four fields
+    ):
+        assert trace_context([("traceparent", bad)]) == ()
+    assert trace_context([("traceparent", PARENT), ("traceparent", PARENT)]) == ()  # two parents: which?
+    too_long = b",".join(b"k%d=v" % n for n in range(120))
+    assert len(too_long) > MAX_TRACESTATE_BYTES
+    for bad_state in (too_long, b"UPPER=x", b"k=v=w", b"k=" + b"v" * 300):
+        assert trace_context([("traceparent", PARENT), ("tracestate", bad_state)]) == (("traceparent", PARENT),)
+    assert trace_context([("tracestate", b"k=v")]) == ()  # no state without a parent

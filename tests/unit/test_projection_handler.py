@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from dataclasses import replace
+from pathlib import Path
 
 import orjson
 import pytest
@@ -15,11 +17,15 @@ from pipeline.core.model import ModelBackendError, ModelRequest, ModelResponse
 from pipeline.core.task import Architecture
 from pipeline.kafka.steps import Output
 from pipeline.kafka.topics import TopicNames
+from pipeline.keys.providers import LocalFileKeyProvider
+from pipeline.keys.ring import KeyRing
+from pipeline.keys.store import CaseKeys, MemoryKeyTopic
 from pipeline.llm.extractive.backend import ExtractiveBackend
 from pipeline.observability.metrics import PipelineMetrics, outcome_label
 from pipeline.wire.dead_letter import DeadLetterRecord
 from pipeline.wire.decision import DecisionRecord, PositionsSource
 from pipeline.wire.event import append_events
+from pipeline.wire.limits import MAX_DEAD_LETTER_VALUE_BYTES
 from pipeline.wire.rejection import Rejection
 from pipeline.wire.schema_ids import SchemaId
 from pipeline.wire.trigger import DecisionRequest
@@ -122,10 +128,15 @@ def test_the_handler_keeps_nothing_between_triggers(log: InMemoryEventLog) -> No
 def test_bad_triggers_become_dead_letters_with_the_original_bytes(
     log: InMemoryEventLog, value: bytes, reason: str
 ) -> None:
-    letter = _dead_letter(_handler(log).handle(RawRecord(LogPosition(1, 3), b"k", value)))
+    outputs = _handler(log).handle(RawRecord(LogPosition(1, 3), b"k", value))
+    letter = _dead_letter(outputs)
     assert letter.reason is Rejection(reason)
-    assert letter.original_value == value
+    assert letter.original_value.size == len(value)
+    assert letter.original_value.sha256 == hashlib.sha256(value).hexdigest()
+    assert value.startswith(letter.original_value.kept)
+    assert letter.original_value.truncated is (len(value) > MAX_DEAD_LETTER_VALUE_BYTES)
     assert letter.source == LogPosition(1, 3)
+    assert all(o.size() < 400_000 for o in outputs)  # a dead letter always fits in a record
 
 
 def test_a_trigger_naming_another_tenants_offsets_is_refused(log: InMemoryEventLog) -> None:
@@ -135,14 +146,20 @@ def test_a_trigger_naming_another_tenants_offsets_is_refused(log: InMemoryEventL
     assert letter.reason is Rejection.CROSS_TENANT
 
 
-def test_gaps_unknown_cases_and_erased_events_are_refused(log: InMemoryEventLog) -> None:
+def test_gaps_unknown_cases_superseded_and_erased_events_are_refused(log: InMemoryEventLog, tmp_path: Path) -> None:
     positions = tuple(append_events(log, CASE.trajectory.events))
     gap = positions[:3] + positions[4:]
     assert _dead_letter(_handler(log).handle(_trigger(_request(gap)))).reason is Rejection.SEQUENCE_GAP
     ghost = CaseRef("acme-bank", "no-such-case")
     assert _dead_letter(_handler(log).handle(_trigger(_request(None, ghost)))).reason is Rejection.UNKNOWN_CASE
-    log.erase(positions[2])
-    assert _dead_letter(_handler(log).handle(_trigger(_request(positions)))).reason is Rejection.ERASED
+    keys = CaseKeys(KeyRing(LocalFileKeyProvider(tmp_path)), MemoryKeyTopic())
+    handler = ProjectionHandler(NAMES, log, ExtractiveBackend(), "unit-worker", cipher=keys)
+    log.erase(positions[2])  # compacted away after a later record with its key: nothing was erased
+    superseded = _dead_letter(handler.handle(_trigger(_request(positions))))
+    assert superseded.reason is Rejection.SUPERSEDED
+    assert str(positions[2]) in superseded.detail
+    keys.erase_case(CASE.ref)
+    assert _dead_letter(handler.handle(_trigger(_request(positions)))).reason is Rejection.ERASED
 
 
 def test_a_corrupt_event_in_the_log_is_refused_not_crashed_on(log: InMemoryEventLog) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 from collections.abc import Callable
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -19,6 +20,9 @@ from pipeline.core.run import ModelCall, RunResult, SummMemory, SummVariant, run
 from pipeline.core.task import Architecture, Budget
 from pipeline.core.verification import ReplayStatus, verify_recorded, verify_replay
 from pipeline.core.view import EMPTY_VIEW
+from pipeline.keys.providers import LocalFileKeyProvider
+from pipeline.keys.ring import KeyRing
+from pipeline.keys.store import CaseKeys, MemoryKeyTopic
 from pipeline.llm.anthropic_backend import AnthropicBackend
 from pipeline.llm.extractive.backend import ExtractiveBackend
 from pipeline.llm.openai_backend import OpenAIBackend
@@ -132,7 +136,7 @@ def test_decision_record_names_everything_needed_to_replay() -> None:
     assert record.outcome.label == CASE.label
 
 
-def test_the_replay_service_reads_the_events_a_buffered_view_needs_and_reports_erasure() -> None:
+def test_the_replay_service_reads_the_events_a_buffered_view_needs_and_reports_erasure(tmp_path: Path) -> None:
     log = InMemoryEventLog()
     positions = tuple(append_events(log, CASE.trajectory.events))
     budget = Budget(2_000)
@@ -142,12 +146,16 @@ def test_the_replay_service_reads_the_events_a_buffered_view_needs_and_reports_e
     published = run_records(result, CASE.trajectory, task=CASE.task, budget=budget, provenance=provenance)
     backends = registry_backends(Settings.from_env({}).model, None)
 
+    keys = CaseKeys(KeyRing(LocalFileKeyProvider(tmp_path)), MemoryKeyTopic())
+
     def replay() -> ReplayStatus:
         return replay_one(published.decision, published.view, published.audits, log, backends,
-                          recorded_only=True, cipher=None).status  # fmt: skip
+                          recorded_only=True, cipher=keys).status  # fmt: skip
 
     assert replay() is ReplayStatus.MATCH
-    log.erase(positions[3])
+    log.erase(positions[3])  # compaction removed an event a later one with its key replaced: the log changed
+    assert replay() is ReplayStatus.LOG_CHANGED
+    keys.erase_case(CASE.ref)  # only a destroyed key makes it erased
     assert replay() is ReplayStatus.ERASED
 
 

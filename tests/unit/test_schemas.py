@@ -80,6 +80,22 @@ def test_dead_letters_round_trip_with_and_without_a_key() -> None:
                                      worker_id="w")  # fmt: skip
         assert len(letter.detail) == 2000
         assert DeadLetterRecord.from_wire(_wire(letter, SchemaId.DEAD_LETTER)) == letter
+        assert letter.record_key == key
+
+
+def test_a_dead_letter_of_any_record_fits_in_a_record() -> None:
+    """900 KB of value and 600 KB of key: cut, with their sizes and digests; the Kafka key becomes a digest."""
+    raw = RawRecord(LogPosition(0, 7), b"k" * 600_000, b"\xff" * 900_000)
+    letter = DeadLetterRecord.of(raw, source_topic="t.triggers", reason=Rejection.OVERSIZE, detail="big",
+                                 worker_id="w")  # fmt: skip
+    wire = _wire(letter, SchemaId.DEAD_LETTER)
+    assert len(letter.encode()) < 400_000
+    assert wire["original_value_size"] == 900_000
+    assert wire["original_key_size"] == 600_000
+    assert letter.original_value.truncated
+    assert letter.original_key is not None
+    assert letter.record_key == f"sha256:{letter.original_key.sha256}".encode()
+    assert DeadLetterRecord.from_wire(wire) == letter
 
 
 def test_decision_ids_build_and_parse_themselves() -> None:

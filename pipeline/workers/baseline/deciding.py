@@ -12,8 +12,8 @@ from pipeline.core.event_log import RawRecord
 from pipeline.core.events import CaseRef, LogPosition, Trajectory
 from pipeline.core.run import RunResult, finish_summ
 from pipeline.core.task import Architecture, Budget
-from pipeline.observability.tracing import trace_headers
 from pipeline.wire.decision import PositionsSource, Provenance
+from pipeline.wire.headers import trace_context
 from pipeline.wire.record_keys import check_case_key, check_partition
 from pipeline.wire.rejection import RejectedError, Rejection
 from pipeline.wire.run_records import RunRecords, run_records
@@ -84,7 +84,7 @@ class Deciding:
         self._check_decidable(request, state, count)
         published, result = await self._run(request, state, count)
         outputs = await self.host.blocking(run_outputs, published, self.host.names, self.sealing,
-                                           trace_headers(record.headers))  # fmt: skip
+                                           trace_context(record.headers))  # fmt: skip
         return Outcome(outputs, functools.partial(self._decided, request, record, published, result))
 
     @staticmethod

@@ -12,7 +12,7 @@ from typing import NamedTuple, TypeVar
 from cachetools import LRUCache
 
 from pipeline.core.event_log import EventLog, PositionOutOfRangeError, RawRecord, ReadDeadlineError
-from pipeline.core.events import LogPosition, Trajectory
+from pipeline.core.events import CaseRef, LogPosition, Trajectory
 from pipeline.core.model import ModelBackend, ModelBackendError
 from pipeline.core.run import RunResult, run_dpm
 from pipeline.core.task import Architecture, Budget
@@ -20,9 +20,9 @@ from pipeline.kafka.errors import KafkaAdapterError
 from pipeline.kafka.steps import Deferred, Output, Step, run_inline
 from pipeline.kafka.topics import TopicNames
 from pipeline.observability.metrics import PipelineMetrics
-from pipeline.observability.tracing import PassThroughTracing, Tracing, trace_headers
+from pipeline.observability.tracing import PassThroughTracing, Tracing
 from pipeline.wire.decision import PositionsSource, Provenance
-from pipeline.wire.headers import Headers
+from pipeline.wire.headers import Headers, trace_context
 from pipeline.wire.limits import MAX_TRAJECTORY_CHARS
 from pipeline.wire.record_keys import check_case_key
 from pipeline.wire.rejection import RejectedError, Rejection
@@ -109,8 +109,7 @@ class ProjectionHandler:
         trace = self.tracing.trigger(record.headers, {"dpm.decision_id": str(request.decision_id(Architecture.DPM)),
                                                       "dpm.tenant": request.case.tenant})  # fmt: skip
         try:
-            if self.cipher is not None:
-                self.cipher.sync()  # an erasure published before this trigger is seen by it
+            self._refuse_if_erased(request.case)
             with trace.span("dpm.read"):
                 read = self._read(request)
         except BaseException as exc:
@@ -167,7 +166,18 @@ class ProjectionHandler:
         letter = dead_letter(
             self.names, record, source_topic=self.names.triggers, reason=reason, detail=detail, worker_id=self.worker_id
         )
-        return replace(letter, headers=(*letter.headers, *trace_headers(record.headers)))
+        return replace(letter, headers=(*letter.headers, *trace_context(record.headers)))
+
+    def _refuse_if_erased(self, case: CaseRef) -> None:
+        """Refuses a trigger for an erased case (an erasure published before it is seen by it).
+
+        Its events may still be stored, in clear if they were written so, until compaction removes them.
+        """
+        if self.cipher is None:
+            return
+        self.cipher.sync()
+        if self.cipher.erased(case):
+            raise RejectedError(Rejection.ERASED, f"{case.key}: its data key is destroyed")
 
     def _read(self, request: DecisionRequest) -> _CaseRead:
         deadline = time.monotonic() + self.read_deadline_s
