@@ -4,12 +4,15 @@ Scenarios (loopback only, bounded in count and time):
   fuzz      fuzzed records on the triggers and events topics while two workers and the baseline
             run, then valid triggers for both architectures
   kills     triggers while worker processes are SIGKILLed one after another (each replaced)
+  baseline-kills  the same with Summ-only baseline members: each decision published once however
+            the kill falls
   node-loss triggers on a 3-node cluster while one broker node is SIGKILLed
   outage    triggers for both architectures while a single-node cluster is stopped and started
             again; every trigger must be decided within 60 s of the broker's return by the same
             processes, and each must then stop on SIGTERM within its drain deadline
   poison    a trigger listing 10,000 far-apart positions among valid ones
   oversize  a 500 KB event before a valid case, at the Summ-only baseline
+  big-records  a 900 KB trigger that is not JSON, a 900 KB event, 900 KB and 1 MB trace headers
 
 It prints one table: injected, dead-lettered by reason, decided exactly once, lost, duplicated,
 crashes and seconds to recover; and exits 1 if anything was lost or duplicated or crashed.
@@ -56,7 +59,7 @@ from pipeline.keys.providers import LocalFileKeyProvider
 from pipeline.services.cluster import child_env, cluster, pipeline_processes, private_cluster
 from pipeline.services.read_outputs import PublishedOutputs, load_outputs
 from pipeline.wire.event import CaseOpening, EventRecord
-from pipeline.wire.trigger import DecisionId, DecisionRequest
+from pipeline.wire.trigger import DecisionKey, DecisionRequest
 
 BUDGET = 900
 SEED = 20261130
@@ -119,12 +122,12 @@ def _append(stage: Stage, cases: list[Case]) -> dict[CaseRef, tuple[LogPosition,
     return positions
 
 
-def _trigger(stage: Stage, requests: list[DecisionRequest]) -> set[DecisionId]:
+def _trigger(stage: Stage, requests: list[DecisionRequest]) -> set[DecisionKey]:
     producer = EventProducer(stage.config, stage.names)
     for request in requests:
         producer.trigger(request)
     producer.close()
-    return {r.decision_id(a) for r in requests for a in r.architectures}
+    return {r.decision_key(a) for r in requests for a in r.architectures}
 
 
 def _requests(cases: list[Case], positions: dict[CaseRef, tuple[LogPosition, ...]], count: int, prefix: str,
@@ -145,7 +148,7 @@ def _outputs(stage: Stage) -> PublishedOutputs | None:
         keys.close()
 
 
-def _settle(stage: Stage, outcome: Outcome, expected: set[DecisionId], since: float, timeout_s: float) -> None:
+def _settle(stage: Stage, outcome: Outcome, expected: set[DecisionKey], since: float, timeout_s: float) -> None:
     """Waits for every expected decision (or the timeout), then counts what was published."""
     deadline = time.monotonic() + timeout_s
     while True:
@@ -256,21 +259,24 @@ def fuzz(bootstrap: str, work: Path, records: int, valid: int) -> Outcome:
 # --- worker kills, node loss ---------------------------------------------------------------------
 
 
-def kills(bootstrap: str, work: Path, triggers: int, kill_count: int) -> Outcome:
-    outcome = Outcome("kills", injected=kill_count)
-    with _stage(bootstrap, "kills", work) as stage:
+def kills(bootstrap: str, work: Path, triggers: int, kill_count: int, *, baseline: bool = False) -> Outcome:
+    """Triggers while members are SIGKILLed one after another, each replaced: projection workers or baseline members."""
+    name = "baseline-kills" if baseline else "kills"
+    outcome = Outcome(name, injected=kill_count)
+    command = ["baseline", "--budgets", str(BUDGET)] if baseline else ["worker", "--batch-size", "2"]
+    architecture = Architecture.SUMM if baseline else Architecture.DPM
+    with _stage(bootstrap, name, work) as stage:
         cases = _cases(8)
         positions = _append(stage, cases)
-        commands = [["worker", "--batch-size", "2"]] * 3
-        with pipeline_processes(commands, stage.env, stage.logs) as procs:
-            expected = _trigger(stage, _requests(cases, positions, triggers, "k", (Architecture.DPM,)))
+        with pipeline_processes([command] * (2 if baseline else 3), stage.env, stage.logs) as procs:
+            expected = _trigger(stage, _requests(cases, positions, triggers, "k", (architecture,)))
             killed: set[int] = set()
             for k in range(kill_count):
                 _await_count(stage, triggers * (k + 1) // (kill_count + 1), 180)
                 victim = k % len(procs)
                 procs[victim].send_signal(signal.SIGKILL)
                 killed.add(victim)
-                procs.append(_spawn(stage, ["worker", "--batch-size", "2"], f"replacement-{k}"))
+                procs.append(_spawn(stage, command, f"replacement-{k}"))
             since = time.monotonic()
             _settle(stage, outcome, expected, since, timeout_s=240)
             outcome.crashes = _crashed(procs, killed)
@@ -428,7 +434,7 @@ def big_records(bootstrap: str, work: Path) -> Outcome:
         raw.flush(60)
         with pipeline_processes([["worker"], ["baseline", "--budgets", str(BUDGET)]], stage.env, stage.logs) as procs:
             since = time.monotonic()
-            expected = _trigger(stage, later) | {r.decision_id(a) for r in (header_900k, header_1m) for a in both}
+            expected = _trigger(stage, later) | {r.decision_key(a) for r in (header_900k, header_1m) for a in both}
             _settle(stage, outcome, expected, since, timeout_s=180)
             outcome.crashes = _crashed(procs, set())
         outcome.broken = _oversized_outputs(stage)
@@ -461,6 +467,9 @@ def _scenarios(big: bool) -> dict[str, Callable[[str, Path], Outcome]]:
     return {
         "fuzz": lambda b, w: fuzz(b, w, records=2_000 if big else 400, valid=20 if big else 10),
         "kills": lambda b, w: kills(b, w, triggers=200 if big else 60, kill_count=3 if big else 1),
+        "baseline-kills": lambda b, w: kills(
+            b, w, triggers=80 if big else 30, kill_count=3 if big else 1, baseline=True
+        ),
         "poison": poison,
         "oversize": oversize,
         "big-records": big_records,

@@ -57,6 +57,7 @@ def replays_json(lines: Sequence[ReplayLine]) -> list[dict[str, Any]]:
     return [
         {
             "decision_id": str(line.decision_id),
+            "tenant": line.key.tenant,
             "architecture": line.architecture.value,
             "status": line.report.status.value,
             "view_distance": line.report.view_distance,
@@ -109,12 +110,13 @@ def print_comparison(console: Console, result: Comparison, duplicates: int) -> N
 def print_replays(console: Console, lines: Sequence[ReplayLine]) -> None:
     """One row per replayed decision."""
     table = Table(title=f"replay of {len(lines)} decision(s)")
-    for column in ("decision", "arch", "status", "distance", "prefix distance", "detail"):
+    for column in ("decision", "tenant", "arch", "status", "distance", "prefix distance", "detail"):
         table.add_column(column)
     for line in lines:
         r = line.report
         table.add_row(
             str(line.decision_id),
+            line.key.tenant,
             line.architecture.value,
             r.status.value,
             "" if r.view_distance is None else f"{r.view_distance:.4f}",

@@ -27,7 +27,7 @@ from pipeline.keys.store import CaseKeys
 from pipeline.services.read_outputs import Opened, OutputRecord, PublishedOutputs, decoded
 from pipeline.wire.audit import AuditRecord
 from pipeline.wire.decision import DecisionRecord
-from pipeline.wire.trigger import DecisionId
+from pipeline.wire.trigger import DecisionId, DecisionKey
 from pipeline.wire.view import ViewRecord
 
 
@@ -95,11 +95,6 @@ class Page:
     total: int
 
 
-# A decision's key in the index: its tenant and id (decision ids are chosen per tenant, so two
-# tenants may use the same trigger id, and neither may see the other's decision through it).
-Key = tuple[str, DecisionId]
-
-
 class DecisionIndex:
     """The newest `capacity` decisions (and erased ones), with views and audit positions; thread-safe.
 
@@ -109,9 +104,9 @@ class DecisionIndex:
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
-        self._items: OrderedDict[Key, Listed] = OrderedDict()
-        self._early_views: OrderedDict[Key, ViewRecord] = OrderedDict()
-        self._early_audits: OrderedDict[Key, dict[int, LogPosition]] = OrderedDict()
+        self._items: OrderedDict[DecisionKey, Listed] = OrderedDict()
+        self._early_views: OrderedDict[DecisionKey, ViewRecord] = OrderedDict()
+        self._early_audits: OrderedDict[DecisionKey, dict[int, LogPosition]] = OrderedDict()
         self._lock = threading.Lock()
         self.duplicates = 0
         self.dropped = 0  # evicted as the oldest beyond capacity
@@ -120,7 +115,7 @@ class DecisionIndex:
         return len(self._items)
 
     def add_decision(self, record: DecisionRecord, decided_ms: int, *, sealed: bool) -> None:
-        key = (record.case.tenant, record.decision_id)
+        key = record.key
         with self._lock:
             if key in self._items:
                 self.duplicates += 1
@@ -129,13 +124,13 @@ class DecisionIndex:
                                    self._early_audits.pop(key, {}))  # fmt: skip
             self._insert(key, item)
 
-    def add_erased(self, decision_id: DecisionId, case: CaseRef, decided_ms: int) -> None:
+    def add_erased(self, key: DecisionKey, case: CaseRef, decided_ms: int) -> None:
         with self._lock:
-            if (case.tenant, decision_id) not in self._items:
-                self._insert((case.tenant, decision_id), ErasedDecision(decision_id, case, decided_ms))
+            if key not in self._items:
+                self._insert(key, ErasedDecision(key.decision_id, case, decided_ms))
 
     def add_view(self, view: ViewRecord) -> None:
-        key = (view.case.tenant, view.decision_id)
+        key = view.key
         with self._lock:
             item = self._items.get(key)
             if isinstance(item, IndexedDecision):
@@ -144,7 +139,7 @@ class DecisionIndex:
                 self._early(self._early_views, key, view)
 
     def add_audit(self, audit: AuditRecord, position: LogPosition) -> None:
-        key = (audit.case.tenant, audit.decision_id)
+        key = audit.key
         with self._lock:
             item = self._items.get(key)
             if isinstance(item, IndexedDecision):
@@ -154,12 +149,12 @@ class DecisionIndex:
                 positions.setdefault(audit.call_index, position)
                 self._early(self._early_audits, key, positions)
 
-    def _early(self, waiting: OrderedDict[Key, Any], key: Key, value: object) -> None:
+    def _early(self, waiting: OrderedDict[DecisionKey, Any], key: DecisionKey, value: object) -> None:
         waiting[key] = value
         while len(waiting) > self.capacity:
             waiting.popitem(last=False)
 
-    def _insert(self, key: Key, item: Listed) -> None:
+    def _insert(self, key: DecisionKey, item: Listed) -> None:
         self._items[key] = item
         while len(self._items) > self.capacity:
             self._items.popitem(last=False)
@@ -174,12 +169,12 @@ class DecisionIndex:
         with self._lock:
             keys = [k for k, i in self._items.items() if isinstance(i, IndexedDecision) and i.case == case]
             for key in keys:
-                self._items[key] = ErasedDecision(key[1], case, self._items[key].decided_ms)
+                self._items[key] = ErasedDecision(key.decision_id, case, self._items[key].decided_ms)
             return len(keys)
 
     def get(self, tenant: str, decision_id: DecisionId) -> Listed | None:
         with self._lock:
-            return self._items.get((tenant, decision_id))
+            return self._items.get(DecisionKey(tenant, decision_id))
 
     def query(self, wanted: DecisionFilter, number: int = 1, per_page: int = 50) -> Page:
         """The matching decisions, newest first, one page of them."""
@@ -224,8 +219,8 @@ class LiveIndex:
             self.index.add_view(view.record)
         for audit in self._decoded(self._audits, AuditRecord.from_wire, sink):
             self.index.add_audit(audit.record, audit.raw.position)
-        for decision_id, case in sink.erased.items():
-            self.index.add_erased(decision_id, case, sink.erased_ms.get(decision_id, 0))
+        for key, case in sink.erased.items():
+            self.index.add_erased(key, case, sink.erased_ms.get(key, 0))
         if self._keys is not None:
             for case in self.index.sealed_cases():
                 if not self._keys.ring.knows(case):

@@ -8,7 +8,7 @@ from statistics import fmean
 
 from pipeline.core.task import Architecture
 from pipeline.wire.decision import DecisionRecord
-from pipeline.wire.trigger import DecisionId, DecisionRequest
+from pipeline.wire.trigger import DecisionKey, DecisionRequest
 
 
 @dataclass(frozen=True)
@@ -33,12 +33,18 @@ class Comparison:
     per_arch: tuple[ArchSummary, ...]
 
 
+def _trigger(record: DecisionRecord) -> tuple[str, str]:
+    return record.case.tenant, record.decision_id.trigger_id
+
+
 def _mean(values: Sequence[float]) -> float:
     return fmean(values) if values else 0.0
 
 
-def _summary(arch: Architecture, records: Sequence[DecisionRecord], labels: Mapping[str, str]) -> ArchSummary:
-    labelled = [(r, labels[r.decision_id.trigger_id]) for r in records if r.decision_id.trigger_id in labels]
+def _summary(
+    arch: Architecture, records: Sequence[DecisionRecord], labels: Mapping[tuple[str, str], str]
+) -> ArchSummary:
+    labelled = [(r, labels[_trigger(r)]) for r in records if _trigger(r) in labels]
     correct = sum(1 for r, label in labelled if r.outcome.label == label)
     return ArchSummary(
         architecture=arch,
@@ -53,11 +59,16 @@ def _summary(arch: Architecture, records: Sequence[DecisionRecord], labels: Mapp
     )
 
 
-def compare(decisions: Mapping[DecisionId, DecisionRecord], triggers: Mapping[str, DecisionRequest]) -> Comparison:
-    """Agreement over triggers decided by both architectures; accuracy where the trigger carried a label."""
-    by_trigger: dict[str, dict[Architecture, DecisionRecord]] = {}
-    for decision_id, record in decisions.items():
-        by_trigger.setdefault(decision_id.trigger_id, {})[decision_id.architecture] = record
+def compare(
+    decisions: Mapping[DecisionKey, DecisionRecord], triggers: Mapping[tuple[str, str], DecisionRequest]
+) -> Comparison:
+    """Agreement over triggers decided by both architectures; accuracy where the trigger carried a label.
+
+    A trigger is its tenant's: two tenants' triggers with one id are two triggers.
+    """
+    by_trigger: dict[tuple[str, str], dict[Architecture, DecisionRecord]] = {}
+    for key, record in decisions.items():
+        by_trigger.setdefault((key.tenant, key.decision_id.trigger_id), {})[key.decision_id.architecture] = record
     both = [archs for archs in by_trigger.values() if set(Architecture) <= set(archs)]
     agree = sum(1 for archs in both if archs[Architecture.DPM].outcome.label == archs[Architecture.SUMM].outcome.label)
     labels = {t: r.label for t, r in triggers.items() if r.label}

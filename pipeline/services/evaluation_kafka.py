@@ -20,7 +20,7 @@ from pipeline.kafka.topics import TopicNames, create_pipeline_topics
 from pipeline.services.cluster import child_env, cluster, pipeline_processes
 from pipeline.services.read_outputs import await_decisions
 from pipeline.wire.event import CaseOpening
-from pipeline.wire.trigger import DecisionId, DecisionRequest
+from pipeline.wire.trigger import DecisionId, DecisionKey, DecisionRequest
 
 
 def _trigger_id(case: Case, point: BudgetPoint) -> str:
@@ -69,7 +69,7 @@ def evaluate_via_kafka(
     for case in cases:
         for point in points[case.ref.key]:
             for arch in archs:
-                decision_id = DecisionId(_trigger_id(case, point), arch)
-                rows.append(score_row(case, point, outputs.decisions[decision_id], outputs.views[decision_id],
-                                      audits=len(outputs.audits[decision_id]), judge=judge))  # fmt: skip
+                key = DecisionKey(case.ref.tenant, DecisionId(_trigger_id(case, point), arch))
+                rows.append(score_row(case, point, outputs.decisions[key], outputs.views[key],
+                                      audits=len(outputs.audits[key]), judge=judge))  # fmt: skip
     return rows

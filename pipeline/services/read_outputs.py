@@ -1,4 +1,4 @@
-"""Reads what the workers published (decisions, views, audits) and the triggers, as typed records by decision id."""
+"""Reads what the workers published (decisions, views, audits) and the triggers, as typed records by tenant and id."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from pipeline.wire.audit import AuditRecord
 from pipeline.wire.decision import DecisionRecord
 from pipeline.wire.rejection import RejectedError, decode_object
 from pipeline.wire.sealing import SEALED, CaseCipher, CaseErasedError, case_of, open_body
-from pipeline.wire.trigger import DecisionId, DecisionRequest, TriggerLimits
+from pipeline.wire.trigger import DecisionId, DecisionKey, DecisionRequest, TriggerLimits
 from pipeline.wire.view import ViewRecord
 
 _LOG = logging.getLogger("pipeline.services.read_outputs")
@@ -27,17 +27,24 @@ OutputRecord = TypeVar("OutputRecord", DecisionRecord, ViewRecord, AuditRecord) 
 
 @dataclass
 class PublishedOutputs:
-    """Everything the workers published, decoded; `unreadable` counts records that are not valid wire forms."""
+    """Everything the workers published, decoded, by tenant and decision id (DecisionKey).
 
-    decisions: dict[DecisionId, DecisionRecord] = field(default_factory=dict)
-    views: dict[DecisionId, ViewRecord] = field(default_factory=dict)
-    audits: dict[DecisionId, list[AuditRecord]] = field(default_factory=lambda: defaultdict(list))
-    triggers: dict[str, DecisionRequest] = field(default_factory=dict)
+    `triggers` are by tenant and trigger id; `unreadable` counts records that are not valid wire forms.
+    """
+
+    decisions: dict[DecisionKey, DecisionRecord] = field(default_factory=dict)
+    views: dict[DecisionKey, ViewRecord] = field(default_factory=dict)
+    audits: dict[DecisionKey, list[AuditRecord]] = field(default_factory=lambda: defaultdict(list))
+    triggers: dict[tuple[str, str], DecisionRequest] = field(default_factory=dict)
     # Decisions of erased cases: their content is sealed under a destroyed key; only ids remain.
-    erased: dict[DecisionId, CaseRef] = field(default_factory=dict)
-    erased_ms: dict[DecisionId, int] = field(default_factory=dict)  # when each was published
+    erased: dict[DecisionKey, CaseRef] = field(default_factory=dict)
+    erased_ms: dict[DecisionKey, int] = field(default_factory=dict)  # when each was published
     duplicates: int = 0
     unreadable: int = 0
+
+    def decision_ids(self) -> set[DecisionId]:
+        """The ids decided, whatever their tenant (for a reader of one tenant's pipeline)."""
+        return {key.decision_id for key in self.decisions}
 
 
 # Readers take every trigger the schema admits; what a worker accepts is the worker's business.
@@ -67,9 +74,10 @@ def decoded(raws: Iterable[RawRecord], topic: str, decode: Callable[[Mapping[str
             body = decode_object(raw.value, f"record at {topic} {raw.position}")
             yield Opened(raw, decode(open_body(body, cipher)), SEALED in body)
         except CaseErasedError as exc:
-            decision_id = DecisionId.parse(str(body.get("decision_id")))
-            outputs.erased.setdefault(decision_id, exc.case or case_of(body))
-            outputs.erased_ms.setdefault(decision_id, raw.timestamp_ms or 0)
+            case = exc.case or case_of(body)
+            key = DecisionKey(case.tenant, DecisionId.parse(str(body.get("decision_id"))))
+            outputs.erased.setdefault(key, case)
+            outputs.erased_ms.setdefault(key, raw.timestamp_ms or 0)
         except (DpmError, KeyError, TypeError, ValueError) as exc:
             _LOG.warning("skipped an unreadable record at %s %s: %r", topic, raw.position, exc)
             outputs.unreadable += 1
@@ -82,12 +90,12 @@ def _records(config: dict[str, str], topic: str, decode: Callable[[Mapping[str, 
 
 
 def _decisions(config: dict[str, str], names: TopicNames, outputs: PublishedOutputs, cipher: CaseCipher | None) -> None:
-    """The first committed decision of each id; later ones (a trigger id sent twice) are counted, not kept."""
+    """The first committed decision of each tenant's id; later ones (an id sent twice) are counted, not kept."""
     for decision in _records(config, names.decisions, DecisionRecord.from_wire, outputs, cipher):
-        if decision.decision_id in outputs.decisions:
+        if decision.key in outputs.decisions:
             outputs.duplicates += 1
             continue
-        outputs.decisions[decision.decision_id] = decision
+        outputs.decisions[decision.key] = decision
 
 
 def load_outputs(
@@ -97,7 +105,7 @@ def load_outputs(
 
     A worker refuses a trigger id it committed recently (dead letter `duplicate`), but one sent
     again after a rebalance or beyond that window is decided twice; readers keep the first
-    committed records of each id, so compare, replay and every report see each decision once,
+    committed records of each tenant's id, so compare, replay and every report see each decision once,
     and `duplicates` says how many were set aside. Sealed content is opened with `cipher`.
     """
     outputs = PublishedOutputs()
@@ -105,19 +113,19 @@ def load_outputs(
         cipher.sync()
     _decisions(client_config, names, outputs, cipher)
     for view in _records(client_config, names.views, ViewRecord.from_wire, outputs, cipher):
-        outputs.views.setdefault(view.decision_id, view)
+        outputs.views.setdefault(view.key, view)
     if with_audits:
-        seen: set[tuple[DecisionId, int]] = set()
+        seen: set[tuple[DecisionKey, int]] = set()
         for audit in _records(client_config, names.audit, AuditRecord.from_wire, outputs, cipher):
-            if (audit.decision_id, audit.call_index) not in seen:
-                seen.add((audit.decision_id, audit.call_index))
-                outputs.audits[audit.decision_id].append(audit)
+            if (audit.key, audit.call_index) not in seen:
+                seen.add((audit.key, audit.call_index))
+                outputs.audits[audit.key].append(audit)
     for raw in read_topic(client_config, names.triggers):
         try:
             trigger = DecisionRequest.decode(raw.value, limits=_READ_ANY)
         except RejectedError:
             continue  # refused triggers are in the dead-letter topic, not decisions
-        outputs.triggers[trigger.trigger_id] = trigger
+        outputs.triggers[(trigger.case.tenant, trigger.trigger_id)] = trigger
     return outputs
 
 

@@ -19,7 +19,7 @@ from pipeline.wire.decision import DecisionRecord
 from pipeline.wire.rejection import RejectedError, Rejection
 from pipeline.wire.sealing import CaseCipher
 from pipeline.wire.trajectory import assemble
-from pipeline.wire.trigger import DecisionId
+from pipeline.wire.trigger import DecisionId, DecisionKey
 from pipeline.wire.view import ViewRecord
 
 # Builds the backend a decision is re-run with, from the decision and its recorded calls.
@@ -28,12 +28,16 @@ BackendFor = Callable[[DecisionRecord, Sequence[ModelCall]], ModelBackend]
 
 @dataclass(frozen=True)
 class ReplayLine:
-    decision_id: DecisionId
+    key: DecisionKey
     report: ReplayReport
 
     @property
+    def decision_id(self) -> DecisionId:
+        return self.key.decision_id
+
+    @property
     def architecture(self) -> Architecture:
-        return self.decision_id.architecture
+        return self.key.decision_id.architecture
 
 
 class LogChangedError(RejectedError):
@@ -81,25 +85,25 @@ def replay_one(
 
 def replay_many(
     records: Iterable[DecisionRecord],
-    views: Mapping[DecisionId, ViewRecord],
-    audits: Mapping[DecisionId, Sequence[AuditRecord]],
+    views: Mapping[DecisionKey, ViewRecord],
+    audits: Mapping[DecisionKey, Sequence[AuditRecord]],
     log: EventLog,
     backend_for: BackendFor,
     *,
     recorded_only: bool = False,
     cipher: CaseCipher | None,
-    erased: Mapping[DecisionId, CaseRef] | None = None,
+    erased: Mapping[DecisionKey, CaseRef] | None = None,
 ) -> list[ReplayLine]:
     """Replays each record, in the order given, then lists each decision of an erased case as ERASED."""
-    gone = [ReplayLine(d, ReplayReport(ReplayStatus.ERASED, f"case {case.key} is erased: its data key is destroyed"))
-            for d, case in sorted((erased or {}).items(), key=lambda item: item[0])]  # fmt: skip
+    gone = [ReplayLine(k, ReplayReport(ReplayStatus.ERASED, f"case {case.key} is erased: its data key is destroyed"))
+            for k, case in sorted((erased or {}).items(), key=lambda item: item[0])]  # fmt: skip
     return [
         ReplayLine(
-            r.decision_id,
+            r.key,
             replay_one(
                 r,
-                views.get(r.decision_id),
-                audits.get(r.decision_id, []),
+                views.get(r.key),
+                audits.get(r.key, []),
                 log,
                 backend_for,
                 recorded_only=recorded_only,
@@ -137,22 +141,22 @@ def select_decisions(
     case_id: str | None = None,
     every: bool = False,
 ) -> list[DecisionRecord]:
-    """Every record, or the one with this id, or a tenant's (and case's), in decision-id order."""
+    """Every record, or those with this id (of one tenant with `tenant`), or a tenant's (and case's), in key order."""
     chosen = _selection(decision, tenant, case_id, every)
-    return sorted((r for r in records if chosen(r.decision_id, r.case)), key=lambda r: r.decision_id)
+    return sorted((r for r in records if chosen(r.decision_id, r.case)), key=lambda r: r.key)
 
 
 def select_erased(
-    erased: Mapping[DecisionId, CaseRef],
+    erased: Mapping[DecisionKey, CaseRef],
     *,
     decision: str | None = None,
     tenant: str | None = None,
     case_id: str | None = None,
     every: bool = False,
-) -> dict[DecisionId, CaseRef]:
+) -> dict[DecisionKey, CaseRef]:
     """The decisions of erased cases that the same selection as select_decisions names."""
     chosen = _selection(decision, tenant, case_id, every)
-    return {d: case for d, case in erased.items() if chosen(d, case)}
+    return {k: case for k, case in erased.items() if chosen(k.decision_id, case)}
 
 
 def _selection(
@@ -161,8 +165,10 @@ def _selection(
     wanted = DecisionId.parse(decision) if decision else None
 
     def chosen(decision_id: DecisionId, case: CaseRef) -> bool:
-        if every or decision_id == wanted:
+        if every:
             return True
+        if wanted is not None:  # an id names a decision of every tenant that used it, unless --tenant says whose
+            return decision_id == wanted and tenant in (None, case.tenant)
         return bool(tenant) and case.tenant == tenant and case_id in (None, case.case_id)
 
     return chosen

@@ -13,7 +13,7 @@ from pipeline.core.events import CaseRef
 from pipeline.core.model import ModelRequest, ModelResponse, ResponseFormat, Usage, response_text
 from pipeline.core.run import ModelCall, RunResult
 from pipeline.wire.schema_ids import SchemaId
-from pipeline.wire.trigger import DecisionId
+from pipeline.wire.trigger import DecisionId, DecisionKey
 
 
 @dataclass(frozen=True)
@@ -24,6 +24,10 @@ class AuditRecord:
     case: CaseRef
     backend: str
     call: ModelCall
+
+    @property
+    def key(self) -> DecisionKey:
+        return DecisionKey(self.case.tenant, self.decision_id)
 
     @classmethod
     def from_run(cls, result: RunResult, case: CaseRef, decision_id: DecisionId, backend: str) -> list[AuditRecord]:

@@ -17,7 +17,7 @@ from pipeline.core.run import RunResult, SummVariant
 from pipeline.core.task import Architecture, Budget, TaskSpec
 from pipeline.core.verification import ReplayTarget
 from pipeline.wire.schema_ids import SchemaId
-from pipeline.wire.trigger import DecisionId
+from pipeline.wire.trigger import DecisionId, DecisionKey
 
 
 class PositionsSource(StrEnum):
@@ -82,6 +82,10 @@ class DecisionRecord:
     @property
     def architecture(self) -> Architecture:
         return self.decision_id.architecture
+
+    @property
+    def key(self) -> DecisionKey:
+        return DecisionKey(self.case.tenant, self.decision_id)
 
     @property
     def total_tokens(self) -> int:

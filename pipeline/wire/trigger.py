@@ -71,6 +71,21 @@ class DecisionId:
             raise InvalidDecisionIdError(f"decision id {text!r} names no architecture (dpm, summ)") from exc
 
 
+@dataclass(frozen=True, order=True)
+class DecisionKey:
+    """A decision as readers address it: its tenant and its id.
+
+    Trigger ids are chosen per tenant, so two tenants may use the same one: every reader that keeps
+    decisions, views or audit records by id keeps them by this key, never by the id alone.
+    """
+
+    tenant: str
+    decision_id: DecisionId
+
+    def __str__(self) -> str:
+        return f"{self.tenant}/{self.decision_id}"
+
+
 @dataclass(frozen=True)
 class DecisionRequest:
     """A trigger: decide this case for this task and budget, with these architectures."""
@@ -86,6 +101,9 @@ class DecisionRequest:
 
     def decision_id(self, architecture: Architecture) -> DecisionId:
         return DecisionId(self.trigger_id, architecture)
+
+    def decision_key(self, architecture: Architecture) -> DecisionKey:
+        return DecisionKey(self.case.tenant, self.decision_id(architecture))
 
     def to_wire(self) -> dict[str, Any]:
         body: dict[str, Any] = {

@@ -13,7 +13,7 @@ from pipeline.core.hashing import text_digest
 from pipeline.core.run import RunResult
 from pipeline.core.view import Fact, MemoryView
 from pipeline.wire.schema_ids import SchemaId
-from pipeline.wire.trigger import DecisionId
+from pipeline.wire.trigger import DecisionId, DecisionKey
 
 
 @dataclass(frozen=True)
@@ -23,6 +23,10 @@ class ViewRecord:
     view_sha256: str
     text: str
     view: MemoryView
+
+    @property
+    def key(self) -> DecisionKey:
+        return DecisionKey(self.case.tenant, self.decision_id)
 
     @classmethod
     def from_run(cls, result: RunResult, case: CaseRef, decision_id: DecisionId) -> ViewRecord:

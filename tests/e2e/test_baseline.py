@@ -23,7 +23,7 @@ from pipeline.services.cluster import pipeline_processes as processes
 from pipeline.services.read_outputs import await_decisions, load_outputs
 from pipeline.wire.audit import calls_in_order
 from pipeline.wire.event import CaseOpening
-from pipeline.wire.trigger import DecisionId, DecisionRequest
+from pipeline.wire.trigger import DecisionId, DecisionKey, DecisionRequest
 from tests.pipeline_support import await_dead_letters, create_topics, small_cases, worker_env
 from tests.processes import dpm_cli
 
@@ -52,9 +52,9 @@ def test_baseline_decides_with_n_plus_one_audits_and_recovers_its_summaries_afte
         while not any(case.ref.key.encode() in (r.key or b"") for r in read_topic(kafka_config, decided)):
             assert time.monotonic() < deadline, "the decided trigger never reached the changelog"
             time.sleep(0.5)
-    record = first.decisions[DecisionId("first", Architecture.SUMM)]
+    record = first.decisions[DecisionKey(case.ref.tenant, DecisionId("first", Architecture.SUMM))]
     assert record.llm_calls == len(case.trajectory) + 1
-    purposes = [c.request.purpose for c in calls_in_order(first.audits[record.decision_id])]
+    purposes = [c.request.purpose for c in calls_in_order(first.audits[record.key])]
     assert purposes == [Purpose.SUMMARIZE] * len(case.trajectory) + [Purpose.DECIDE]
     offline = run_summ(case.trajectory, case.task, Budget(BUDGET), ExtractiveBackend())
     assert record.view_sha256 == text_digest(offline.view_text), "the online baseline equals the offline run"
@@ -71,13 +71,13 @@ def test_baseline_decides_with_n_plus_one_audits_and_recovers_its_summaries_afte
     seen = f"dead letters {letters}, {final.duplicates} duplicate(s), decisions {sorted(map(str, final.decisions))}"
     assert letters == [("duplicate", "first")], seen
     assert final.duplicates == 0, seen
-    assert {d.trigger_id for d in final.decisions} == {"first", "second"}, seen
-    again = second.decisions[DecisionId("second", Architecture.SUMM)]
+    assert {d.trigger_id for d in final.decision_ids()} == {"first", "second"}, seen
+    again = second.decisions[DecisionKey(case.ref.tenant, DecisionId("second", Architecture.SUMM))]
     assert again.view_sha256 == record.view_sha256
     assert again.outcome.label == record.outcome.label
 
     def step_latencies(trigger_id: str) -> list[float]:
-        calls = calls_in_order(second.audits[DecisionId(trigger_id, Architecture.SUMM)])
+        calls = calls_in_order(second.audits[DecisionKey(case.ref.tenant, DecisionId(trigger_id, Architecture.SUMM))])
         return [c.response.latency_s for c in calls if c.request.purpose is Purpose.SUMMARIZE]
 
     # Measured latencies of the N steps are carried, not re-measured: the steps were recovered, not redone.
@@ -109,7 +109,7 @@ def test_baseline_honours_the_client_config_and_its_buffered_decisions_verify_fr
     with processes([["baseline", "--budgets", str(loose), "--variant", "buffered"]], env, tmp_path / "logs"):
         outputs = await_decisions(kafka_config, topic_names, 1, timeout_s=120, cipher=case_keys)
         assert _member_client_ids(kafka_config, f"{topic_names.prefix}-baseline") == {probe}
-    record = outputs.decisions[DecisionId("buffered", Architecture.SUMM)]
+    record = outputs.decisions[DecisionKey(case.ref.tenant, DecisionId("buffered", Architecture.SUMM))]
     assert record.variant is SummVariant.BUFFERED
     assert record.llm_calls == 1  # the decision only
     replayed = dpm_cli("replay", "--all", "--verify-recorded", env=env)
@@ -132,6 +132,6 @@ def test_one_oversize_event_is_a_dead_letter_and_later_cases_are_still_decided(
     with processes([["baseline"]], worker_env(kafka_bootstrap, topic_names, tmp_path), tmp_path / "logs") as procs:
         outputs = await_decisions(kafka_config, topic_names, 1, timeout_s=120, cipher=case_keys)
         assert procs[0].poll() is None, "the baseline is still running"
-    assert set(outputs.decisions) == {DecisionId("after-big", Architecture.SUMM)}
+    assert outputs.decision_ids() == {DecisionId("after-big", Architecture.SUMM)}
     letters = [orjson.loads(r.value or b"") for r in read_topic(kafka_config, topic_names.dlq)]
     assert [(letter["reason"], letter["source_topic"]) for letter in letters] == [("oversize", topic_names.events)]

@@ -18,7 +18,7 @@ from pipeline.keys.store import CaseKeys
 from pipeline.services.cluster import pipeline_processes
 from pipeline.services.read_outputs import await_decisions, load_outputs
 from pipeline.wire.event import CaseOpening
-from pipeline.wire.trigger import DecisionId, DecisionRequest
+from pipeline.wire.trigger import DecisionId, DecisionKey, DecisionRequest
 from tests.kafka_support import every_record
 from tests.pipeline_support import small_cases, worker_env
 from tests.processes import dpm_cli
@@ -58,8 +58,9 @@ def test_after_erase_the_marker_is_nowhere_in_plaintext_and_only_the_erased_case
     with pipeline_processes([["worker"], ["baseline", "--budgets", str(BUDGET)]], env, tmp_path / "logs"):
         before = await_decisions(kafka_config, topic_names, 4, timeout_s=180, cipher=case_keys)
         assert len(before.decisions) == 4
-        projected = before.audits[DecisionId(gone.ref.case_id, Architecture.DPM)][0].call.request.prompt
-        assert marker in projected  # readable with the key: the records hold it, sealed
+        projected = before.audits[DecisionKey(gone.ref.tenant, DecisionId(gone.ref.case_id, Architecture.DPM))]
+        projected_prompt = projected[0].call.request.prompt
+        assert marker in projected_prompt  # readable with the key: the records hold it, sealed
         erased = dpm_cli("erase", "--tenant", gone.ref.tenant, "--case", gone.ref.case_id, env=env)
         assert erased.returncode == 0, erased.stdout + erased.stderr
         # The baseline drops the case: its state and steps get tombstones on its changelogs.
@@ -80,8 +81,8 @@ def test_after_erase_the_marker_is_nowhere_in_plaintext_and_only_the_erased_case
         assert "ERASED" in lines[f"{gone.ref.case_id}:{arch}"], replay.stdout
         assert "MATCH" in lines[f"{kept.ref.case_id}:{arch}"], replay.stdout
     after = load_outputs(kafka_config, topic_names, cipher=case_keys)
-    assert set(after.erased) == {d for d in before.decisions if d.trigger_id == gone.ref.case_id}
-    assert all(d.trigger_id == kept.ref.case_id for d in after.decisions)
+    assert set(after.erased) == {k for k in before.decisions if k.decision_id.trigger_id == gone.ref.case_id}
+    assert all(k.decision_id.trigger_id == kept.ref.case_id for k in after.decisions)
 
     rotated = dpm_cli("keys", "rotate", "--tenant", tenant, env=env)
     assert "key-encryption key v2 current; 1 data key(s) wrapped again; destroyed v1" in rotated.stdout, rotated.stderr

@@ -22,6 +22,7 @@ from pipeline.services.read_outputs import await_decisions
 from pipeline.services.replay import registry_backends, replay_many
 from pipeline.wire.trigger import DecisionId, DecisionRequest
 from tests.pipeline_support import create_topics, small_cases, worker_env
+from tests.processes import dpm_cli
 
 TRIGGERS = 200
 
@@ -106,6 +107,32 @@ def test_a_trigger_naming_another_tenants_offsets_gets_no_decision_and_a_dead_le
         while not letters and time.monotonic() < deadline:
             letters = [orjson.loads(r.value or b"") for r in read_topic(kafka_config, topic_names.dlq)]
             time.sleep(0.5)
-    assert set(outputs.decisions) == {DecisionId("honest", Architecture.DPM)}
+    assert outputs.decision_ids() == {DecisionId("honest", Architecture.DPM)}
     assert [letter["reason"] for letter in letters] == ["cross-tenant"]
     assert "tenant-b" in str(letters[0]["detail"])
+
+
+def test_two_tenants_using_one_trigger_id_get_a_decision_each_and_every_reader_keeps_both(
+    kafka_bootstrap: str, kafka_config: dict[str, str], topic_names: TopicNames, tmp_path: Path, case_keys: CaseKeys
+) -> None:
+    create_topics(kafka_config, topic_names)
+    cases = [small_cases(per_domain=1, tenant=tenant)[0] for tenant in ("bank-a", "bank-b")]
+    producer = EventProducer(kafka_config, topic_names)
+    for case in cases:
+        positions = tuple(producer.append(case.trajectory.events))
+        producer.trigger(DecisionRequest("shared-id", case.ref, case.task, 900, (Architecture.DPM,), positions,
+                                         len(positions), case.label))  # fmt: skip
+    producer.close()
+    with processes([["worker"]], worker_env(kafka_bootstrap, topic_names, tmp_path), tmp_path / "logs"):
+        outputs = await_decisions(kafka_config, topic_names, 2, timeout_s=60, cipher=case_keys)
+    assert {str(key) for key in outputs.decisions} == {"bank-a/shared-id:dpm", "bank-b/shared-id:dpm"}
+    assert outputs.duplicates == 0  # two tenants' decisions, not one decided twice
+    assert set(outputs.views) == set(outputs.decisions) == set(outputs.audits)
+    assert {key[0] for key in outputs.triggers} == {"bank-a", "bank-b"}
+    env = {"DPM_BOOTSTRAP": kafka_bootstrap, "DPM_TOPIC_PREFIX": topic_names.prefix}
+    both = dpm_cli("replay", "--decision", "shared-id:dpm", "--json", env=env)
+    assert both.returncode == 0, both.stderr
+    assert sorted((r["tenant"], r["status"]) for r in orjson.loads(both.stdout)) == [("bank-a", "MATCH"),
+                                                                                    ("bank-b", "MATCH")]  # fmt: skip
+    one = dpm_cli("replay", "--decision", "shared-id:dpm", "--tenant", "bank-b", "--json", env=env)
+    assert [r["tenant"] for r in orjson.loads(one.stdout)] == ["bank-b"]

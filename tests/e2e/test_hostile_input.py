@@ -57,7 +57,7 @@ def test_a_trigger_listing_positions_never_written_is_refused_at_once_and_the_pa
         outputs = await_decisions(kafka_config, topic_names, 1, timeout_s=60, cipher=case_keys)
         letters = await_dead_letters(kafka_config, topic_names, 1, timeout_s=10)
         assert procs[0].poll() is None, "the worker is still running"
-    assert set(outputs.decisions) == {DecisionId("honest", Architecture.DPM)}
+    assert outputs.decision_ids() == {DecisionId("honest", Architecture.DPM)}
     assert letters == [("schema", "poison")]
     assert time.monotonic() - started < 45
 
@@ -83,7 +83,7 @@ def test_out_of_range_and_unknown_input_are_schema_rejections(
     with processes([["worker"]], worker_env(kafka_bootstrap, topic_names, tmp_path), tmp_path / "logs"):
         outputs = await_decisions(kafka_config, topic_names, 1, timeout_s=60, cipher=case_keys)
         letters = await_dead_letters(kafka_config, topic_names, len(hostile), timeout_s=20)
-    assert set(outputs.decisions) == {DecisionId("ok", Architecture.DPM)}
+    assert outputs.decision_ids() == {DecisionId("ok", Architecture.DPM)}
     assert sorted(letters) == sorted(("schema", trigger_id) for trigger_id in
                                      (v["trigger_id"] for v in hostile.values()))  # fmt: skip
 
@@ -104,7 +104,7 @@ def test_a_slow_batch_outlasting_the_transaction_timeout_commits_without_fencing
     with processes([["worker", "--batch-size", "8"]], env, tmp_path / "logs") as procs:
         outputs = await_decisions(kafka_config, topic_names, len(ids), timeout_s=90, cipher=case_keys)
         assert procs[0].poll() is None, "the worker did not die"
-    assert set(outputs.decisions) == ids
+    assert outputs.decision_ids() == ids
     assert outputs.duplicates == 0
     log = (tmp_path / "logs").glob("*")
     assert not any("fenced" in p.read_text(errors="replace").lower() for p in log if p.is_file())
@@ -130,9 +130,9 @@ def test_a_trigger_id_sent_twice_is_refused_by_its_worker_and_seen_once_by_every
             assert time.monotonic() < deadline, "the new worker did not decide the third copy"
             time.sleep(0.5)
     outputs = load_outputs(kafka_config, topic_names, cipher=case_keys)
-    assert set(outputs.decisions) == {request.decision_id(Architecture.DPM)}
+    assert outputs.decision_ids() == {request.decision_id(Architecture.DPM)}
     assert outputs.duplicates == 1
-    assert [a.call_index for a in outputs.audits[request.decision_id(Architecture.DPM)]] == [0, 1]
+    assert [a.call_index for a in outputs.audits[request.decision_key(Architecture.DPM)]] == [0, 1]
     log = KafkaEventLog(kafka_config, topic_names.events)
     lines = replay_many(outputs.decisions.values(), outputs.views, outputs.audits, log,
                         registry_backends(Settings.from_env({}).model, "extractive"), cipher=case_keys)  # fmt: skip

@@ -82,8 +82,8 @@ def test_each_kind_of_mismatch_is_refused_by_every_consumer_and_erased_with_the_
     with pipeline_processes(members, worker_env(kafka_bootstrap, topic_names, tmp_path), tmp_path / "logs"):
         outputs = await_decisions(kafka_config, topic_names, 2, timeout_s=180, cipher=case_keys)
         letters = _letters(kafka_config, topic_names, 5)
-    assert set(outputs.decisions) == {DecisionId("honest", a) for a in both}
-    dpm, summ = (outputs.decisions[DecisionId("honest", a)] for a in both)
+    assert outputs.decision_ids() == {DecisionId("honest", a) for a in both}
+    dpm, summ = (outputs.decisions[honest.decision_key(a)] for a in both)
     assert summ.events_sha256 == dpm.events_sha256  # Summ-only folded Y's own events, its event 7 included
     refused = sorted((letter["reason"], letter["source_topic"].rsplit(".", 1)[1]) for letter in letters)
     assert refused == [("key-mismatch", "events")] * 3 + [("key-mismatch", "triggers")] * 2, letters

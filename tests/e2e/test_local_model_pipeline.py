@@ -24,7 +24,7 @@ from pipeline.services.read_outputs import await_decisions
 from pipeline.wire.dead_letter import DeadLetterRecord
 from pipeline.wire.event import CaseOpening
 from pipeline.wire.rejection import Rejection
-from pipeline.wire.trigger import DecisionId, DecisionRequest
+from pipeline.wire.trigger import DecisionId, DecisionKey, DecisionRequest
 from tests.cases import load_fixture, shortened
 from tests.conftest import free_port
 from tests.pipeline_support import create_topics, worker_env
@@ -59,11 +59,11 @@ def test_both_architectures_decide_through_kafka_and_replay_from_the_record(
     summ = ["baseline", "--budgets", str(BUDGET), "--trigger-wait", "300"]
     with pipeline_processes([["worker", "--batch-size", "1"], summ], env, tmp_path / "logs"):
         outputs = await_decisions(kafka_config, topic_names, 2, timeout_s=480, cipher=case_keys)
-    assert set(outputs.decisions) == {DecisionId("local", a) for a in Architecture}, "both decided"
+    assert outputs.decision_ids() == {DecisionId("local", a) for a in Architecture}, "both decided"
     for record in outputs.decisions.values():
         assert (record.backend, record.model) == ("openai", local_llm.model)
         assert record.outcome.label in (*CASE.task.label_space, None)
-    summ_calls = outputs.decisions[DecisionId("local", Architecture.SUMM)].llm_calls
+    summ_calls = outputs.decisions[DecisionKey(CASE.ref.tenant, DecisionId("local", Architecture.SUMM))].llm_calls
     assert summ_calls == len(CASE.trajectory) + 1
     replayed = dpm_cli("replay", "--all", "--verify-recorded", env=env)
     assert replayed.returncode == 0, replayed.stdout + replayed.stderr
@@ -104,4 +104,4 @@ def test_a_model_server_that_dies_gives_retries_then_model_error_dead_letters_ne
         _trigger(kafka_config, topic_names, "back", (Architecture.DPM,))
         outputs = await_decisions(kafka_config, topic_names, 1, timeout_s=240, cipher=case_keys)
         dpm_cli("model", "down", env=cli_env)
-    assert set(outputs.decisions) == {DecisionId("back", Architecture.DPM)}
+    assert outputs.decision_ids() == {DecisionId("back", Architecture.DPM)}

@@ -6,6 +6,7 @@ from dataclasses import replace
 
 import pytest
 
+from pipeline.core.events import CaseRef
 from pipeline.core.model import Usage
 from pipeline.core.run import run_dpm
 from pipeline.core.task import Architecture, Budget
@@ -23,10 +24,11 @@ _BASE = run_records(_RUN, CASE.trajectory, task=CASE.task, budget=Budget(700),
                                             "extractive", "unit")).decision  # fmt: skip
 
 
-def _decision(trigger: str, arch: str, label: str | None, calls: int) -> DecisionRecord:
+def _decision(trigger: str, arch: str, label: str | None, calls: int, tenant: str | None = None) -> DecisionRecord:
     return replace(
         _BASE,
         decision_id=DecisionId(trigger, Architecture(arch)),
+        case=CaseRef(tenant, CASE.ref.case_id) if tenant else CASE.ref,
         outcome=replace(_BASE.outcome, label=label),
         llm_calls=calls,
         usage=Usage(100 * calls, 10 * calls),
@@ -41,7 +43,7 @@ def _trigger(trigger: str, label: str | None) -> DecisionRequest:
 
 def test_agreement_accuracy_and_costs() -> None:
     decisions = {
-        d.decision_id: d
+        d.key: d
         for d in (
             _decision("t1", "dpm", "DENY", 2), _decision("t1", "summ", "DENY", 91),
             _decision("t2", "dpm", "APPROVE", 2), _decision("t2", "summ", "DENY", 91),
@@ -49,7 +51,8 @@ def test_agreement_accuracy_and_costs() -> None:
             _decision("t4", "dpm", "APPROVE", 2),  # decided by one architecture only: not compared
         )
     }  # fmt: skip
-    triggers = {t: _trigger(t, label) for t, label in (("t1", "DENY"), ("t2", "APPROVE"), ("t3", None))}
+    triggers = {(CASE.ref.tenant, t): _trigger(t, label) for t, label in (("t1", "DENY"), ("t2", "APPROVE"),
+                                                                          ("t3", None))}  # fmt: skip
     result = compare(decisions, triggers)
     assert result.pairs == 3
     assert result.agreement == pytest.approx(1 / 3)
@@ -57,3 +60,12 @@ def test_agreement_accuracy_and_costs() -> None:
     assert (dpm.architecture, dpm.accuracy, dpm.labelled, dpm.mean_calls) == (Architecture.DPM, 1.0, 2, 2)
     assert (summ.accuracy, summ.failures, summ.mean_calls) == (0.5, 1, 91)
     assert summ.total_cost_usd == pytest.approx(0.273)
+
+
+def test_two_tenants_with_one_trigger_id_are_two_triggers() -> None:
+    """A decision is its tenant's: the same trigger id in two tenants is never paired across them."""
+    pair = [_decision("same", "dpm", "DENY", 2, "bank-a"), _decision("same", "summ", "DENY", 91, "bank-a")]
+    alone = [_decision("same", "dpm", "APPROVE", 2, "bank-b")]  # bank-b's trigger was decided by DPM only
+    result = compare({d.key: d for d in (*pair, *alone)}, {})
+    assert result.pairs == 1
+    assert result.agreement == 1.0

@@ -24,7 +24,7 @@ from pipeline.ui.pages import cited_events, fact_rows, marked
 from pipeline.wire.audit import AuditRecord
 from pipeline.wire.decision import PositionsSource, Provenance
 from pipeline.wire.run_records import RunRecords, run_records
-from pipeline.wire.trigger import DecisionId
+from pipeline.wire.trigger import DecisionId, DecisionKey
 from tests.cases import load_fixture
 
 BUDGET = Budget(900)
@@ -243,7 +243,7 @@ def test_the_index_is_bounded_keeps_the_first_decision_of_an_id_and_attaches_ear
     assert len(index) == 1
     assert index.get("acme", first.decision_id) is None
     assert index.dropped == 1
-    index.add_erased(DecisionId("gone", Architecture.DPM), CaseRef("acme", "c"), 4)
+    index.add_erased(DecisionKey("acme", DecisionId("gone", Architecture.DPM)), CaseRef("acme", "c"), 4)
     assert isinstance(index.get("acme", DecisionId("gone", Architecture.DPM)), ErasedDecision)
 
 
