@@ -44,7 +44,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from pipeline.bench.generate import GenerationSpec, generate_cases
-from pipeline.config.settings import Settings
+from pipeline.config.settings import Settings, keys_folder
 from pipeline.core.case import Case
 from pipeline.core.events import CaseRef, Event, LogPosition
 from pipeline.core.task import Architecture
@@ -139,7 +139,8 @@ def _requests(cases: list[Case], positions: dict[CaseRef, tuple[LogPosition, ...
 
 def _outputs(stage: Stage) -> PublishedOutputs | None:
     """The published outputs, or None while the cluster cannot answer (a leader just died)."""
-    keys = kafka_case_keys(stage.config, stage.names.keys, LocalFileKeyProvider(Path(stage.env["DPM_KEYS_DIR"])))
+    folder = keys_folder(Path(stage.env["DPM_KEYS_DIR"]), stage.names.prefix)
+    keys = kafka_case_keys(stage.config, stage.names.keys, LocalFileKeyProvider(folder))
     try:
         return load_outputs(stage.config, stage.names, cipher=keys, with_audits=False)
     except KafkaAdapterError:

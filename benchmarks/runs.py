@@ -26,6 +26,7 @@ from confluent_kafka import Consumer, ConsumerGroupState, ConsumerGroupTopicPart
 from confluent_kafka.admin import AdminClient
 
 from pipeline.bench.generate import GenerationSpec, generate_cases
+from pipeline.config.settings import keys_folder
 from pipeline.core.case import Case
 from pipeline.core.events import CaseRef, Event, LogPosition
 from pipeline.core.run import RunResult, run_dpm, run_summ
@@ -150,7 +151,7 @@ def run_pipeline(bootstrap: str, workdir: Path, spec: RunSpec) -> PipelineRun:
     config = {"bootstrap.servers": bootstrap}
     names = TopicNames(f"bench-{uuid.uuid4().hex[:8]}")
     create_pipeline_topics(config, names, partitions=TRIGGER_PARTITIONS)
-    keys = kafka_case_keys(config, names.keys, LocalFileKeyProvider(workdir / "keys"))
+    keys = kafka_case_keys(config, names.keys, LocalFileKeyProvider(keys_folder(workdir / "keys", names.prefix)))
     settings = dict(spec.settings)
     producer = EventProducer(config, names, keys if settings.get("DPM_ENCRYPTION", "on") == "on" else None)
     cases = generate_cases(spec.cases)

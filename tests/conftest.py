@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.config.settings import Settings
+from pipeline.config.settings import Settings, keys_folder
 from pipeline.kafka.admin import fetch_metadata
 from pipeline.kafka.keystore import kafka_case_keys
 from pipeline.kafka.topics import TopicNames
@@ -39,7 +39,9 @@ def keys_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 @pytest.fixture
 def case_keys(kafka_config: dict[str, str], topic_names: TopicNames, keys_dir: Path) -> Iterator[CaseKeys]:
     """The case keys of this test's topics (the same key folder its workers use)."""
-    keys = kafka_case_keys(kafka_config, topic_names.keys, LocalFileKeyProvider(keys_dir))
+    keys = kafka_case_keys(
+        kafka_config, topic_names.keys, LocalFileKeyProvider(keys_folder(keys_dir, topic_names.prefix))
+    )
     yield keys
     keys.close()
 

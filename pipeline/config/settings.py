@@ -24,6 +24,15 @@ class SettingsError(DpmError):
     """A setting is missing or malformed."""
 
 
+def keys_folder(root: Path, prefix: str) -> Path:
+    """One pipeline's folder of tenant KEKs under the keys root: `<root>/<topic prefix>`.
+
+    Pipelines never share a tenant's KEK: erasing a tenant in one pipeline (its KEK destroyed), or
+    rotating it there, must not touch the same tenant's keys in another.
+    """
+    return root / prefix
+
+
 def read_properties(path: Path) -> dict[str, str]:
     """Reads a Java-style `key=value` client properties file (comments with #, blank lines ignored)."""
     try:
@@ -331,7 +340,8 @@ class KeySettings(_Group):
     keys_dir: Path | None = Field(
         None,
         validation_alias="DPM_KEYS_DIR",
-        description="the local key provider's folder of tenant key-encryption keys (unset: $DPM_HOME/keys)",
+        description="the local key provider's root: each pipeline's tenant KEKs in <root>/<topic prefix> "
+        "(unset: $DPM_HOME/keys)",
     )
     erasure_lag_ms: int = Field(
         3_600_000,
@@ -361,8 +371,13 @@ class Settings(BaseModel):
     ui: UiSettings = Field(default_factory=lambda: UiSettings.model_validate({}))
     tracing: TracingSettings = Field(default_factory=lambda: TracingSettings.model_validate({}))
 
-    def keys_dir(self) -> Path:
+    def keys_root(self) -> Path:
+        """DPM_KEYS_DIR, else `$DPM_HOME/keys`: the folder every pipeline's KEK folder lives in."""
         return self.keys.keys_dir or self.paths.home / "keys"
+
+    def keys_dir(self, prefix: str | None = None) -> Path:
+        """The tenant KEKs of the pipeline with this topic prefix (default: the settings' own)."""
+        return keys_folder(self.keys_root(), prefix or self.kafka.topic_prefix)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:

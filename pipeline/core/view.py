@@ -36,6 +36,16 @@ def _reasoning_line(line: str) -> str:
     return f"- {line}" if SECTION_HEADER.match(line) else line
 
 
+def reasoning_line(line: str) -> str:
+    """A reasoning line as the canonical text writes it."""
+    return _reasoning_line(line).rstrip()
+
+
+def compliance_line(note: str) -> str:
+    """A compliance note as the canonical text writes it."""
+    return f"- {note}".rstrip()
+
+
 @dataclass(frozen=True)
 class Fact:
     """A verifiable claim and the 1-based indices of the events it comes from."""
@@ -61,9 +71,9 @@ class MemoryView:
         lines = [FACTS_HEADER]
         lines += [f.render() for f in self.facts] or [UNKNOWN]
         lines.append(REASONING_HEADER)
-        lines += [_reasoning_line(line) for line in self.reasoning] or [UNKNOWN]
+        lines += [reasoning_line(line) for line in self.reasoning] or [UNKNOWN]
         lines.append(COMPLIANCE_HEADER)
-        lines += [f"- {note}" for note in self.compliance] or [UNKNOWN]
+        lines += [compliance_line(note) for note in self.compliance] or [UNKNOWN]
         return "\n".join(line.rstrip() for line in lines)
 
     @property

@@ -7,13 +7,13 @@ import uuid
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
-from pipeline.config.settings import Settings
+from pipeline.config.settings import Settings, SettingsError
 from pipeline.core.events import CaseRef
 from pipeline.kafka.errors import KafkaAdapterError
 from pipeline.kafka.follow import TopicFollower
 from pipeline.kafka.partitioning import case_partition
 from pipeline.kafka.topics import TopicNames
-from pipeline.keys.providers import KeyProvider, LocalFileKeyProvider
+from pipeline.keys.providers import KeyProvider, LocalFileKeyProvider, shared_layout
 from pipeline.keys.ring import KeyRing
 from pipeline.keys.store import CaseKeys
 from pipeline.wire.headers import standard_headers
@@ -93,5 +93,11 @@ def case_keys_from(
     `client_config` and `names` override the settings' cluster and topics (a private demo cluster).
     """
     config = client_config or settings.kafka.client_config()
-    topic = (names or TopicNames(settings.kafka.topic_prefix)).keys
-    return kafka_case_keys(config, topic, LocalFileKeyProvider(settings.keys_dir()))
+    names = names or TopicNames(settings.kafka.topic_prefix)
+    root = settings.keys_root()
+    if shared_layout(root):
+        raise SettingsError(
+            f"{root} holds tenant key folders directly, shared by every pipeline; each pipeline now keeps its own "
+            f"in {root}/<topic prefix>: move them into {settings.keys_dir(names.prefix)} (DPM_KEYS_DIR)"
+        )
+    return kafka_case_keys(config, names.keys, LocalFileKeyProvider(settings.keys_dir(names.prefix)))

@@ -49,6 +49,10 @@ class KeyProvider(Protocol):
         """Makes a new KEK version current for the tenant; returns its id (old versions still unwrap)."""
         ...
 
+    def versions(self, tenant: str) -> list[str]:
+        """The tenant's KEK versions that exist, oldest first (the last is current)."""
+        ...
+
     def retire(self, tenant: str, kek_id: str) -> None:
         """Destroys one KEK version (after every data key it wrapped was wrapped again)."""
         ...
@@ -59,6 +63,13 @@ class KeyProvider(Protocol):
 
 
 _VERSION = re.compile(r"^v(\d+)\.key$")
+
+
+def shared_layout(root: Path) -> bool:
+    """Whether `root` holds tenant folders directly: the layout in which every pipeline shared one KEK per tenant."""
+    if not root.is_dir():
+        return False
+    return any(child.is_dir() and any(_VERSION.match(f.name) for f in child.iterdir()) for child in root.iterdir())
 
 
 class LocalFileKeyProvider:
@@ -119,6 +130,9 @@ class LocalFileKeyProvider:
         versions = self._versions(tenant)
         self._create(tenant, (versions[-1] if versions else 0) + 1)
         return f"v{self._versions(tenant)[-1]}"
+
+    def versions(self, tenant: str) -> list[str]:
+        return [f"v{n}" for n in self._versions(tenant)]
 
     def retire(self, tenant: str, kek_id: str) -> None:
         (self._folder(tenant) / f"{kek_id}.key").unlink(missing_ok=True)

@@ -27,6 +27,11 @@ class KeyTopic(Protocol):
     def close(self) -> None: ...
 
 
+# Rewrapping passes of one rotation: each wraps what an earlier pass did not see (keys published
+# meanwhile); the first pass normally finds everything.
+_ROTATION_PASSES = 5
+
+
 @dataclass(frozen=True)
 class Rotation:
     tenant: str
@@ -90,18 +95,29 @@ class CaseKeys:
         return cases
 
     def rotate(self, tenant: str) -> Rotation:
-        """A new KEK version for the tenant; every data key wrapped again under it; the old versions retired."""
-        self.sync()
-        records = self.ring.records(tenant)
-        kek_id = self.ring.provider.rotate(tenant)
-        rewrapped = [r for r in (self.ring.rewrapped(rec) for rec in records) if r is not None]
-        for record in rewrapped:
-            self.topic.publish(record.case, record)
-        self.sync()
-        retired = tuple(sorted({r.kek_id for r in records} - {kek_id}))
+        """A new KEK version; each data key of the tenant wrapped again; versions before the previous one destroyed.
+
+        The previous version is kept, not destroyed: a writer that took it as current just before the
+        rotation may publish a new case's data key under it afterwards, and destroying the version
+        would strand that key. Rewrapping runs until a pass finds nothing left under an old version;
+        the next rotation wraps any key that came later before it destroys the version.
+        """
+        provider = self.ring.provider
+        kek_id = provider.rotate(tenant)
+        rewrapped = 0
+        for _ in range(_ROTATION_PASSES):
+            self.sync()
+            stale = [r for r in self.ring.records(tenant) if r.kek_id != kek_id]
+            fresh = [r for r in (self.ring.rewrapped(rec) for rec in stale) if r is not None]
+            if not fresh:
+                break
+            for record in fresh:
+                self.topic.publish(record.case, record)
+            rewrapped += len(fresh)
+        retired = tuple(provider.versions(tenant)[:-2])  # all but the current version and the one before it
         for old in retired:
-            self.ring.provider.retire(tenant, old)
-        return Rotation(tenant, kek_id, len(rewrapped), retired)
+            provider.retire(tenant, old)
+        return Rotation(tenant, kek_id, rewrapped, retired)
 
     def close(self) -> None:
         self.topic.close()

@@ -8,10 +8,12 @@ from pathlib import Path
 import orjson
 import pytest
 
+from pipeline.config.settings import Settings, SettingsError
 from pipeline.core.event_log import RawRecord
 from pipeline.core.events import CaseRef, Event, LogPosition
 from pipeline.core.memory_log import InMemoryEventLog
 from pipeline.core.task import Architecture
+from pipeline.kafka.keystore import case_keys_from
 from pipeline.kafka.topics import TopicNames
 from pipeline.keys.envelope import DataKey, TamperedError
 from pipeline.keys.providers import KeyDestroyedError, LocalFileKeyProvider
@@ -114,13 +116,32 @@ def test_erasing_a_tenant_destroys_its_kek_and_every_case_key(keys: CaseKeys, tm
         open_body(sealed[0], fresh)
 
 
-def test_rotation_rewraps_every_data_key_and_retires_the_old_kek(keys: CaseKeys, tmp_path: Path) -> None:
+def test_rotation_rewraps_every_data_key_and_destroys_versions_before_the_previous(
+    keys: CaseKeys, tmp_path: Path
+) -> None:
     sealed = [seal_body(_event_body(CaseRef("bank-a", f"c{n}")), keys) for n in range(2)]
     rotation = keys.rotate("bank-a")
-    assert (rotation.kek_id, rotation.rewrapped, rotation.retired) == ("v2", 2, ("v1",))
+    assert (rotation.kek_id, rotation.rewrapped, rotation.retired) == ("v2", 2, ())  # v1 kept: the previous one
     assert [r.kek_id for r in keys.ring.records("bank-a")] == ["v2", "v2"]
+    assert keys.rotate("bank-a").retired == ("v1",)
     restarted = CaseKeys(KeyRing(LocalFileKeyProvider(tmp_path / "keks")), keys.topic)
     assert all(MARKER in open_body(body, restarted)["text"] for body in sealed)
+
+
+def test_a_data_key_published_while_a_rotation_runs_is_never_stranded(keys: CaseKeys) -> None:
+    """A writer takes v1 as current, the rotation runs, then the writer's key arrives: v1 still unwraps it."""
+    seal_body(_event_body(CaseRef("bank-a", "c0")), keys)
+    _, late = keys.ring.wrap_new(CaseRef("bank-a", "late"))  # wrapped under v1, not yet published
+    assert late.kek_id == "v1"
+    keys.rotate("bank-a")
+    keys.topic.publish(late.case, late)  # the racing writer's record lands after the rotation
+    sealed = seal_body(_event_body(CaseRef("bank-a", "late")), keys)
+    assert MARKER in open_body(sealed, keys)["text"]
+    second = keys.rotate("bank-a")  # the next rotation wraps it again before destroying v1
+    assert second.retired == ("v1",)
+    assert {r.kek_id for r in keys.ring.records("bank-a")} == {"v3"}
+    afresh = CaseKeys(KeyRing(keys.ring.provider), keys.topic)  # a process that reads the key topic anew
+    assert MARKER in open_body(sealed, afresh)["text"]
 
 
 def test_baseline_state_is_sealed_whole_and_bound_to_its_slot(keys: CaseKeys) -> None:
@@ -157,3 +178,24 @@ def test_the_worker_seals_what_it_publishes_and_refuses_an_erased_case(keys: Cas
 
 def _raw(request: DecisionRequest, position: LogPosition) -> RawRecord:
     return RawRecord(position, request.case.key.encode(), request.encode())
+
+
+def test_each_pipeline_keeps_its_own_tenant_keks(tmp_path: Path) -> None:
+    """Erasing or rotating a tenant in one pipeline (topic prefix) leaves the same tenant's keys in another."""
+    env = {"DPM_KEYS_DIR": str(tmp_path)}
+    first = Settings.from_env({**env, "DPM_TOPIC_PREFIX": "first"})
+    second = Settings.from_env({**env, "DPM_TOPIC_PREFIX": "second"})
+    assert first.keys_dir() != second.keys_dir()
+    assert first.keys_dir("second") == second.keys_dir()
+    mine, theirs = LocalFileKeyProvider(first.keys_dir()), LocalFileKeyProvider(second.keys_dir())
+    wrapped = theirs.wrap("bank-a", b"k" * 32)
+    mine.wrap("bank-a", b"k" * 32)
+    assert mine.destroy("bank-a") == 1
+    assert theirs.unwrap("bank-a", wrapped) == b"k" * 32
+
+
+def test_keys_in_the_old_shared_layout_are_refused_with_what_to_do(tmp_path: Path) -> None:
+    LocalFileKeyProvider(tmp_path).wrap("bank-a", b"k" * 32)  # tenant folders right under the root
+    settings = Settings.from_env({"DPM_KEYS_DIR": str(tmp_path), "DPM_TOPIC_PREFIX": "dpm"})
+    with pytest.raises(SettingsError, match=f"move them into {tmp_path}/dpm"):
+        case_keys_from(settings)

@@ -2,34 +2,76 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from pipeline.core.domains import DomainRules, refer_if_unverified
 from pipeline.core.fields import FieldValue
 from pipeline.core.task import Budget, TaskSpec
-from pipeline.core.view import Fact, MemoryView, fit_to_budget
+from pipeline.core.view import (
+    COMPLIANCE_HEADER,
+    FACTS_HEADER,
+    REASONING_HEADER,
+    UNKNOWN,
+    Fact,
+    MemoryView,
+    compliance_line,
+    fit_to_budget,
+    reasoning_line,
+)
 from pipeline.llm.extractive.candidates import FIELD_SCORE, Candidate
 
 _GENERIC_REASONING = "No domain rule table applies; facts are ranked by their relevance to the task."
 
 
+# Characters of the canonical text that do not depend on what the sections hold: the three headers.
+_HEADERS = len(FACTS_HEADER) + len(REASONING_HEADER) + len(COMPLIANCE_HEADER)
+
+
+@dataclass
+class _Section:
+    """One section's items and the characters their lines take in the canonical text."""
+
+    line: Callable[[Any], str]
+    items: list[Any] = field(default_factory=list)
+    chars: int = 0
+
+    @property
+    def rendered(self) -> tuple[int, int]:
+        """(characters, lines) the section takes: its lines, or the single `unknown` line when empty."""
+        return (self.chars, len(self.items)) if self.items else (len(UNKNOWN), 1)
+
+
 @dataclass
 class _Packer:
-    """Adds lines to a view only while its canonical text stays within the budget."""
+    """Adds lines to a view only while its canonical text stays within the budget.
+
+    The text's length is kept as lines come, so each addition costs one line's rendering, not the
+    whole view's (the view's text is exactly the headers and these lines joined by newlines).
+    """
 
     budget: int
-    facts: list[Fact] = field(default_factory=list)
-    reasoning: list[str] = field(default_factory=list)
-    compliance: list[str] = field(default_factory=list)
+    facts: _Section = field(default_factory=lambda: _Section(Fact.render))
+    reasoning: _Section = field(default_factory=lambda: _Section(reasoning_line))
+    compliance: _Section = field(default_factory=lambda: _Section(compliance_line))
 
     def view(self) -> MemoryView:
-        return MemoryView(tuple(self.facts), tuple(self.reasoning), tuple(self.compliance))
+        return MemoryView(tuple(self.facts.items), tuple(self.reasoning.items), tuple(self.compliance.items))
 
-    def add(self, section: list[Fact] | list[str], item: Fact | str) -> bool:
-        section.append(item)  # type: ignore[arg-type]
-        if self.view().char_length <= self.budget:
+    def char_length(self) -> int:
+        """The canonical text's length: headers, section lines, and a newline between every two lines."""
+        sections = [s.rendered for s in (self.facts, self.reasoning, self.compliance)]
+        return _HEADERS + sum(chars for chars, _ in sections) + 3 + sum(lines for _, lines in sections) - 1
+
+    def add(self, section: _Section, item: Fact | str) -> bool:
+        chars = len(section.line(item))
+        section.items.append(item)
+        section.chars += chars
+        if self.char_length() <= self.budget:
             return True
-        section.pop()
+        section.items.pop()
+        section.chars -= chars
         return False
 
 
@@ -74,6 +116,6 @@ def compose(
     for candidate in ranked:
         offer(candidate)
     # Field facts lead the section (stable sort keeps their rule-table order), whatever entered first.
-    packer.facts = [c.fact for c in sorted(chosen.values(), key=lambda c: c.field is None)]
+    packer.facts.items = [c.fact for c in sorted(chosen.values(), key=lambda c: c.field is None)]
     view, _ = fit_to_budget(packer.view(), budget.chars)
     return view
