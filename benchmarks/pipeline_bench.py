@@ -35,12 +35,13 @@ from benchmarks.runs import (
     run_pipeline,
     sealing_cpu,
     startup,
+    ui_pages,
     worker_memory,
 )
 from pipeline.config.settings import Settings
 from pipeline.services.cluster import private_cluster
 
-SECTIONS = ("startup", "read", "scale", "latency", "sealing", "per_decision", "rss_mb")
+SECTIONS = ("startup", "read", "scale", "latency", "sealing", "per_decision", "rss_mb", "ui")
 MODEL_LATENCY_MS = 500
 TARGETS = {
     "scale": {"c8_w1/c1_w1": 6.0, "c8_w2/c8_w1": 1.8, "c8_w4/c8_w1": 3.2},
@@ -144,6 +145,13 @@ def _startup(_bootstrap: str, work: Path) -> dict[str, Any]:
     return startup(work)
 
 
+def _ui(bootstrap: str, work: Path) -> dict[str, Any]:
+    """Decision pages/s for 20 readers at once; then the same while 2 more clients replay on a 500 ms model."""
+    figures: dict[str, Any] = dict(ui_pages(bootstrap, work))
+    figures["with_replays"] = ui_pages(bootstrap, work, replayers=2, model_latency_ms=MODEL_LATENCY_MS)
+    return figures
+
+
 MEASURE: dict[str, Callable[[str, Path], dict[str, Any]]] = {
     "startup": _startup,
     "read": _read,
@@ -152,6 +160,7 @@ MEASURE: dict[str, Callable[[str, Path], dict[str, Any]]] = {
     "sealing": _sealing,
     "per_decision": _per_decision,
     "rss_mb": _rss,
+    "ui": _ui,
 }
 KEY = {"latency": "latency_ms"}  # the figures file's name for a section, where it differs
 
@@ -225,6 +234,18 @@ def rows(figures: dict[str, Any]) -> list[tuple[str, str]]:
             (f"sealing CPU per decision, in process (open {cpu['events']} events, seal {cpu['outputs']} outputs)",
              f"+{_f(cpu['open_ms'] + cpu['seal_ms'], 2)} ms against {_f(cpu['decide_ms'])} ms for the decision "
              f"({_f((cpu['open_ms'] + cpu['seal_ms']) / cpu['decide_ms'] * 100)}%)"),
+        ]  # fmt: skip
+    if ui := figures.get("ui"):
+        busy = ui["with_replays"]
+        out += [
+            (f"`dpm ui` decision pages (each reads its case's events and audit records), {ui['readers']} "
+             f"readers at once for {ui['seconds']:.0f} s",
+             f"{_f(ui['pages_per_s'])} pages/s, p50 {_f(ui['p50_ms'], 0)} ms, p99 {_f(ui['p99_ms'], 0)} ms, "
+             f"{ui['failures']} failed"),
+            (f"the same while {busy['replayers']} more clients press Replay now over and over "
+             f"({busy['model_latency_ms']} ms per model call)",
+             f"{_f(busy['pages_per_s'])} pages/s, p50 {_f(busy['p50_ms'], 0)} ms, p99 {_f(busy['p99_ms'], 0)} ms; "
+             f"{busy['replays']} replays"),
         ]  # fmt: skip
     return out
 

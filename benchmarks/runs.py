@@ -5,6 +5,7 @@ Every function returns plain figures (numbers in dicts) for `out/bench/figures.j
 
 from __future__ import annotations
 
+import itertools
 import os
 import statistics
 import subprocess
@@ -13,6 +14,9 @@ import tempfile
 import threading
 import time
 import timeit
+import urllib.error
+import urllib.parse
+import urllib.request
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -33,6 +37,7 @@ from pipeline.core.run import RunResult, run_dpm, run_summ
 from pipeline.core.task import NAMED_BUDGET_FRACTIONS, Architecture, Budget
 from pipeline.kafka.admin import admin_client
 from pipeline.kafka.keystore import kafka_case_keys
+from pipeline.kafka.local_broker import free_cluster_port
 from pipeline.kafka.partitioning import case_partition
 from pipeline.kafka.producer import EventProducer
 from pipeline.kafka.reader import KafkaEventLog
@@ -386,3 +391,108 @@ def sealing_cpu(repeats: int = 200) -> dict[str, float]:
         seal_s -= per_call(lambda: [orjson.dumps(o) for o in outputs])
     return {"events": len(bodies), "outputs": len(outputs), "open_ms": open_s * 1000, "seal_ms": seal_s * 1000,
             "decide_ms": decide_s * 1000}  # fmt: skip
+
+
+# --- the auditor's pages ----------------------------------------------------------------------------
+
+
+def _call(base: str, path: str, token: str, form: dict[str, str] | None = None) -> tuple[int, float]:
+    """One page (a POST when `form` is given): its status and how long it took (s)."""
+    data = urllib.parse.urlencode(form).encode() if form is not None else None
+    request = urllib.request.Request(f"{base}{path}", data=data, headers={"Authorization": f"Bearer {token}"})  # noqa: S310
+    started = time.perf_counter()
+    try:
+        with urllib.request.urlopen(request, timeout=120) as answer:  # noqa: S310 - loopback
+            answer.read()
+            status = answer.status
+    except urllib.error.HTTPError as exc:
+        status = exc.code
+    return status, time.perf_counter() - started
+
+
+@dataclass
+class _Load:
+    """Pages served and replays run while clients read at once, until `stop_at`."""
+
+    stop_at: float
+    latencies: list[float] = field(default_factory=list)
+    replays: int = 0
+    failures: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def client(self, call: Callable[[int], tuple[int, float]], start: int, *, replaying: bool) -> None:
+        for n in itertools.count(start):
+            if time.monotonic() > self.stop_at:
+                return
+            status, took = call(n)
+            with self.lock:
+                if status != 200:
+                    self.failures += 1
+                elif replaying:
+                    self.replays += 1
+                else:
+                    self.latencies.append(took)
+
+
+def ui_pages(bootstrap: str, workdir: Path, *, readers: int = 20, seconds: float = 20.0, replayers: int = 0,
+             model_latency_ms: int = 0) -> dict[str, float]:  # fmt: skip
+    """Decision pages per second `dpm ui` serves to `readers` clients at once; each page reads events and audits.
+
+    With `replayers`, that many more clients press "Replay now" over and over meanwhile, the model
+    answering `model_latency_ms` late: pages must not wait for replays.
+    """
+    config = {"bootstrap.servers": bootstrap}
+    names = TopicNames(f"bench-ui-{uuid.uuid4().hex[:8]}")
+    create_pipeline_topics(config, names, partitions=TRIGGER_PARTITIONS)
+    keys = kafka_case_keys(config, names.keys, LocalFileKeyProvider(keys_folder(workdir / "keys", names.prefix)))
+    producer = EventProducer(config, names, keys)
+    ids = []
+    for n, case in enumerate(generate_cases(SHORT_CASES)):
+        positions = tuple(producer.append(case.trajectory.events))
+        producer.trigger(DecisionRequest(f"ui{n}", case.ref, case.task, BUDGET, (Architecture.DPM,), positions,
+                                         len(positions)))  # fmt: skip
+        ids.append(f"ui{n}:dpm")
+    producer.close()
+    token, port = uuid.uuid4().hex, free_cluster_port(1)
+    env = child_env(bootstrap, names.prefix, DPM_HOME=str(workdir), DPM_BACKEND="extractive",
+                    DPM_KEYS_DIR=str(workdir / "keys"), DPM_UI_ADMIN_TOKEN=token,
+                    DPM_MODEL_LATENCY_MS=str(model_latency_ms))  # fmt: skip
+    base = f"http://127.0.0.1:{port}"
+    with pipeline_processes([["worker"], ["ui", "--port", str(port)]], env, workdir / f"logs-{names.prefix}"):
+        deadline = time.monotonic() + 120
+        while _indexed(base) < len(ids):
+            if time.monotonic() > deadline:
+                raise SystemExit("dpm ui did not index the benchmark's decisions in time")
+            time.sleep(0.5)
+        for decision in ids:  # warm: connections made, the JIT of the broker's fetch path
+            _call(base, f"/decision?tenant=bench&id={decision}", token)
+        load = _Load(time.monotonic() + seconds)
+
+        def page(n: int) -> tuple[int, float]:
+            return _call(base, f"/decision?tenant=bench&id={ids[n % len(ids)]}", token)
+
+        def replay(n: int) -> tuple[int, float]:
+            return _call(base, "/decision/replay", token, {"tenant": "bench", "id": ids[n % len(ids)]})
+
+        threads = [threading.Thread(target=load.client, args=(page, r), kwargs={"replaying": False})
+                   for r in range(readers)]  # fmt: skip
+        threads += [threading.Thread(target=load.client, args=(replay, r), kwargs={"replaying": True})
+                    for r in range(replayers)]  # fmt: skip
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    keys.close()
+    q = statistics.quantiles(load.latencies, n=100)
+    return {"readers": readers, "replayers": replayers, "model_latency_ms": model_latency_ms, "seconds": seconds,
+            "pages": len(load.latencies), "replays": load.replays, "failures": load.failures,
+            "pages_per_s": len(load.latencies) / seconds, "p50_ms": q[49] * 1000, "p99_ms": q[98] * 1000}  # fmt: skip
+
+
+def _indexed(base: str) -> int:
+    """How many decisions `dpm ui` has indexed (-1 while it does not answer yet)."""
+    try:
+        with urllib.request.urlopen(f"{base}/healthz", timeout=5) as answer:  # noqa: S310 - loopback
+            return int(answer.read().decode().split()[1])
+    except OSError:
+        return -1

@@ -24,6 +24,6 @@ def ui(
         auditor.start(settings.ui.refresh_s)
         host, bound = addr or settings.ui.addr, port or settings.ui.port
         typer.echo(f"dpm ui: http://{host}:{bound}/ ({len(auditor.index)} decisions indexed; Ctrl-C stops)")
-        serve(auditor, tokens, host, bound)
+        serve(auditor, tokens, settings.ui, host, bound)
     finally:
         auditor.close()

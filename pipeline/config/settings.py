@@ -291,6 +291,34 @@ class UiSettings(_Group):
     refresh_s: float = Field(
         2.0, gt=0, validation_alias="DPM_UI_REFRESH_S", description="seconds between reads of new outputs"
     )
+    concurrency: int = Field(
+        2,
+        ge=1,
+        le=32,
+        validation_alias="DPM_UI_CONCURRENCY",
+        description="decision pages read and rendered at once, each with a Kafka reader of its own (about "
+        "the cores the UI may use; a replay's model calls run outside this bound)",
+    )
+    session_idle_s: float = Field(
+        1800.0,
+        gt=0,
+        validation_alias="DPM_UI_SESSION_IDLE_S",
+        description="a signed-in browser idle this long signs in again",
+    )
+    session_max_s: float = Field(
+        43_200.0, gt=0, validation_alias="DPM_UI_SESSION_MAX_S", description="a sign-in lasts this long at most"
+    )
+    trusted_proxies: tuple[str, ...] = Field(
+        ("127.0.0.1",),
+        validation_alias="DPM_UI_TRUSTED_PROXIES",
+        description="addresses (comma-separated, * for any) whose X-Forwarded-For/-Proto headers are believed: "
+        "a TLS-terminating proxy there makes cookies Secure and names the real client",
+    )
+
+    @field_validator("trusted_proxies", mode="before")
+    @classmethod
+    def _split(cls, value: Any) -> Any:  # noqa: ANN401 - pydantic passes the raw input
+        return _comma_list(value)
 
     @field_validator("tokens", mode="before")
     @classmethod
@@ -303,16 +331,35 @@ class UiSettings(_Group):
         return {tenant.strip(): token.strip() for tenant, _, token in pairs}
 
     @model_validator(mode="after")
-    def _long_enough(self) -> UiSettings:
-        secrets = [*self.tokens.values(), *([self.admin_token] if self.admin_token else [])]
-        if any(len(t.get_secret_value()) < _MIN_TOKEN_CHARS for t in secrets):
-            raise ValueError(f"every UI token (DPM_UI_TOKENS, DPM_UI_ADMIN_TOKEN) needs {_MIN_TOKEN_CHARS}+ characters")
-        if len({t.get_secret_value() for t in secrets}) < len(secrets):
+    def _strong_enough(self) -> UiSettings:
+        named = {**{f"the token of {t}": s for t, s in self.tokens.items()},
+                 **({"DPM_UI_ADMIN_TOKEN": self.admin_token} if self.admin_token else {})}  # fmt: skip
+        for name, secret in named.items():
+            weakness = token_weakness(secret.get_secret_value())
+            if weakness:
+                raise ValueError(f"{name} is too weak: {weakness} (a random one passes: openssl rand -hex 16)")
+        if len({t.get_secret_value() for t in named.values()}) < len(named):
             raise ValueError("two UI principals share a token (DPM_UI_TOKENS, DPM_UI_ADMIN_TOKEN)")
         return self
 
 
 _MIN_TOKEN_CHARS = 16
+_MIN_DISTINCT_CHARS = 6
+
+
+def token_weakness(token: str) -> str | None:
+    """Why a UI token is too easy to guess, or None.
+
+    Too easy: shorter than 16, fewer than 6 distinct characters, or one character making up more
+    than half of it (`aaaaaaaaaaaaaaaa` has 16 characters and is guessed at once).
+    """
+    if len(token) < _MIN_TOKEN_CHARS:
+        return f"it has {len(token)} characters, fewer than {_MIN_TOKEN_CHARS}"
+    if len(set(token)) < _MIN_DISTINCT_CHARS:
+        return f"it has {len(set(token))} distinct characters, fewer than {_MIN_DISTINCT_CHARS}"
+    if max(token.count(c) for c in set(token)) * 2 > len(token):
+        return "one character makes up more than half of it"
+    return None
 
 
 class TracingSettings(_Group):

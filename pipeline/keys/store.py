@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -41,13 +42,18 @@ class Rotation:
 
 
 class CaseKeys:
-    """The CaseCipher of the pipeline: one data key per (tenant, case), created on first seal."""
+    """The CaseCipher of the pipeline: one data key per (tenant, case), created on first seal.
+
+    Thread-safe: every operation holds one lock (the auditor's pages open records from many threads).
+    """
 
     def __init__(self, ring: KeyRing, topic: KeyTopic) -> None:
         self.ring, self.topic = ring, topic
+        self._lock = threading.RLock()
 
     def sync(self) -> None:
-        self.topic.sync(self.ring)
+        with self._lock:
+            self.topic.sync(self.ring)
 
     def _current(self, case: CaseRef) -> DataKey:
         key = self.ring.key(case)
@@ -64,20 +70,33 @@ class CaseKeys:
         return self.ring.key(case) or fresh
 
     def seal(self, case: CaseRef, plaintext: bytes, aad: bytes) -> dict[str, str]:
-        return self._current(case).seal(plaintext, aad)
+        with self._lock:
+            key = self._current(case)
+        return key.seal(plaintext, aad)
 
     def open(self, case: CaseRef, sealed: Mapping[str, Any], aad: bytes) -> bytes:
-        try:
-            return self.ring.open(case, sealed, aad)
-        except CaseErasedError:
-            self.sync()  # a key published since the last sync (a case opened by another process)
-            return self.ring.open(case, sealed, aad)
+        with self._lock:
+            try:
+                return self.ring.open(case, sealed, aad)
+            except CaseErasedError:
+                self.sync()  # a key published since the last sync (a case opened by another process)
+                return self.ring.open(case, sealed, aad)
 
     def erased(self, case: CaseRef) -> bool:
-        return self.ring.erased(case)
+        with self._lock:
+            return self.ring.erased(case)
+
+    def knows(self, case: CaseRef) -> bool:
+        """Whether the case has a live data key, as far as the last sync told."""
+        with self._lock:
+            return self.ring.knows(case)
 
     def erase_case(self, case: CaseRef) -> bool:
         """Destroys the case's data key (a tombstone on the key topic); False when it had none."""
+        with self._lock:
+            return self._erase_case(case)
+
+    def _erase_case(self, case: CaseRef) -> bool:
         self.sync()
         known = self.ring.knows(case)
         self.topic.publish(case, None)
@@ -86,6 +105,10 @@ class CaseKeys:
 
     def erase_tenant(self, tenant: str) -> tuple[CaseRef, ...]:
         """Destroys the tenant's KEK (every version) and tombstones its cases' keys; returns those cases."""
+        with self._lock:
+            return self._erase_tenant(tenant)
+
+    def _erase_tenant(self, tenant: str) -> tuple[CaseRef, ...]:
         self.sync()
         cases = tuple(r.case for r in self.ring.records(tenant))
         self.ring.provider.destroy(tenant)
@@ -102,6 +125,10 @@ class CaseKeys:
         would strand that key. Rewrapping runs until a pass finds nothing left under an old version;
         the next rotation wraps any key that came later before it destroys the version.
         """
+        with self._lock:
+            return self._rotate(tenant)
+
+    def _rotate(self, tenant: str) -> Rotation:
         provider = self.ring.provider
         kek_id = provider.rotate(tenant)
         rewrapped = 0

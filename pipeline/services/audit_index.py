@@ -223,7 +223,7 @@ class LiveIndex:
             self.index.add_erased(key, case, sink.erased_ms.get(key, 0))
         if self._keys is not None:
             for case in self.index.sealed_cases():
-                if not self._keys.ring.knows(case):
+                if not self._keys.knows(case):
                     self.index.erase_case(case)
 
     def _decoded(self, follower: TopicFollower, decode: Callable[[Mapping[str, Any]], OutputRecord],

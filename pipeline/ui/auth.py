@@ -1,10 +1,15 @@
-"""Who is asking: a tenant's token reads that tenant's decisions only; the admin token reads all."""
+"""Who is asking: a tenant's token reads that tenant's decisions only; the admin token reads all.
+
+A token comes as `Authorization: Bearer <token>` (scripts) or once, on the sign-in page, after
+which the browser holds a session cookie (pipeline.ui.sessions), never the token.
+"""
 
 from __future__ import annotations
 
 import hmac
 from collections.abc import Mapping
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 from pydantic import SecretStr
 from starlette.requests import Request
@@ -12,7 +17,8 @@ from starlette.requests import Request
 from pipeline.config.settings import UiSettings
 from pipeline.core.errors import DpmError
 
-COOKIE = "dpm_ui_token"
+COOKIE = "dpm_ui_session"  # the signed-in browser's session id
+LOGIN_COOKIE = "dpm_ui_login"  # the sign-in form's anti-forgery token, set with the form
 
 
 @dataclass(frozen=True)
@@ -62,10 +68,27 @@ class Tokens:
                 found = principal
         return found
 
-    def of_request(self, request: Request) -> Principal | None:
-        """From `Authorization: Bearer <token>`, else from the sign-in cookie."""
-        header = request.headers.get("authorization", "")
-        scheme, _, value = header.partition(" ")
-        if scheme.lower() == "bearer" and value:
-            return self.principal(value.strip())
-        return self.principal(request.cookies.get(COOKIE))
+
+def bearer(request: Request) -> str | None:
+    """The token of an `Authorization: Bearer <token>` header, if the request has one."""
+    scheme, _, value = request.headers.get("authorization", "").partition(" ")
+    return value.strip() or None if scheme.lower() == "bearer" else None
+
+
+def same_origin(request: Request) -> bool:
+    """Whether a state-changing request comes from this site's own pages (Origin, else Referer).
+
+    A browser sends Origin with every POST; a cross-site form or a page with a `null` origin fails.
+    The site is the one the request was made to (behind a trusted proxy: the forwarded scheme).
+    """
+    own = f"{request.url.scheme}://{request.url.netloc}"
+    origin = request.headers.get("origin")
+    if origin is not None:
+        return origin == own
+    parts = urlsplit(request.headers.get("referer", ""))
+    return bool(parts.scheme) and f"{parts.scheme}://{parts.netloc}" == own
+
+
+def client_of(request: Request) -> str:
+    """The client's address (behind a trusted proxy: the one it forwards), for throttling."""
+    return request.client.host if request.client is not None else "unknown"

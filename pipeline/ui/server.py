@@ -2,12 +2,33 @@
 
 from __future__ import annotations
 
-import uvicorn
+from typing import Any, cast
 
+import uvicorn
+from starlette.types import ASGIApp
+from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
+
+from pipeline.config.settings import UiSettings
 from pipeline.ui.app import Auditor, create_app
 from pipeline.ui.auth import Tokens
+from pipeline.ui.sessions import Sessions
 
 
-def serve(auditor: Auditor, tokens: Tokens, host: str, port: int) -> None:
+def asgi_app(auditor: Auditor, tokens: Tokens, settings: UiSettings) -> ASGIApp:
+    """The application as served: sessions per the settings, forwarded headers believed from trusted proxies only.
+
+    Behind a TLS-terminating proxy listed in DPM_UI_TRUSTED_PROXIES, the request's scheme is the
+    forwarded one (so the session cookie is Secure) and its client the forwarded one (so throttling
+    counts the real client); from anyone else those headers are ignored.
+    """
+    app = create_app(auditor, tokens, Sessions(settings.session_idle_s, settings.session_max_s),
+                     concurrency=settings.concurrency)  # fmt: skip
+    # uvicorn types ASGI apps with its own narrower protocol; a Starlette app is one at run time.
+    served = ProxyHeadersMiddleware(cast("Any", app), trusted_hosts=list(settings.trusted_proxies))
+    return cast("ASGIApp", served)
+
+
+def serve(auditor: Auditor, tokens: Tokens, settings: UiSettings, host: str, port: int) -> None:
     """Serves until SIGINT or SIGTERM; access logs are off (requests carry tokens in headers and cookies)."""
-    uvicorn.run(create_app(auditor, tokens), host=host, port=port, log_level="warning", access_log=False)
+    uvicorn.run(asgi_app(auditor, tokens, settings), host=host, port=port, log_level="warning", access_log=False,
+                proxy_headers=False)  # fmt: skip

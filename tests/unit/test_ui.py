@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import re
+import secrets
 from dataclasses import replace
+from typing import Any
 
 import pytest
 from pydantic import SecretStr
@@ -19,8 +22,11 @@ from pipeline.llm.extractive.backend import ExtractiveBackend
 from pipeline.services.audit_index import DecisionFilter, DecisionIndex, ErasedDecision, IndexedDecision
 from pipeline.services.auditor import CaseEvents
 from pipeline.ui import Tokens, create_app
-from pipeline.ui.auth import COOKIE, NoTokensError
+from pipeline.ui.auth import COOKIE, NoTokensError, Principal
 from pipeline.ui.pages import cited_events, fact_rows, marked
+from pipeline.ui.server import asgi_app
+from pipeline.ui.sessions import Sessions
+from pipeline.ui.throttle import Throttle
 from pipeline.wire.audit import AuditRecord
 from pipeline.wire.decision import PositionsSource, Provenance
 from pipeline.wire.run_records import RunRecords, run_records
@@ -107,7 +113,7 @@ def test_without_a_token_pages_redirect_to_sign_in_and_a_wrong_token_is_refused(
         response = anonymous.get(path)
         assert response.status_code == 303
         assert response.headers["location"].startswith("/login")
-    assert anonymous.post("/decision/replay", data={"id": ACME_DPM}).status_code == 303
+    assert anonymous.post("/decision/replay", data={"id": ACME_DPM}, headers=SAME_SITE).status_code == 303
     assert _client(auditor, "wrong-token-0123456789").get("/decisions").status_code == 401
     assert anonymous.get("/healthz").text == "ok: 4 decisions indexed"  # no content, no tenant
 
@@ -195,21 +201,132 @@ def test_an_erased_case_is_listed_as_erased_with_no_content(auditor: _Auditor) -
     assert client.get("/decisions").text.count('class="erased"') == 2
 
 
-def test_sign_in_sets_a_strict_cookie_and_never_redirects_off_site(auditor: _Auditor) -> None:
+SAME_SITE = {"Origin": "http://testserver"}
+
+
+def _login_form(client: TestClient) -> str:
+    """Loads the sign-in page (its anti-forgery cookie lands in the client) and returns the form's token."""
+    page = client.get("/login")
+    found = re.search(r'name="login_token" value="([^"]+)"', page.text)
+    assert found is not None
+    return found.group(1)
+
+
+def _sign_in(client: TestClient, token: str, target: str = "/decisions") -> Any:
+    form = {"token": token, "next": target, "login_token": _login_form(client)}
+    return client.post("/login", data=form, headers=SAME_SITE)
+
+
+def test_sign_in_sets_a_strict_session_cookie_never_the_token_and_never_redirects_off_site(auditor: _Auditor) -> None:
     client = _client(auditor)
-    refused = client.post("/login", data={"token": "nope", "next": "/decisions"})
+    refused = _sign_in(client, "nope-not-a-token-at-all")
     assert refused.status_code == 401
     assert "not valid" in refused.text
-    signed = client.post("/login", data={"token": GLOBEX, "next": "//evil.example/x"})
+    signed = _sign_in(client, GLOBEX, "//evil.example/x")
     assert signed.status_code == 303
     assert signed.headers["location"] == "/decisions"
+    assert signed.headers["cache-control"] == "no-store"
     cookie = signed.headers["set-cookie"]
-    assert COOKIE in cookie
+    assert f"{COOKIE}=" in cookie
+    assert GLOBEX not in cookie  # a random session id, never the token itself
     assert "HttpOnly" in cookie
     assert "SameSite=strict" in cookie
-    client.cookies.set(COOKIE, GLOBEX)
+    assert "Secure" not in cookie  # plain HTTP here: see the proxy test
     assert "t-globex:dpm" in client.get("/decisions").text
     assert client.get(f"/decision?id={ACME_DPM}").status_code == 404
+
+
+def test_sign_in_and_replay_refuse_a_foreign_origin_and_a_missing_anti_forgery_token(auditor: _Auditor) -> None:
+    client = _client(auditor)
+    login_token = _login_form(client)
+    form = {"token": ACME, "next": "/decisions", "login_token": login_token}
+    assert client.post("/login", data=form, headers={"Origin": "https://evil.example"}).status_code == 403
+    assert client.post("/login", data=form).status_code == 403  # neither Origin nor Referer: not from our page
+    assert client.post("/login", data={**form, "login_token": "forged"}, headers=SAME_SITE).status_code == 403
+    assert _sign_in(client, ACME).status_code == 303
+    page = client.get(f"/decision?id={ACME_DPM}")
+    csrf = re.search(r'name="csrf" value="([^"]+)"', page.text)
+    assert csrf is not None
+    replay = {"id": ACME_DPM, "csrf": csrf.group(1)}
+    assert client.post("/decision/replay", data=replay, headers={"Origin": "https://evil.example"}).status_code == 403
+    assert client.post("/decision/replay", data={"id": ACME_DPM}, headers=SAME_SITE).status_code == 403
+    assert auditor.replays == 0
+    referred = client.post("/decision/replay", data=replay, headers={"Referer": "http://testserver/decision"})
+    assert referred.status_code == 200  # the Referer's origin stands in for a missing Origin
+    assert client.post("/decision/replay", data=replay, headers=SAME_SITE).status_code == 200
+    assert auditor.replays == 2
+
+
+def test_sign_out_ends_the_session_and_a_session_expires() -> None:
+    clock = [1000.0]
+    sessions = Sessions(idle_s=60, max_s=600, clock=lambda: clock[0])
+    session_id, _ = sessions.start(Principal("acme"))
+    clock[0] += 59
+    assert sessions.get(session_id) is not None  # each use restarts the idle clock
+    clock[0] += 59
+    assert sessions.get(session_id) is not None
+    clock[0] += 61
+    assert sessions.get(session_id) is None  # idle too long
+    session_id, _ = sessions.start(Principal("acme"))
+    for _ in range(12):
+        clock[0] += 55
+        sessions.get(session_id)
+    assert sessions.get(session_id) is None  # past its maximum age however busy
+    auditor = _Auditor()
+    client = _client(auditor)
+    assert _sign_in(client, ACME).status_code == 303
+    cookie = client.cookies.get(COOKIE)
+    page = client.get("/decisions")
+    csrf = re.search(r'name="csrf" value="([^"]+)"', page.text)
+    assert csrf is not None
+    assert client.post("/logout", data={"csrf": csrf.group(1)}, headers=SAME_SITE).status_code == 303
+    client.cookies.set(COOKIE, cookie or "")  # the old cookie presented again
+    assert client.get("/decisions").status_code == 303  # signed out: back to the sign-in page
+
+
+def test_guessing_tokens_is_answered_429_with_retry_after(auditor: _Auditor) -> None:
+    guesser = _client(auditor)
+    answers = [guesser.get("/decisions", headers={"Authorization": f"Bearer guess-{n:016d}"}).status_code
+               for n in range(20)]  # fmt: skip
+    assert answers[:5] == [401] * 5
+    assert set(answers[5:]) == {429}
+    blocked = guesser.get("/decisions", headers={"Authorization": f"Bearer {ACME}"})
+    assert blocked.status_code == 429  # even a right token waits: the client is guessing
+    assert int(blocked.headers["retry-after"]) > 0
+    form = {"token": "guess", "next": "/decisions", "login_token": "x"}
+    assert guesser.post("/login", data=form, headers=SAME_SITE).status_code == 429
+    clock = [0.0]
+    throttle = Throttle(limit=3, window_s=10, block_s=5, clock=lambda: clock[0])
+    for _ in range(3):
+        throttle.failed("c")
+    assert throttle.retry_after("c") == 5
+    clock[0] += 5
+    assert throttle.retry_after("c") is None
+    for _ in range(3):
+        throttle.failed("c")
+    assert throttle.retry_after("c") == 10  # each block twice as long as the one before
+
+
+def test_behind_a_trusted_tls_proxy_the_cookie_is_secure_and_from_anyone_else_not(auditor: _Auditor) -> None:
+    tokens = Tokens({"acme": SecretStr(ACME)}, None)
+    forwarded = {"X-Forwarded-Proto": "https", "X-Forwarded-For": "203.0.113.7", "Origin": "https://testserver"}
+    for trusted, secure in (("*", True), ("10.0.0.1", False)):  # the test client comes from neither address
+        settings = Settings.from_env({"DPM_UI_TOKENS": f"acme={ACME}", "DPM_UI_TRUSTED_PROXIES": trusted})
+        client = TestClient(asgi_app(auditor, tokens, settings.ui), follow_redirects=False)
+        login_token = _login_form(client)
+        form = {"token": ACME, "next": "/decisions", "login_token": login_token}
+        signed = client.post("/login", data=form, headers=forwarded if secure else {**forwarded, **SAME_SITE})
+        assert signed.status_code == 303, signed.text
+        assert ("Secure" in signed.headers["set-cookie"]) is secure
+
+
+@pytest.mark.parametrize("weak", ["a" * 16, "ab" * 12, "aaaaaaaaaaabcdef", "short-but-mixed"])
+def test_weak_ui_tokens_are_refused_at_start_without_echoing_them(weak: str) -> None:
+    with pytest.raises(SettingsError) as refused:
+        Settings.from_env({"DPM_UI_TOKENS": f"acme={weak}"})
+    assert "too weak" in str(refused.value)
+    assert weak not in str(refused.value)
+    Settings.from_env({"DPM_UI_TOKENS": f"acme={secrets.token_hex(16)}"})  # a random token passes
 
 
 def test_filters_and_pages(auditor: _Auditor) -> None:
