@@ -11,7 +11,7 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 from pipeline.core.event_log import RawRecord
 from pipeline.kafka.admin import topic_partitions
 from pipeline.kafka.errors import KafkaAdapterError
-from pipeline.kafka.range_reads import read_range
+from pipeline.kafka.range_reads import read_range, renewed
 
 _LOG = logging.getLogger("pipeline.kafka.librdkafka")
 
@@ -27,14 +27,17 @@ class TopicFollower:
     def __init__(self, client_config: dict[str, str], topic: str) -> None:
         self.topic = topic
         self._config = client_config
-        self._consumer = Consumer(
-            {**client_config, "group.id": f"dpm-follow-{uuid.uuid4().hex}", "enable.auto.commit": False,
+        self._consumer = self._connect()
+        self._next: dict[int, int] = {}
+        self._partitions: int | None = None
+
+    def _connect(self) -> Consumer:
+        return Consumer(
+            {**self._config, "group.id": f"dpm-follow-{uuid.uuid4().hex}", "enable.auto.commit": False,
              "isolation.level": "read_committed", "enable.partition.eof": True, "fetch.wait.max.ms": 5,
              "auto.offset.reset": "earliest"},  # from the log's start even if it no longer starts at 0
             logger=_LOG,
         )  # fmt: skip
-        self._next: dict[int, int] = {}
-        self._partitions: int | None = None
 
     def partition_count(self) -> int:
         if self._partitions is None:
@@ -62,6 +65,7 @@ class TopicFollower:
                     yield raw
                 self._next[partition] = high  # past the transaction markers that ended the read
         except KafkaException as exc:
+            self._consumer = renewed(self._consumer, self._connect)  # the next call asks the cluster afresh
             raise KafkaAdapterError(f"reading {self.topic} failed: {exc}") from exc
 
     def close(self) -> None:

@@ -15,6 +15,8 @@ from collections.abc import Callable, Mapping
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
+from pipeline.kafka.range_reads import renewed
+
 _LOG = logging.getLogger("pipeline.kafka.lag")
 _LIB_LOG = logging.getLogger("pipeline.kafka.librdkafka")
 
@@ -31,12 +33,16 @@ class LagProbe:
     ) -> None:
         # A consumer's leader metadata is refreshed as soon as a broker is lost; an AdminClient kept
         # asking the dead leader, one request timeout each time, until its metadata aged out.
-        self._consumer = Consumer({**client_config, "group.id": f"dpm-lag-probe-{uuid.uuid4().hex}"}, logger=_LIB_LOG)
+        self._config = client_config
+        self._consumer = self._connect()
         self._topic, self._report, self._interval_s = topic, report, interval_s
         self._positions: dict[int, int] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"lag-probe-{topic}", daemon=True)
+
+    def _connect(self) -> Consumer:
+        return Consumer({**self._config, "group.id": f"dpm-lag-probe-{uuid.uuid4().hex}"}, logger=_LIB_LOG)
 
     def track(self, positions: Mapping[int, int]) -> None:
         """The consumer's next offsets per assigned partition (its whole assignment: others are dropped)."""
@@ -57,6 +63,7 @@ class LagProbe:
                 lags[partition] = max(0, high - position)
         except KafkaException as exc:  # brokers unreachable for a moment: keep the last figures
             _LOG.debug("lag unavailable: %s", exc)
+            self._consumer = renewed(self._consumer, self._connect)
         return lags
 
     def start(self) -> None:

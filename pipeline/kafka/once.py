@@ -26,7 +26,7 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from pipeline.core.events import LogPosition
 from pipeline.kafka.errors import KafkaAdapterError
-from pipeline.kafka.range_reads import read_range
+from pipeline.kafka.range_reads import read_range, renewed
 from pipeline.kafka.steps import Output
 from pipeline.kafka.txn_producer import TransactionalProducer
 from pipeline.wire.headers import standard_headers
@@ -65,12 +65,15 @@ class OncePublisher:
         self._source = source  # the CloudEvents source of the ledger records
         self._timeout_s = call_timeout_s
         self._partitions: dict[tuple[str, int], _Partition] = {}
-        self._reader = Consumer(
-            {**client_config, "group.id": f"dpm-ledger-{uuid.uuid4().hex}", "enable.auto.commit": False,
+        self._reader = self._connect()
+        self.stats = OnceStats()
+
+    def _connect(self) -> Consumer:
+        return Consumer(
+            {**self._config, "group.id": f"dpm-ledger-{uuid.uuid4().hex}", "enable.auto.commit": False,
              "isolation.level": "read_committed", "enable.partition.eof": True, "fetch.wait.max.ms": 5},
             logger=_LIB_LOG,
         )  # fmt: skip
-        self.stats = OnceStats()
 
     def _partition(self, topic: str, partition: int) -> _Partition:
         """The partition's producer, registered, and its ledger read after that registration."""
@@ -98,6 +101,7 @@ class OncePublisher:
                 if raw.key == key and raw.value is not None:
                     latest = PublishedLedger.decode(raw.value)
         except KafkaException as exc:
+            self._reader = renewed(self._reader, self._connect)
             raise KafkaAdapterError(f"reading the ledger {self._ledger_topic}[{partition}] failed: {exc}") from exc
         except RejectedError as exc:
             raise KafkaAdapterError(f"the ledger {self._ledger_topic}[{partition}] holds a bad record: {exc}") from exc

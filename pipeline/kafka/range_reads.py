@@ -129,6 +129,22 @@ def _first_at_or_after(
             return raw_record(msg)
 
 
+def renewed(consumer: Consumer, make: Callable[[], Consumer]) -> Consumer:
+    """A new consumer, from `make`, in place of one whose request failed.
+
+    After a broker node is lost, a consumer may keep asking the lost leader for watermarks (the
+    request times out, and librdkafka does not refresh its metadata for it) until its periodic
+    metadata refresh, five minutes later: seen here as a worker stuck that long after a node loss.
+    A new consumer asks the cluster afresh. The old one holds no group membership, so closing it
+    is quick.
+    """
+    try:
+        consumer.close()
+    except (KafkaException, RuntimeError) as exc:
+        _LOG.debug("closing a failed consumer: %s", exc)
+    return make()
+
+
 def raw_record(msg: Message) -> RawRecord:
     """A consumed message as the core's RawRecord: where it was read, its bytes, its timestamp, its headers."""
     return RawRecord(LogPosition(msg.partition() or 0, msg.offset() or 0), msg.key(), msg.value(), msg.timestamp()[1],

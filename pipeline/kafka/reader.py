@@ -17,7 +17,7 @@ from pipeline.core.events import CaseRef, LogPosition
 from pipeline.kafka.admin import topic_partitions
 from pipeline.kafka.errors import KafkaAdapterError
 from pipeline.kafka.partitioning import case_partition
-from pipeline.kafka.range_reads import read_points, read_range
+from pipeline.kafka.range_reads import read_points, read_range, renewed
 
 _LOG = logging.getLogger("pipeline.kafka.librdkafka")
 # Offsets at most this far apart are read through as one run; farther ones are read by seeking. Here
@@ -155,11 +155,16 @@ class KafkaEventLog:
                 f"offset {past.offset} of {self._topic}[{past.partition}] was never written (the log ends at {end})"
             )
 
+    def _failed(self, exc: KafkaException, doing: str) -> KafkaAdapterError:
+        """The error to raise for a failed request; the run consumer is renewed so the next read asks afresh."""
+        self._consumer = renewed(self._consumer, lambda: self._new_consumer(_RUN_FETCH))
+        return KafkaAdapterError(f"{doing} failed: {exc}")
+
     def read(self, positions: Sequence[LogPosition], deadline: float | None = None) -> ReadResult:
         try:
             self._check_written(positions)
         except KafkaException as exc:
-            raise KafkaAdapterError(f"reading {self._topic} failed: {exc}") from exc
+            raise self._failed(exc, f"reading {self._topic}") from exc
         runs = _runs(positions)
         pending = self._isolated([r for r in runs if len(r.offsets) == 1], deadline)
         found: dict[LogPosition, RawRecord] = {}
@@ -170,7 +175,7 @@ class KafkaEventLog:
             for future in pending:
                 found.update((r.position, r) for r in future.result())
         except KafkaException as exc:
-            raise KafkaAdapterError(f"reading {self._topic} failed: {exc}") from exc
+            raise self._failed(exc, f"reading {self._topic}") from exc
         finally:
             wait(pending)  # no reader is left working for a read that has ended
         wanted = [p for p in positions if p in found and found[p].value is not None]
@@ -202,7 +207,7 @@ class KafkaEventLog:
                 if record.key and record.key.startswith(prefix) and record.value:
                     records.append(record)
         except KafkaException as exc:
-            raise KafkaAdapterError(f"{doing} failed: {exc}") from exc
+            raise self._failed(exc, doing) from exc
         return ReadResult(tuple(records))
 
     def close(self) -> None:

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import faust
+from faust.types import TP
 
 from pipeline.core.event_log import RawRecord
 from pipeline.core.events import CaseRef, LogPosition
@@ -105,6 +106,7 @@ class Baseline:
     ) -> None:
         self.options, self.names, self.backend, self.metrics = options, names, backend, metrics
         self.cipher = cipher
+        self._waiting_for_kafka = 0  # handlings now waiting for Kafka to answer (see waiting_for_kafka)
         # Model calls: one thread per call in flight (cases run concurrently, see _consume). Kafka and
         # the key topic: one thread, so the event loop never blocks and the keys are used in order.
         self.calls = ThreadPoolExecutor(max_workers=options.concurrency, thread_name_prefix="summ-call")
@@ -150,6 +152,24 @@ class Baseline:
 
     def case_partition(self, case: CaseRef) -> int:
         return case_partition(case, self.options.partitions)
+
+    async def events_end(self, partition: int) -> int | None:
+        """The events partition's end (its high watermark), asked of the broker; None while Kafka does not answer."""
+        tp = TP(self.names.events, partition)
+        try:
+            ends = await self.app.consumer.highwaters(tp)
+        except Exception as exc:  # noqa: BLE001 - aiokafka's errors while the broker is away: unknown, not failed
+            _LOG.debug("the end of %s is unknown: %s", tp, exc)
+            return None
+        return ends.get(tp)
+
+    async def events_position(self, partition: int) -> int | None:
+        """The next events offset this member will fetch in `partition`, if it owns it."""
+        tp = TP(self.names.events, partition)
+        if tp not in self.app.consumer.assignment():
+            return None
+        position: int | None = await self.app.consumer.position(tp)
+        return position
 
     async def _on_assigned(self, _sender: Any, /, *_: Any, signal: Any, **__: Any) -> None:  # noqa: ARG002, ANN401
         """After a rebalance every partition's producer is registered again and its ledger read again (once.py)."""
@@ -238,14 +258,25 @@ class Baseline:
 
     async def _until_kafka_answers(self, work: Callable[[], Awaitable[_T]]) -> _T:
         """`await work()`, again and again with doubling pauses while Kafka fails: no record is at fault then."""
-        backoff = 1.0
-        while True:
-            try:
-                return await work()
-            except KafkaAdapterError as exc:
-                _LOG.warning("Kafka failed (%s); trying again in %.0f s", exc, backoff)
-                await asyncio.sleep(backoff)
-                backoff = min(_MAX_BACKOFF_S, backoff * 2)
+        backoff, waiting = 1.0, False
+        try:
+            while True:
+                try:
+                    return await work()
+                except KafkaAdapterError as exc:
+                    if not waiting:
+                        waiting = True
+                        self._waiting_for_kafka += 1
+                    _LOG.warning("Kafka failed (%s); trying again in %.0f s", exc, backoff)
+                    await asyncio.sleep(backoff)
+                    backoff = min(_MAX_BACKOFF_S, backoff * 2)
+        finally:
+            if waiting:
+                self._waiting_for_kafka -= 1
+
+    def waiting_for_kafka(self) -> bool:
+        """Whether some record's handling is waiting for Kafka to answer right now (an outage, say)."""
+        return self._waiting_for_kafka > 0
 
     async def _publish(self, record: RawRecord, source: str, outputs: Sequence[Output]) -> None:
         """Publishes `outputs` once; outputs Kafka keeps refusing give way to the dead letter, then to nothing.

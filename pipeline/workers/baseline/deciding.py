@@ -30,6 +30,7 @@ _LOG = logging.getLogger("pipeline.workers.baseline")
 # Triggers handled per case, newest last (HandledTriggers): a re-sent decided one is dead-lettered
 # `duplicate`, once.
 RECENT_TRIGGERS_PER_CASE = 64
+_POLL_S = 0.2  # how often a trigger waiting for its events looks at the case's state
 
 
 class Deciding:
@@ -138,16 +139,43 @@ class Deciding:
         self.host.decided[request.case.key] = added.to_json()
 
     async def _await_steps(self, request: DecisionRequest) -> tuple[int, CaseState]:
-        """Waits until the case's memory covers the trigger's events; returns that count and the case's state."""
+        """Waits until the case's memory covers the trigger's events; returns that count and the case's state.
+
+        The wait is bounded by --trigger-wait, but its clock stops while Kafka does not answer (an
+        outage holds the events back, and no event is missing then), and it goes on while the events
+        the trigger names exist and have not even been fetched yet (a backlog).
+        """
         deadline = time.monotonic() + self.host.options.trigger_wait_s
         wanted = request.events_count or (len(request.positions) if request.positions else None)
+        last = self._last_offset(request)
         while True:
             stored = self.host.cases.get(request.case.key)
             state = CaseState.from_json(stored) if stored is not None else None
             have = state.last_seq if state is not None else 0
             if state is not None and have and (wanted is None or have >= wanted):
                 return wanted or have, state
-            if time.monotonic() > deadline:
+            if time.monotonic() > deadline and not await self._still_arriving(request.case, last):
                 reason = Rejection.UNKNOWN_CASE if have == 0 else Rejection.SEQUENCE_GAP
                 raise RejectedError(reason, f"{request.case.key}: {have} events summarized, trigger needs {wanted}")
-            await asyncio.sleep(0.2)
+            await asyncio.sleep(_POLL_S)
+            if self.host.waiting_for_kafka():
+                deadline += _POLL_S
+
+    def _last_offset(self, request: DecisionRequest) -> int | None:
+        """The last offset the trigger names in its case's events partition."""
+        partition = self.host.case_partition(request.case)
+        return max((p.offset for p in request.positions or () if p.partition == partition), default=None)
+
+    async def _still_arriving(self, case: CaseRef, last: int | None) -> bool:
+        """Whether the events up to offset `last` exist but this member has yet to fetch them.
+
+        Kafka away counts as arriving (what exists cannot be asked); an offset never written does not.
+        """
+        if last is None:
+            return False
+        partition = self.host.case_partition(case)
+        position = await self.host.events_position(partition)
+        if position is None or position > last:
+            return False
+        end = await self.host.events_end(partition)
+        return end is None or last < end
