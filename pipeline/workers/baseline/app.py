@@ -18,13 +18,17 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import math
+import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import faust
+from faust.transport.consumer import Consumer
 from faust.types import TP
 
 from pipeline.core.event_log import RawRecord
@@ -45,11 +49,14 @@ from pipeline.wire.sealing import CaseCipher
 from pipeline.wire.trigger import TriggerLimits
 from pipeline.workers.baseline.deciding import Deciding
 from pipeline.workers.baseline.dispatch import CaseOrdered, ordering_key
+from pipeline.workers.baseline.durable import DurableTable, collect_writes, delivered
 from pipeline.workers.baseline.folding import Folding
-from pipeline.workers.baseline.outcome import Outcome
+from pipeline.workers.baseline.outcome import Outcome, PartitionRevoked
 from pipeline.workers.publishing import dead_letter, worker_source
 
 _LOG = logging.getLogger("pipeline.workers.baseline")
+# The partition and group generation of the record the current task handles (see check_owned).
+_HANDLING: ContextVar[tuple[TP, int | None] | None] = ContextVar("summ_handling", default=None)
 _T = TypeVar("_T")
 _MODEL_ATTEMPTS = 3
 _RETRY_BACKOFF_S = 2.0
@@ -107,6 +114,7 @@ class Baseline:
         self.options, self.names, self.backend, self.metrics = options, names, backend, metrics
         self.cipher = cipher
         self._waiting_for_kafka = 0  # handlings now waiting for Kafka to answer (see waiting_for_kafka)
+        self._handled_at: dict[tuple[str, int], float] = {}  # (topic, partition): when its last record was handled
         # Model calls: one thread per call in flight (cases run concurrently, see _consume). Kafka and
         # the key topic: one thread, so the event loop never blocks and the keys are used in order.
         self.calls = ThreadPoolExecutor(max_workers=options.concurrency, thread_name_prefix="summ-call")
@@ -123,10 +131,14 @@ class Baseline:
             broker_session_timeout=options.session_timeout_s,
             consumer_auto_offset_reset="earliest",
             processing_guarantee="at_least_once",
+            # A rebalance does not wait for records in flight (see check_owned): a trigger waiting for its
+            # events would otherwise hold the group's rebalance until its wait ran out.
+            stream_wait_empty=False,
             # Commit progress often: a restarted member then redoes little, and a trigger that arrived
             # while it was down is found at the committed position.
             broker_commit_interval=1.0,
             topic_allow_declare=False,  # every topic exists before the app starts (service.ensure_baseline_topics)
+            Table=DurableTable,  # a record is acknowledged once the state it left is stored (durable.py)
         )
         # case key -> CaseState.to_json(); step_key(case, budget, seq) -> SummStep.to_json()
         self.cases = self.app.Table("summ-cases", partitions=options.partitions)
@@ -172,8 +184,33 @@ class Baseline:
         return position
 
     async def _on_assigned(self, _sender: Any, /, *_: Any, signal: Any, **__: Any) -> None:  # noqa: ARG002, ANN401
-        """After a rebalance every partition's producer is registered again and its ledger read again (once.py)."""
+        """After a rebalance every partition's producer is registered again and its ledger read again (once.py).
+
+        A partition's idle clock (idle_for) starts at its assignment: a member that has just taken
+        a backlog over is not idle before it could finish its first record.
+        """
+        now = time.monotonic()
+        for tp in self.app.consumer.assignment():
+            self._handled_at.setdefault((tp.topic, tp.partition), now)
+        await self._rewind()
         await self.blocking(self.publisher.forget)
+
+    async def _rewind(self) -> None:
+        """Every input partition assigned is fetched again from its committed offset, or its start if none.
+
+        Records in flight at a rebalance are dropped unacknowledged (check_owned) and must be
+        fetched again; faust seeks a partition back only to a committed offset above 0, so a
+        partition kept through a rebalance before anything of it was committed went on from
+        where its fetching had got to, and the dropped records were never handled.
+        """
+        consumer = cast(Consumer, self.app.consumer)  # faust's transport consumer: ConsumerT lacks seek_to_committed
+        inputs = {self.names.events, self.names.triggers}
+        committed = await consumer.seek_to_committed()
+        never = [tp for tp in consumer.assignment() if tp.topic in inputs and not committed.get(tp)]
+        if never:
+            starts = await consumer.earliest_offsets(*never)
+            for tp in never:
+                await consumer.seek(tp, starts[tp])
 
     async def _report_lag(self) -> None:
         """Exports this member's lag on the events and triggers topics (highwater minus position)."""
@@ -223,8 +260,46 @@ class Baseline:
         await cases.drain()
 
     async def _acked(self, event: Any, source: str, handle: Callable[[RawRecord], Awaitable[Outcome]]) -> None:  # noqa: ANN401
-        await self._handled(_record(event), source, handle)
+        record = _record(event)
+        _HANDLING.set((TP(source, record.position.partition), event.message.generation_id))
+        writes = collect_writes()
+        try:
+            self.check_owned()
+            await self._handled(record, source, handle)
+            await delivered(writes)  # the state it left is in the changelog before its offset can be committed
+            self.check_owned()
+        except PartitionRevoked:
+            _LOG.info("record at %s of %s left to be read again after a rebalance", record.position, source)
+            return  # not acknowledged: the new owner reads it again from the committed offset
+        except Exception:  # noqa: BLE001 - a changelog write faust could not deliver
+            _LOG.exception("record at %s of %s: its state could not be stored; it is handled again after a restart",
+                           record.position, source)  # fmt: skip
+            return  # not acknowledged: the committed offset stays before it
+        self._handled_at[(source, record.position.partition)] = time.monotonic()
         event.ack()
+
+    def idle_for(self, topic: str, partition: int) -> float:
+        """Seconds since this member last finished a record of the partition, or since it was assigned."""
+        handled_at = self._handled_at.get((topic, partition))
+        return math.inf if handled_at is None else time.monotonic() - handled_at
+
+    def check_owned(self) -> None:
+        """Raises PartitionRevoked once the record this task handles belongs to another generation of the group.
+
+        faust does not wait for records in flight when a rebalance revokes their partitions
+        (stream_wait_empty off: a trigger waiting for its events, or a slow model, would hold the
+        whole group's rebalance). A record fetched before a rebalance is stale even when its
+        partition comes back to this member: the partition is read again from its committed offset,
+        and the stale copy handled now would overtake the earlier records read again. So a handling
+        checks before it waits, stores, publishes or acknowledges.
+        """
+        handling = _HANDLING.get()
+        if handling is None:
+            return
+        tp, generation = handling
+        consumer = self.app.consumer
+        if generation != self.app.consumer_generation_id or tp not in consumer.assignment():
+            raise PartitionRevoked(f"{tp.topic}[{tp.partition}] fetched in generation {generation}")
 
     async def _handled(self, record: RawRecord, source: str, handle: Callable[[RawRecord], Awaitable[Outcome]]) -> None:
         """Handles a record not published yet and publishes its outcome once; Kafka away is waited for."""
@@ -246,6 +321,8 @@ class Baseline:
                 return await self._until_kafka_answers(functools.partial(handle, record))
             except RejectedError as exc:
                 return self.refusal(record, source, exc)
+            except PartitionRevoked:
+                raise
             except ModelBackendError as exc:
                 if attempt < _MODEL_ATTEMPTS:
                     await asyncio.sleep(_RETRY_BACKOFF_S * attempt)
@@ -292,6 +369,7 @@ class Baseline:
                 _LOG.error("record at %s of %s: neither its outputs nor its dead letter could be published",
                            record.position, source)  # fmt: skip
             for _ in range(_PUBLISH_ATTEMPTS):
+                self.check_owned()
                 try:
                     await self._until_kafka_answers(functools.partial(self.blocking, self.publisher.publish, source,
                                                                       record.position, stage))  # fmt: skip

@@ -143,7 +143,9 @@ class Deciding:
 
         The wait is bounded by --trigger-wait, but its clock stops while Kafka does not answer (an
         outage holds the events back, and no event is missing then), and it goes on while the events
-        the trigger names exist and have not even been fetched yet (a backlog).
+        the trigger names exist and are still on their way: not fetched yet, or fetched and queued
+        behind other records of a partition whose summarizing has not stalled (a backlog, a
+        restarted member).
         """
         deadline = time.monotonic() + self.host.options.trigger_wait_s
         wanted = request.events_count or (len(request.positions) if request.positions else None)
@@ -154,6 +156,7 @@ class Deciding:
             have = state.last_seq if state is not None else 0
             if state is not None and have and (wanted is None or have >= wanted):
                 return wanted or have, state
+            self.host.check_owned()
             if time.monotonic() > deadline and not await self._still_arriving(request.case, last):
                 reason = Rejection.UNKNOWN_CASE if have == 0 else Rejection.SEQUENCE_GAP
                 raise RejectedError(reason, f"{request.case.key}: {have} events summarized, trigger needs {wanted}")
@@ -167,15 +170,20 @@ class Deciding:
         return max((p.offset for p in request.positions or () if p.partition == partition), default=None)
 
     async def _still_arriving(self, case: CaseRef, last: int | None) -> bool:
-        """Whether the events up to offset `last` exist but this member has yet to fetch them.
+        """Whether the events up to offset `last` exist and this member is still on its way to them.
 
-        Kafka away counts as arriving (what exists cannot be asked); an offset never written does not.
+        Kafka away counts as arriving (what exists cannot be asked); an offset never written does
+        not, nor does a partition whose summarizing finished nothing for --trigger-wait seconds.
         """
         if last is None:
             return False
         partition = self.host.case_partition(case)
-        position = await self.host.events_position(partition)
-        if position is None or position > last:
-            return False
         end = await self.host.events_end(partition)
-        return end is None or last < end
+        if end is not None and last >= end:
+            return False
+        position = await self.host.events_position(partition)
+        if position is None:
+            return end is None
+        if position <= last:
+            return True
+        return self.host.idle_for(self.host.names.events, partition) < self.host.options.trigger_wait_s

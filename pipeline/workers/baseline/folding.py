@@ -82,6 +82,7 @@ class Folding:
             raise RejectedError(Rejection.SEQUENCE_GAP, f"{event.case.key}: seq {event.seq} after {state.last_seq}")
         for budget in state.budgets:
             await self._step(record, event, state.task, budget)
+        self.host.check_owned()
         self.host.cases[event.case.key] = state.after(event.seq).to_json()
         return Outcome()
 
@@ -94,6 +95,7 @@ class Folding:
         folded = EventRecord.from_wire(stored["event"]).event
         if (folded.kind, folded.text) != (event.kind, event.text):
             _LOG.warning("event %s was rewritten after Summ-only folded it: the case is no longer decided", event.key)
+            self.host.check_owned()
             self.host.cases[event.case.key] = state.with_rewritten(event.seq).to_json()
 
     async def _step(self, record: RawRecord, event: Event, task: TaskSpec, budget: int) -> None:
@@ -118,6 +120,7 @@ class Folding:
         size = len(orjson.dumps(stored))
         if size > MAX_STEP_BYTES:  # never hand the changelog a record it would refuse
             raise RejectedError(Rejection.OVERSIZE, f"{case_key} step {event.seq} would store {size} bytes")
+        self.host.check_owned()
         self.host.steps[slot] = stored
         if self.host.metrics is not None:
             self.host.metrics.observe_calls(Architecture.SUMM, calls)

@@ -14,3 +14,11 @@ class Outcome:
 
     outputs: Sequence[Output] = ()
     committed: Callable[[], None] = lambda: None
+
+
+class PartitionRevoked(Exception):  # noqa: N818 - a state, not a failure
+    """The record's partition went to another member while it was handled: it is left, unacknowledged, to them.
+
+    Its new owner handles it again from the committed offset; nothing of this attempt is published
+    or stored (the published ledger keeps the two attempts from both publishing).
+    """
