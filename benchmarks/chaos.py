@@ -54,7 +54,7 @@ from pipeline.kafka.keystore import kafka_case_keys
 from pipeline.kafka.partitioning import case_partition
 from pipeline.kafka.producer import EventProducer
 from pipeline.kafka.range_reads import read_topic
-from pipeline.kafka.topics import TopicNames, create_pipeline_topics
+from pipeline.kafka.topics import BaselineTopics, TopicNames, create_pipeline_topics
 from pipeline.keys.providers import LocalFileKeyProvider
 from pipeline.services.cluster import child_env, cluster, pipeline_processes, private_cluster
 from pipeline.services.read_outputs import PublishedOutputs, load_outputs
@@ -174,20 +174,29 @@ def _settle(stage: Stage, outcome: Outcome, expected: set[DecisionKey], since: f
 def _diagnose(stage: Stage, scenario: str, lost: list[str]) -> None:
     """Says what a loss looks like from outside: stalled (input left uncommitted) or skipped (committed past).
 
-    Prints the lost ids, the projection group's committed offsets against the triggers' ends, and
-    the workers' last warnings; keeps the processes' logs under out/chaos/.
+    Prints the lost ids, both groups' committed offsets against the triggers' ends, the baseline's
+    published ledger, and the processes' last warnings; keeps their logs under out/chaos/.
     """
     print(f"\n{scenario}: lost {', '.join(lost)}", flush=True)
-    reader = Consumer({**stage.config, "group.id": f"{stage.names.prefix}-projection", "enable.auto.commit": False})
+    for group in (f"{stage.names.prefix}-projection", f"{stage.names.prefix}-baseline"):
+        reader = Consumer({**stage.config, "group.id": group, "enable.auto.commit": False})
+        try:
+            partitions = [TopicPartition(stage.names.triggers, p) for p in range(3)]
+            for tp in reader.committed(partitions, timeout=10):
+                _, end = reader.get_watermark_offsets(tp, timeout=10)
+                print(f"  {group} {tp.topic}[{tp.partition}]: committed {tp.offset}, end {end}", flush=True)
+        except KafkaException as exc:
+            print(f"  committed offsets unavailable: {exc}", flush=True)
+        finally:
+            reader.close()
     try:
-        partitions = [TopicPartition(stage.names.triggers, p) for p in range(3)]
-        for tp in reader.committed(partitions, timeout=10):
-            _, end = reader.get_watermark_offsets(tp, timeout=10)
-            print(f"  {tp.topic}[{tp.partition}]: committed {tp.offset}, end {end}", flush=True)
-    except KafkaException as exc:
-        print(f"  committed offsets unavailable: {exc}", flush=True)
-    finally:
-        reader.close()
+        latest = {
+            r.key: r.value for r in read_topic(stage.config, BaselineTopics(f"{stage.names.prefix}-baseline").ledger)
+        }
+        for key, value in sorted(latest.items()):
+            print(f"  ledger {key!r}: {value!r}", flush=True)
+    except KafkaAdapterError as exc:
+        print(f"  ledger unavailable: {exc}", flush=True)
     for log in sorted(stage.logs.glob("*.log")):
         noted = [line for line in log.read_text(errors="replace").splitlines() if '"level": "' in line
                  and ('"WARNING"' in line or '"ERROR"' in line)]  # fmt: skip
