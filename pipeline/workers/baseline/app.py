@@ -266,17 +266,25 @@ class Baseline:
         try:
             self.check_owned()
             await self._handled(record, source, handle)
-            await delivered(writes)  # the state it left is in the changelog before its offset can be committed
+            if not await self._stored(record, source, writes):
+                return  # not acknowledged: the committed offset stays before it
             self.check_owned()
         except PartitionRevoked:
             _LOG.info("record at %s of %s left to be read again after a rebalance", record.position, source)
             return  # not acknowledged: the new owner reads it again from the committed offset
+        self._handled_at[(source, record.position.partition)] = time.monotonic()
+        event.ack()
+
+    @staticmethod
+    async def _stored(record: RawRecord, source: str, writes: list[asyncio.Future[Any]]) -> bool:
+        """Whether the table writes a record's handling made reached the changelog (before it may be acknowledged)."""
+        try:
+            await delivered(writes)
         except Exception:  # noqa: BLE001 - a changelog write faust could not deliver
             _LOG.exception("record at %s of %s: its state could not be stored; it is handled again after a restart",
                            record.position, source)  # fmt: skip
-            return  # not acknowledged: the committed offset stays before it
-        self._handled_at[(source, record.position.partition)] = time.monotonic()
-        event.ack()
+            return False
+        return True
 
     def idle_for(self, topic: str, partition: int) -> float:
         """Seconds since this member last finished a record of the partition, or since it was assigned."""
