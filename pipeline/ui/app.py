@@ -29,6 +29,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Route
 
+from pipeline.config.settings import UiSettings
 from pipeline.core.errors import DpmError
 from pipeline.core.task import Architecture
 from pipeline.core.verification import ReplayReport
@@ -300,15 +301,16 @@ def _local(target: str | None) -> str:
     return target
 
 
-def create_app(auditor: Auditor, tokens: Tokens, sessions: Sessions | None = None, throttle: Throttle | None = None,
-               concurrency: int = 2) -> Starlette:  # fmt: skip
+def create_app(auditor: Auditor, tokens: Tokens, settings: UiSettings | None = None,
+               throttle: Throttle | None = None) -> Starlette:  # fmt: skip
     """The application; `tokens` must name at least one principal (Tokens refuses an empty set).
 
-    Sessions last 30 minutes idle and 12 hours at most unless `sessions` says otherwise;
-    `concurrency` decision pages are read and rendered at once (DPM_UI_CONCURRENCY).
+    Sessions and the number of decision pages read and rendered at once follow `settings`
+    (DPM_UI_SESSION_IDLE_S, DPM_UI_SESSION_MAX_S, DPM_UI_CONCURRENCY; their defaults when None).
     """
-    sessions = sessions or Sessions(idle_s=1800, max_s=43_200)
-    pages = _Pages(auditor, tokens, sessions, throttle or Throttle(), concurrency)
+    ui = settings or UiSettings.model_validate({})
+    sessions = Sessions(ui.session_idle_s, ui.session_max_s)
+    pages = _Pages(auditor, tokens, sessions, throttle or Throttle(), ui.concurrency)
     return Starlette(
         routes=[
             Route("/", pages.home),

@@ -11,7 +11,6 @@ from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 from pipeline.config.settings import UiSettings
 from pipeline.ui.app import Auditor, create_app
 from pipeline.ui.auth import Tokens
-from pipeline.ui.sessions import Sessions
 
 
 def asgi_app(auditor: Auditor, tokens: Tokens, settings: UiSettings) -> ASGIApp:
@@ -21,8 +20,7 @@ def asgi_app(auditor: Auditor, tokens: Tokens, settings: UiSettings) -> ASGIApp:
     forwarded one (so the session cookie is Secure) and its client the forwarded one (so throttling
     counts the real client); from anyone else those headers are ignored.
     """
-    app = create_app(auditor, tokens, Sessions(settings.session_idle_s, settings.session_max_s),
-                     concurrency=settings.concurrency)  # fmt: skip
+    app = create_app(auditor, tokens, settings)
     # uvicorn types ASGI apps with its own narrower protocol; a Starlette app is one at run time.
     served = ProxyHeadersMiddleware(cast("Any", app), trusted_hosts=list(settings.trusted_proxies))
     return cast("ASGIApp", served)
