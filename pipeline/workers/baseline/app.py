@@ -47,6 +47,7 @@ from pipeline.wire.headers import header_pairs
 from pipeline.wire.rejection import RejectedError, Rejection
 from pipeline.wire.sealing import CaseCipher
 from pipeline.wire.trigger import TriggerLimits
+from pipeline.workers.baseline.acking import InOrderAcks
 from pipeline.workers.baseline.deciding import Deciding
 from pipeline.workers.baseline.dispatch import CaseOrdered, ordering_key
 from pipeline.workers.baseline.durable import DurableTable, collect_writes, delivered
@@ -115,6 +116,7 @@ class Baseline:
         self.cipher = cipher
         self._waiting_for_kafka = 0  # handlings now waiting for Kafka to answer (see waiting_for_kafka)
         self._handled_at: dict[tuple[str, int], float] = {}  # (topic, partition): when its last record was handled
+        self._acks: InOrderAcks[Any] = InOrderAcks()  # faust's events, acknowledged in offset order (acking.py)
         # Model calls: one thread per call in flight (cases run concurrently, see _consume). Kafka and
         # the key topic: one thread, so the event loop never blocks and the keys are used in order.
         self.calls = ThreadPoolExecutor(max_workers=options.concurrency, thread_name_prefix="summ-call")
@@ -190,8 +192,10 @@ class Baseline:
         a backlog over is not idle before it could finish its first record.
         """
         now = time.monotonic()
-        for tp in self.app.consumer.assignment():
+        assigned = self.app.consumer.assignment()
+        for tp in assigned:
             self._handled_at.setdefault((tp.topic, tp.partition), now)
+        self._acks.keep_only(assigned)
         await self._rewind()
         await self.blocking(self.publisher.forget)
 
@@ -244,13 +248,15 @@ class Baseline:
     async def _consume(self, stream: Any, source: str, handle: Callable[[RawRecord], Awaitable[Outcome]]) -> None:  # noqa: ANN401
         """Feeds each record of a faust stream to `handle`, cases concurrently; refused input becomes a dead letter.
 
-        A record is acknowledged once its outcome is committed. Acknowledgements may come out of
-        order, and faust commits a partition only up to its first unacknowledged offset, so a crash
-        redoes work rather than losing it; the ledger keeps redone work from being published twice.
+        A record is acknowledged once its outcome is committed and every earlier record of its
+        partition is acknowledged (acking.py), so a crash redoes work rather than losing it; the
+        ledger keeps redone work from being published twice.
         """
         cases = CaseOrdered(pending=4 * self.options.concurrency)
         try:
             async for event in stream.noack().events():
+                message = event.message
+                self._acks.read(message.tp, message.generation_id, message.offset, event)
                 # The task copies this context: table writes go to the changelog partition of `event`.
                 work = functools.partial(self._acked, event, source, handle)
                 await cases.submit(ordering_key(event.message.key), work)
@@ -273,7 +279,8 @@ class Baseline:
             _LOG.info("record at %s of %s left to be read again after a rebalance", record.position, source)
             return  # not acknowledged: the new owner reads it again from the committed offset
         self._handled_at[(source, record.position.partition)] = time.monotonic()
-        event.ack()
+        for finished in self._acks.finished(event.message.tp, event.message.generation_id, event.message.offset):
+            finished.ack()
 
     @staticmethod
     async def _stored(record: RawRecord, source: str, writes: list[asyncio.Future[Any]]) -> bool:
