@@ -13,8 +13,10 @@ from pipeline.core.events import Event, Trajectory
 from pipeline.core.model import ModelBackend, ModelRequest, ModelResponse, Purpose
 from pipeline.core.parse import parse_view
 from pipeline.core.prompt import PromptEvent, decision_request, projection_request, summarization_request
+from pipeline.core.segments import SegmentNode, SegmentStore, project_in_segments
 from pipeline.core.task import Architecture, Budget, TaskSpec
 from pipeline.core.view import EMPTY_VIEW, Fact, MemoryView, fit_to_budget
+from pipeline.core.window import Window
 
 
 class SummVariant(StrEnum):
@@ -46,6 +48,9 @@ class RunResult:
     decision: Decision
     calls: tuple[ModelCall, ...]
     wall_s: float
+    # A DPM case too long for one call: the window it was cut for and its tree (segments.py); else empty.
+    window: Window | None = None
+    segments: tuple[SegmentNode, ...] = ()
 
     @property
     def memory_call(self) -> ModelCall | None:
@@ -118,7 +123,15 @@ class _Run:
         self.calls.append(ModelCall(request, response))
         return response
 
-    def finish(self, architecture: Architecture, variant: SummVariant | None, memory: SummMemory) -> RunResult:
+    def finish(
+        self,
+        architecture: Architecture,
+        variant: SummVariant | None,
+        memory: SummMemory,
+        *,
+        window: Window | None = None,
+        segments: tuple[SegmentNode, ...] = (),
+    ) -> RunResult:
         view_text = memory.view.render()
         response = self.call(decision_request(view_text, self.task))
         return RunResult(
@@ -132,14 +145,34 @@ class _Run:
             decision=parse_decision(response.text, self.task.label_space),
             calls=tuple(self.calls),
             wall_s=time.perf_counter() - self.started,
+            window=window,
+            segments=segments,
         )
 
 
-def run_dpm(trajectory: Trajectory, task: TaskSpec, budget: Budget, backend: ModelBackend) -> RunResult:
-    """pi(E, T, B): one projection call over the whole log, then one decision call over the view."""
+def run_dpm(
+    trajectory: Trajectory,
+    task: TaskSpec,
+    budget: Budget,
+    backend: ModelBackend,
+    *,
+    window: Window | None = None,
+    store: SegmentStore | None = None,
+) -> RunResult:
+    """pi(E, T, B): one projection call over the whole log, then one decision call over the view.
+
+    A log whose projection prompt does not fit `window` is projected in segments merged in a
+    tree (segments.py), segment views reused from `store`; one that fits is projected exactly as
+    without a window.
+    """
     run = _Run(trajectory, task, budget, backend)
-    response = run.call(projection_request(trajectory, task, budget))
-    return run.finish(Architecture.DPM, None, _view_from(response, budget))
+    request = projection_request(trajectory, task, budget)
+    if window is None or window.fits(request.system, request.prompt, request.max_tokens):
+        return run.finish(Architecture.DPM, None, _view_from(run.call(request), budget))
+    events = [PromptEvent(i, e.kind, e.text) for i, e in enumerate(trajectory.events, start=1)]
+    tree = project_in_segments(events, task, budget, window, model=backend.model, call=run.call, store=store)
+    return run.finish(Architecture.DPM, None, _view_from(tree.root_response, budget), window=window,
+                      segments=tree.nodes)  # fmt: skip
 
 
 def run_summ(

@@ -9,10 +9,9 @@ from enum import StrEnum
 from typing import Any
 
 from pipeline.core.errors import DpmError
+from pipeline.core.window import CHARS_PER_TOKEN
 
-# English prose runs about 4 characters per token, numbers and identifiers fewer; 3 keeps the
-# token limit from cutting a view that fits its character budget.
-_CHARS_PER_TOKEN = 3
+# CHARS_PER_TOKEN overestimates tokens, so the token limit never cuts a view that fits its budget.
 _TOKEN_HEADROOM = 64
 
 
@@ -75,7 +74,7 @@ class Budget:
     @property
     def response_token_limit(self) -> int:
         """The model's max_tokens for a response that must fit `chars` characters."""
-        return math.ceil(self.chars / _CHARS_PER_TOKEN) + _TOKEN_HEADROOM
+        return math.ceil(self.chars / CHARS_PER_TOKEN) + _TOKEN_HEADROOM
 
 
 NAMED_BUDGET_FRACTIONS = {"tight": 0.05, "moderate": 0.20, "loose": 0.50}

@@ -11,12 +11,14 @@ from pipeline.core.hashing import canonical_json
 from pipeline.core.model import ModelBackendError, ModelRequest, ModelResponse, Purpose, Usage
 from pipeline.core.prompt import (
     PromptFormatError,
+    is_merge_prompt,
     read_decision_prompt,
+    read_merge_prompt,
     read_projection_prompt,
     read_summarization_prompt,
 )
 from pipeline.core.run import ModelCall
-from pipeline.llm.extractive.writers import decide, project, summarize
+from pipeline.llm.extractive.writers import decide, merge, project, summarize
 
 # Bump when the algorithm's output changes, so replays against an older record report DRIFT honestly.
 MODEL_ID = "extractive-v2"
@@ -42,6 +44,8 @@ class ExtractiveBackend:
     def answer(self, request: ModelRequest) -> str:
         """The answer text for a request this project's prompts produced."""
         try:
+            if request.purpose is Purpose.PROJECT and is_merge_prompt(request.prompt):
+                return merge(read_merge_prompt(request.prompt)).render()
             if request.purpose is Purpose.PROJECT:
                 return project(read_projection_prompt(request.prompt)).render()
             if request.purpose is Purpose.SUMMARIZE:

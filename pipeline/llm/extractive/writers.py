@@ -8,7 +8,7 @@ from pipeline.core.decision import is_negative, render_decision
 from pipeline.core.domains import refer_if_unverified, rules_for
 from pipeline.core.fields import extract_fields
 from pipeline.core.parse import parse_view
-from pipeline.core.prompt import DecisionPrompt, ProjectionPrompt, SummarizationPrompt
+from pipeline.core.prompt import DecisionPrompt, MergePrompt, ProjectionPrompt, SummarizationPrompt
 from pipeline.core.task import TaskSpec
 from pipeline.core.view import MemoryView
 from pipeline.llm.extractive.candidates import rank_candidates
@@ -19,6 +19,18 @@ def project(prompt: ProjectionPrompt) -> MemoryView:
     """DPM: rank every candidate of the whole log globally, then pack within the budget."""
     rules = rules_for(prompt.task.domain)
     ranked, values = rank_candidates([(e.index, e.text) for e in prompt.events], prompt.task, rules)
+    return compose(ranked, values, rules, prompt.budget, task=prompt.task)
+
+
+def merge(prompt: MergePrompt) -> MemoryView:
+    """Partial views into one: their facts compete again, ranked and packed as one projection's would be.
+
+    A fact is ranked at its latest cited event (as a Summ-only step carries facts over), so a value
+    a later stretch corrected still wins.
+    """
+    rules = rules_for(prompt.task.domain)
+    facts = [fact for view in prompt.views for fact in parse_view(view.text).view.facts if fact.citations]
+    ranked, values = rank_candidates([(max(f.citations), f.text) for f in facts], prompt.task, rules)
     return compose(ranked, values, rules, prompt.budget, task=prompt.task)
 
 
