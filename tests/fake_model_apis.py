@@ -43,6 +43,9 @@ class MessagesApiState:
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
+PROPS_N_CTX = 4096  # the window the fake llama.cpp /props reports
+
+
 def _purpose(system: str) -> Purpose:
     if system.startswith("You decide"):
         return Purpose.DECIDE
@@ -89,6 +92,12 @@ def _models(body: dict[str, Any] | None) -> bytes:
     return orjson.dumps({"object": "list", "data": [model]})
 
 
+def _props(body: dict[str, Any] | None) -> bytes:
+    """llama.cpp's /props: the server's settings, its context window among them."""
+    del body
+    return orjson.dumps({"default_generation_settings": {"n_ctx": PROPS_N_CTX}, "total_slots": 1})
+
+
 def _answer(body: dict[str, Any]) -> bytes:
     request = ModelRequest(
         _purpose(body["system"]),
@@ -131,10 +140,9 @@ def _handler(state: MessagesApiState) -> type[BaseHTTPRequestHandler]:
                 fault = state.faults.popleft() if state.faults else Fault()
             if fault.delay_s:
                 time.sleep(fault.delay_s)
-            answer = (
-                _models
-                if self.path.endswith("/models")
-                else (_chat_answer if self.path.endswith("/chat/completions") else _answer)
+            answer = {"/models": _models, "/props": _props, "/chat/completions": _chat_answer}.get(
+                next((end for end in ("/models", "/props", "/chat/completions") if self.path.endswith(end)), ""),
+                _answer,
             )
             payload = fault.body if fault.body is not None else (answer(body) if fault.status == 200 else b"{}")  # type: ignore[arg-type]
             try:

@@ -15,6 +15,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 
 from pipeline.core.errors import DpmError
+from pipeline.wire.limits import MAX_TRAJECTORY_CHARS
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 KAFKA_VERSION = "3.9.2"
@@ -155,6 +156,18 @@ class ModelSettings(_Group):
         None, validation_alias="DPM_PRICE_TABLE", description="JSON price table overriding list prices"
     )
     timeout_s: float = Field(60.0, gt=0, validation_alias="DPM_MODEL_TIMEOUT_S", description="model call timeout")
+    context_tokens: int | None = Field(
+        None,
+        ge=1024,
+        validation_alias="DPM_CONTEXT_TOKENS",
+        description="the model's context window in tokens (unset: what the backend reports, else 8,192)",
+    )
+    segment_tokens: int = Field(
+        16_000,
+        ge=1024,
+        validation_alias="DPM_SEGMENT_TOKENS",
+        description="most tokens one segment's prompt takes when a case is longer than the window",
+    )
     max_retries: int = Field(
         2, ge=0, validation_alias="DPM_MODEL_MAX_RETRIES", description="model call retries (429, 529, 5xx, connection)"
     )
@@ -217,6 +230,12 @@ class WorkerSettings(_Group):
         gt=0,
         validation_alias="DPM_DRAIN_S",
         description="after SIGTERM, how long a worker may take to finish its batch before it exits without it",
+    )
+    max_case_chars: int = Field(
+        MAX_TRAJECTORY_CHARS,
+        ge=1,
+        validation_alias="DPM_MAX_CASE_CHARS",
+        description="longest case (characters of event text) a worker decides; longer ones are dead-lettered oversize",
     )
     domains: tuple[str, ...] = Field(
         (),

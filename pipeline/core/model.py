@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import orjson
 
@@ -130,11 +130,23 @@ class ModelBackend(Protocol):
         ...
 
 
+@runtime_checkable
+class ReportsWindow(Protocol):
+    """A backend that knows its model's context window."""
+
+    def context_tokens(self) -> int | None:
+        """The window in tokens, or None when it cannot tell."""
+        ...
+
+
 class WrappedBackend:
     """Base of a backend that wraps another (latency, tracing): it answers under the wrapped one's name and model."""
 
     def __init__(self, inner: ModelBackend) -> None:
         self._inner = inner
+
+    def context_tokens(self) -> int | None:
+        return self._inner.context_tokens() if isinstance(self._inner, ReportsWindow) else None
 
     @property
     def name(self) -> str:

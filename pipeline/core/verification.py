@@ -12,10 +12,13 @@ from pipeline.core.events import Trajectory
 from pipeline.core.hashing import events_digest, text_digest
 from pipeline.core.model import ModelBackend, ModelBackendError, Purpose
 from pipeline.core.parse import parse_view
+from pipeline.core.prompt import PromptFormatError, is_merge_prompt, read_merge_prompt
 from pipeline.core.recorded import RecordedAnswers
 from pipeline.core.run import ModelCall, RunResult, SummVariant, run_dpm, run_summ
+from pipeline.core.segments import SegmentNode
 from pipeline.core.task import Architecture, Budget, TaskSpec
 from pipeline.core.view import fit_to_budget
+from pipeline.core.window import Window
 
 PREFIX_CHARS = 200
 
@@ -49,6 +52,8 @@ class ReplayTarget:
     events_sha256: str
     view_sha256: str
     raw_response_sha256: str | None
+    window: Window | None = None  # a segmented DPM decision: the window it was cut for
+    segments: tuple[SegmentNode, ...] = ()
 
     @property
     def view_needs_events(self) -> bool:
@@ -67,7 +72,7 @@ def rerun(target: ReplayTarget, trajectory: Trajectory, backend: ModelBackend) -
     """Runs the recorded architecture again on the same events, task and budget."""
     if target.architecture is Architecture.SUMM:
         return run_summ(trajectory, target.task, target.budget, backend, target.variant or SummVariant.REWRITE)
-    return run_dpm(trajectory, target.task, target.budget, backend)
+    return run_dpm(trajectory, target.task, target.budget, backend, window=target.window)
 
 
 def verify_replay(
@@ -114,8 +119,62 @@ def verify_recorded(
         return verify_replay(target, trajectory, None, RecordedAnswers(calls))
     if not memory:
         return ReplayReport(ReplayStatus.DRIFT, "no memory-building call is recorded for this decision")
+    broken = tree_problem(target.segments, memory, target.budget)
+    if broken is not None:
+        return ReplayReport(ReplayStatus.DRIFT, f"the segment tree does not verify: {broken}")
     view, _ = fit_to_budget(parse_view(memory[-1].response.text).view, target.budget.chars)
     derived = text_digest(view.render())
     if derived == target.view_sha256:
         return ReplayReport(ReplayStatus.MATCH, "the recorded response reproduces the recorded view", 0.0, 0.0, derived)
     return ReplayReport(ReplayStatus.DRIFT, "the recorded response yields a different view", replay_view_sha256=derived)
+
+
+def _answer_digest(call: ModelCall, budget: Budget) -> str:
+    view, _ = fit_to_budget(parse_view(call.response.text).view, budget.chars)
+    return text_digest(view.render())
+
+
+def tree_problem(nodes: Sequence[SegmentNode], calls: Sequence[ModelCall], budget: Budget) -> str | None:
+    """What does not verify in a segmented decision's tree, from its recorded calls alone; None when all does.
+
+    Each computed node's recorded answer must yield the view digest the tree records for it, and
+    each merge's recorded prompt must hold exactly the views the tree records below it, so a
+    reused view is verified by the prompt that used it.
+    """
+    if not nodes:
+        return None
+    by_request = {c.request.digest: c for c in calls}
+    by_range = {(n.first, n.last, n.level): n for n in nodes}
+    for node in nodes:
+        call = by_request.get(node.request_sha256)
+        if node.reused:
+            continue
+        if call is None:
+            return f"no recorded call for the computed view of events {node.first}-{node.last} (level {node.level})"
+        if _answer_digest(call, budget) != node.view_sha256:
+            return f"the recorded answer for events {node.first}-{node.last} yields another view"
+        if node.level > 0:
+            problem = _merge_problem(node, call, by_range)
+            if problem is not None:
+                return problem
+    if nodes[-1].reused or nodes[-1].request_sha256 != calls[-1].request.digest:
+        return "the tree's root is not the decision's last projection call"
+    return None
+
+
+def _merge_problem(node: SegmentNode, call: ModelCall, by_range: dict[tuple[int, int, int], SegmentNode]) -> str | None:
+    """Whether a merge's recorded prompt holds the views the tree records below it."""
+    if not is_merge_prompt(call.request.prompt):
+        return f"the call for the merge of events {node.first}-{node.last} is not a merge"
+    try:
+        views = read_merge_prompt(call.request.prompt).views
+    except PromptFormatError as exc:
+        return f"the merge of events {node.first}-{node.last} cannot be read: {exc}"
+    for view in views:
+        child = next((by_range[(view.first, view.last, level)] for level in range(node.level - 1, -1, -1)
+                      if (view.first, view.last, level) in by_range), None)  # fmt: skip
+        if child is None or child.view_sha256 != text_digest(view.text):
+            return (
+                f"the merge of events {node.first}-{node.last} used a view of {view.first}-{view.last} not in its tree"
+            )
+    return None

@@ -50,6 +50,10 @@ class AnthropicBackend:
     def model(self) -> str:
         return self._model
 
+    def context_tokens(self) -> int | None:
+        """The model's window, as the price table lists it."""
+        return self._price.context_tokens
+
     def complete(self, request: ModelRequest) -> ModelResponse:
         started = time.perf_counter()
         try:

@@ -117,7 +117,7 @@ def serve(spec: ServerSpec, sha256: str, stop: threading.Event) -> None:
     params.n_ctx_checkpoints = 0
     params.model_alias = [spec.alias]
     params.model_tags = [f"sha256:{sha256}", f"threads:{spec.threads}", f"server:{_server_build()}",
-                         "slots:1"]  # fmt: skip
+                         "slots:1", f"n_ctx:{spec.context}"]  # fmt: skip
     server = xllamacpp.Server(params)
     try:
         stop.wait()

@@ -10,10 +10,13 @@ connection errors with backoff, honouring retry-after; what still fails is wrapp
 from __future__ import annotations
 
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Sequence
 from typing import Any
 
 import openai
+import orjson
 import pydantic
 
 from pipeline.config.settings import ModelSettings
@@ -70,6 +73,9 @@ class OpenAIBackend:
         structured: bool = True,
     ) -> None:
         self._model = model
+        self._base_url = base_url
+        self._window: int | None = None
+        self._window_asked = False
         self._tags: dict[str, dict[str, str]] = {}
         self._prices = prices or {}
         self._seed = seed
@@ -120,6 +126,28 @@ class OpenAIBackend:
             raw = listed.get(served) or []
             self._tags[served] = dict(t.split(":", 1) for t in raw if isinstance(t, str) and ":" in t)
         return self._tags[served]
+
+    def context_tokens(self) -> int | None:
+        """The served model's window: as the server reports it, else as the price table lists it (asked once)."""
+        if not self._window_asked:
+            price = self._prices.get(self._model)
+            self._window = self._reported_window() or (price.context_tokens if price else None)
+            self._window_asked = True
+        return self._window
+
+    def _reported_window(self) -> int | None:
+        """The `n_ctx` a `dpm model up` server tags its model with, else the one llama.cpp's /props gives."""
+        tagged = self._served_tags(self._model).get("n_ctx", "")
+        if tagged.isdigit():
+            return int(tagged)
+        root = self._base_url.rstrip("/").removesuffix("/v1")
+        try:
+            with urllib.request.urlopen(f"{root}/props", timeout=5) as answer:  # noqa: S310 - the configured server
+                props = orjson.loads(answer.read())
+            n_ctx = props["default_generation_settings"]["n_ctx"]
+        except (urllib.error.URLError, OSError, ValueError, KeyError, TypeError):
+            return None  # not llama.cpp, or it does not say
+        return n_ctx if isinstance(n_ctx, int) and n_ctx > 0 else None
 
     def _send(self, request: ModelRequest) -> tuple[bytes, Any]:
         try:

@@ -14,8 +14,10 @@ from pipeline.core.events import CaseRef, LogPosition, Trajectory
 from pipeline.core.hashing import events_digest, json_digest, text_digest
 from pipeline.core.model import Purpose, Usage
 from pipeline.core.run import RunResult, SummVariant
+from pipeline.core.segments import SegmentNode
 from pipeline.core.task import Architecture, Budget, TaskSpec
 from pipeline.core.verification import ReplayTarget
+from pipeline.core.window import Window
 from pipeline.wire.schema_ids import SchemaId
 from pipeline.wire.trigger import DecisionId, DecisionKey
 
@@ -78,6 +80,9 @@ class DecisionRecord:
     llm_calls: int
     latency_s: float
     worker_id: str
+    # A DPM decision of a case longer than its model's window: the window and the segment tree.
+    window: Window | None = None
+    segments: tuple[SegmentNode, ...] = ()
 
     @property
     def architecture(self) -> Architecture:
@@ -93,7 +98,8 @@ class DecisionRecord:
 
     def replay_target(self) -> ReplayTarget:
         return ReplayTarget(self.architecture, self.variant, self.task, Budget(self.budget_chars),
-                            self.events_sha256, self.view_sha256, self.raw_response_sha256)  # fmt: skip
+                            self.events_sha256, self.view_sha256, self.raw_response_sha256, self.window,
+                            self.segments)  # fmt: skip
 
     @classmethod
     def from_run(
@@ -137,6 +143,8 @@ class DecisionRecord:
             llm_calls=len(result.calls),
             latency_s=round(result.wall_s, 6),
             worker_id=provenance.worker_id,
+            window=result.window,
+            segments=result.segments,
         )
 
     def to_wire(self) -> dict[str, Any]:
@@ -181,7 +189,14 @@ class DecisionRecord:
             "llm_calls": self.llm_calls,
             "latency_s": self.latency_s,
             "worker_id": self.worker_id,
+            # Only a segmented decision has these, so a decision that fit its window is written as before.
+            **self._segmented_wire(),
         }
+
+    def _segmented_wire(self) -> dict[str, Any]:
+        if self.window is None:
+            return {}
+        return {"window": _window_wire(self.window), "segments": [n.wire() for n in self.segments]}
 
     def encode(self) -> bytes:
         return orjson.dumps(self.to_wire())
@@ -224,10 +239,33 @@ class DecisionRecord:
             llm_calls=int(value["llm_calls"]),
             latency_s=float(value["latency_s"]),
             worker_id=value["worker_id"],
+            window=None if value.get("window") is None else _window_from(value["window"]),
+            segments=tuple(_node_from(n) for n in value.get("segments", ())),
         )
 
 
+def _window_wire(window: Window) -> dict[str, Any]:
+    return {"tokens": window.tokens, "segment_tokens": window.segment_tokens, "margin_tokens": window.margin_tokens,
+            "counted_by": window.counted_by}  # fmt: skip
+
+
+def _window_from(value: Mapping[str, Any]) -> Window:
+    return Window(int(value["tokens"]), int(value["segment_tokens"]), int(value["margin_tokens"]),
+                  str(value["counted_by"]))  # fmt: skip
+
+
+def _node_from(value: Mapping[str, Any]) -> SegmentNode:
+    return SegmentNode(int(value["level"]), int(value["first"]), int(value["last"]), value["request_sha256"],
+                       value["view_sha256"], bool(value["reused"]))  # fmt: skip
+
+
 def _prompt_digest(result: RunResult) -> str:
-    """Digest of the memory-building prompt(s): the projection, or the ordered Summ-only requests."""
+    """Digest of the memory-building prompt(s): the projection, the segment tree's, or the ordered Summ-only requests.
+
+    A segmented decision's covers every view of its tree, reused or computed, so it does not
+    depend on what the segment store held.
+    """
+    if result.segments:
+        return json_digest([n.request_sha256 for n in result.segments])
     memory = [c.request.digest for c in result.calls if c.request.purpose is not Purpose.DECIDE]
     return memory[0] if len(memory) == 1 else json_digest(memory)

@@ -10,11 +10,13 @@ from pathlib import Path
 import orjson
 import pytest
 
+from pipeline.bench.generate import GenerationSpec, generate_cases
 from pipeline.core.event_log import RawRecord, ReadDeadlineError, ReadResult
 from pipeline.core.events import CaseRef, Event, LogPosition
 from pipeline.core.memory_log import InMemoryEventLog
 from pipeline.core.model import ModelBackendError, ModelRequest, ModelResponse
 from pipeline.core.task import Architecture
+from pipeline.core.window import Window
 from pipeline.kafka.steps import Output
 from pipeline.kafka.topics import TopicNames
 from pipeline.keys.providers import LocalFileKeyProvider
@@ -260,3 +262,28 @@ def test_a_slow_read_is_a_deadline_dead_letter_and_a_missing_partition_a_schema_
     assert DeadLetterRecord.from_wire(orjson.loads(letter.value)).reason is Rejection.DEADLINE
     (letter,) = _handler(log).handle(_trigger(_request((LogPosition(5, 1),))))
     assert DeadLetterRecord.from_wire(orjson.loads(letter.value)).reason is Rejection.SCHEMA
+
+
+def test_a_case_longer_than_the_window_is_decided_in_segments(log: InMemoryEventLog) -> None:
+    long_case = generate_cases(GenerationSpec(domains=("loan",), per_domain=1))[0]  # about 27,000 characters
+    positions = tuple(append_events(log, long_case.trajectory.events))
+    request = DecisionRequest("trig-1", long_case.ref, long_case.task, 700, (Architecture.DPM,), positions,
+                              len(positions), long_case.label)  # fmt: skip
+    handler = replace(_handler(log), window=Window(tokens=4096, segment_tokens=3000))
+    outputs = handler.handle(_trigger(request))
+    decision = _decision(outputs[1])
+    assert decision.window == Window(4096, 3000)
+    assert len([n for n in decision.segments if n.level == 0]) > 2
+    assert decision.llm_calls == len(outputs) - 2  # one audit record per call, as for one projection
+    assert decision.view_checks.citation_validity == 1.0
+
+
+def test_a_budget_too_large_for_the_window_is_an_oversize_dead_letter(log: InMemoryEventLog) -> None:
+    long_case = generate_cases(GenerationSpec(domains=("loan",), per_domain=1))[0]
+    positions = tuple(append_events(log, long_case.trajectory.events))
+    request = DecisionRequest("trig-1", long_case.ref, long_case.task, 6000, (Architecture.DPM,), positions,
+                              len(positions), long_case.label)  # fmt: skip
+    handler = replace(_handler(log), window=Window(tokens=2048, segment_tokens=2048))
+    letter = _dead_letter(handler.handle(_trigger(request)))
+    assert letter.reason is Rejection.OVERSIZE
+    assert "window" in letter.detail

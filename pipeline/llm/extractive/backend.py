@@ -23,6 +23,9 @@ from pipeline.llm.extractive.writers import decide, merge, project, summarize
 # Bump when the algorithm's output changes, so replays against an older record report DRIFT honestly.
 MODEL_ID = "extractive-v2"
 _CHARS_PER_TOKEN = 4
+# The offline backend reads any length; it takes a hosted model's window so that a case is cut into
+# segments where a hosted model's would be (DPM_CONTEXT_TOKENS sets another).
+OFFLINE_CONTEXT_TOKENS = 200_000
 
 
 def _tokens(text: str) -> int:
@@ -40,6 +43,9 @@ class ExtractiveBackend:
     @property
     def model(self) -> str:
         return MODEL_ID
+
+    def context_tokens(self) -> int:
+        return OFFLINE_CONTEXT_TOKENS
 
     def answer(self, request: ModelRequest) -> str:
         """The answer text for a request this project's prompts produced."""

@@ -16,6 +16,7 @@ from pipeline.core.events import CaseRef, LogPosition, Trajectory
 from pipeline.core.model import ModelBackend, ModelBackendError
 from pipeline.core.run import RunResult, run_dpm
 from pipeline.core.task import Architecture, Budget
+from pipeline.core.window import Window, WindowTooSmallError
 from pipeline.kafka.errors import KafkaAdapterError
 from pipeline.kafka.steps import Deferred, Output, Step, run_inline
 from pipeline.kafka.topics import TopicNames
@@ -71,6 +72,8 @@ class ProjectionHandler:
     recent_decisions: int = RECENT_DECISIONS
     # Spans of each trigger when tracing is on; either way its trace context goes on to its outputs.
     tracing: Tracing = field(default_factory=PassThroughTracing)
+    # The model's window: a case longer than it is projected in segments (core/segments.py); None: never.
+    window: Window | None = None
     # Keyed by tenant too: one tenant's trigger ids never refuse another's.
     _decided: LRUCache[tuple[str, DecisionId], None] = field(init=False, repr=False)
     _deciding: dict[LogPosition, tuple[str, DecisionId]] = field(default_factory=dict, init=False, repr=False)
@@ -200,9 +203,11 @@ class ProjectionHandler:
         A bug is returned rather than raised, so `finish` turns it into this trigger's dead letter.
         """
         try:
-            return run_dpm(trajectory, request.task, Budget(request.budget_chars), self.backend)
+            return run_dpm(trajectory, request.task, Budget(request.budget_chars), self.backend, window=self.window)
         except (ModelBackendError, KafkaAdapterError):
             raise
+        except WindowTooSmallError as exc:  # the trigger's budget does not fit this model's window
+            return RejectedError(Rejection.OVERSIZE, str(exc))
         except Exception as exc:  # noqa: BLE001 - see the docstring
             return exc
 

@@ -14,6 +14,7 @@ from pipeline.kafka.reader import KafkaEventLog
 from pipeline.kafka.topics import TopicNames
 from pipeline.kafka.transactions import LoopConfig, TransactionalLoop
 from pipeline.llm.registry import make_backend
+from pipeline.llm.windows import context_window
 from pipeline.observability.metrics import Liveness, PipelineMetrics
 from pipeline.observability.tracing import tracing_from
 from pipeline.wire.trigger import TriggerLimits
@@ -50,9 +51,12 @@ def build_projection_worker(
     limits = TriggerLimits.of(settings.worker.max_trigger_positions, settings.worker.domains)
     tracing = tracing_from(settings.tracing.mode, settings.tracing.otlp_endpoint, service="dpm-worker")
     resources.callback(tracing.shutdown)  # exports the spans still buffered
-    handler = ProjectionHandler(names, log, tracing.traced(make_backend(settings.model)), options.worker_id,
-                                metrics=metrics, limits=limits, read_deadline_s=settings.worker.trigger_deadline_s,
-                                cipher=keys, seal=settings.keys.encryption, tracing=tracing)  # fmt: skip
+    backend = make_backend(settings.model)
+    handler = ProjectionHandler(names, log, tracing.traced(backend), options.worker_id,
+                                max_trajectory_chars=settings.worker.max_case_chars, metrics=metrics, limits=limits,
+                                read_deadline_s=settings.worker.trigger_deadline_s, cipher=keys,
+                                seal=settings.keys.encryption, tracing=tracing,
+                                window=context_window(settings.model, backend))  # fmt: skip
     group = options.group(settings)
     config = LoopConfig(
         group_id=group,
