@@ -13,10 +13,10 @@ from pipeline.core.events import Event, Trajectory
 from pipeline.core.model import ModelBackend, ModelRequest, ModelResponse, Purpose
 from pipeline.core.parse import parse_view
 from pipeline.core.prompt import PromptEvent, decision_request, projection_request, summarization_request
-from pipeline.core.segments import SegmentNode, SegmentStore, project_in_segments
+from pipeline.core.segments import SegmentNode, SegmentStore, project_in_segments, split_event
 from pipeline.core.task import Architecture, Budget, TaskSpec
 from pipeline.core.view import EMPTY_VIEW, Fact, MemoryView, fit_to_budget
-from pipeline.core.window import Window
+from pipeline.core.window import Window, WindowTooSmallError, estimated_tokens
 
 
 class SummVariant(StrEnum):
@@ -60,7 +60,11 @@ class RunResult:
 
 
 def _view_from(response: ModelResponse, budget: Budget) -> SummMemory:
-    parsed = parse_view(response.text)
+    return _view_from_text(response.text, budget)
+
+
+def _view_from_text(text: str, budget: Budget) -> SummMemory:
+    parsed = parse_view(text)
     view, cut = fit_to_budget(parsed.view, budget.chars)
     return SummMemory(view, parsed.problems, cut)
 
@@ -74,6 +78,27 @@ class SummMemory:
     cut: int = 0
 
 
+def summ_parts(index: int, event: Event, *, task: TaskSpec, budget: Budget, window: Window | None) -> list[PromptEvent]:
+    """The event as a Summ-only step folds it: whole, or in parts where its prompt would not fit `window`.
+
+    The room for the event assumes a summary as long as the budget allows, so where an event is
+    cut depends on the event, task, budget and window only, never on the summary before it.
+    """
+    whole = PromptEvent(index, event.kind, event.text)
+    if window is None:
+        return [whole]
+    probe = summarization_request(PromptEvent(index, event.kind, ""), "x" * budget.chars, task, budget)
+    room = (
+        window.prompt_limit(budget.response_token_limit)
+        - estimated_tokens(probe.system)
+        - estimated_tokens(probe.prompt)
+    )
+    if room < 64:
+        raise WindowTooSmallError(f"a {window.tokens}-token window leaves no room for an event beside a "
+                                  f"{budget.chars}-character summary")  # fmt: skip
+    return split_event(whole, room)
+
+
 def summ_step(
     memory: SummMemory,
     index: int,
@@ -83,28 +108,53 @@ def summ_step(
     budget: Budget,
     variant: SummVariant,
     call: Callable[[ModelRequest], ModelResponse],
+    window: Window | None = None,
 ) -> SummMemory:
     """U(m, e): one Summ-only update (the buffered variant appends without a call while it fits).
 
-    The online baseline worker and the offline run_summ share this function, so both
-    produce byte-identical memories from the same events.
+    An event whose prompt would not fit `window` is folded in parts, one call each, every part
+    under the event's own index. The online baseline worker and the offline run_summ share this
+    function, so both produce byte-identical memories from the same events.
     """
+    parts = summ_parts(index, event, task=task, budget=budget, window=window)
+    if len(parts) > 1:
+        for part in parts:
+            memory = _view_from(call(summarization_request(part, _summary(memory), task, budget)), budget)
+        return memory
     if variant is SummVariant.BUFFERED:
         raw = Fact(f"({event.kind}) {event.text}", (index,))
         appended = replace(memory.view, facts=(*memory.view.facts, raw))
         if appended.char_length <= budget.chars:
             return replace(memory, view=appended)
-    response = call(summ_step_request(memory, index, event, task=task, budget=budget))
+    response = call(summarization_request(parts[0], _summary(memory), task, budget))
     return _view_from(response, budget)
 
 
-def summ_step_request(memory: SummMemory, index: int, event: Event, *, task: TaskSpec, budget: Budget) -> ModelRequest:
-    """The summary update request of one step: a function of the memory before it, the event, task and budget.
+def _summary(memory: SummMemory) -> str:
+    return "" if memory.view == EMPTY_VIEW else memory.view.render()
 
-    The baseline stores only the answer of each step and rebuilds this request when it audits a decision.
+
+def summ_step_requests(
+    memory: SummMemory,
+    index: int,
+    event: Event,
+    answers: Sequence[str],
+    *,
+    task: TaskSpec,
+    budget: Budget,
+    window: Window | None = None,
+) -> list[ModelRequest]:
+    """The requests of one step's calls, rebuilt from the memory before it and the answers of its calls.
+
+    They depend on the event, task, budget and window too; an event folded in parts makes one call
+    per part, each over the memory the previous part's answer left. The baseline stores only the
+    answers of each step and rebuilds these requests when it audits a decision.
     """
-    summary = "" if memory.view == EMPTY_VIEW else memory.view.render()
-    return summarization_request(PromptEvent(index, event.kind, event.text), summary, task, budget)
+    requests = []
+    for part, answer in zip(summ_parts(index, event, task=task, budget=budget, window=window), answers, strict=False):
+        requests.append(summarization_request(part, _summary(memory), task, budget))
+        memory = _view_from_text(answer, budget)
+    return requests
 
 
 @dataclass
@@ -181,17 +231,30 @@ def run_summ(
     budget: Budget,
     backend: ModelBackend,
     variant: SummVariant = SummVariant.REWRITE,
+    *,
+    window: Window | None = None,
 ) -> RunResult:
     """Summ-only: m_k = U(m_{k-1}, e_k) for every event, then decide over m_n.
 
     The buffered variant appends events verbatim while the memory still fits the budget and
-    calls U only on overflow, so it makes fewer calls when the budget is loose.
+    calls U only on overflow, so it makes fewer calls when the budget is loose. An event too
+    large for `window` is folded in parts (summ_step); the result names the window only then.
     """
     run = _Run(trajectory, task, budget, backend)
     memory = SummMemory(EMPTY_VIEW)
     for index, event in enumerate(trajectory.events, start=1):
-        memory = summ_step(memory, index, event, task=task, budget=budget, variant=variant, call=run.call)
-    return run.finish(Architecture.SUMM, variant, memory)
+        memory = summ_step(memory, index, event, task=task, budget=budget, variant=variant, call=run.call,
+                           window=window)  # fmt: skip
+    return run.finish(Architecture.SUMM, variant, memory, window=folded_in_parts(trajectory, task, budget, window))
+
+
+def folded_in_parts(trajectory: Trajectory, task: TaskSpec, budget: Budget, window: Window | None) -> Window | None:
+    """`window` when some event of the trajectory is folded in parts under it, else None (as without a window)."""
+    if window is None:
+        return None
+    split = any(len(summ_parts(i, e, task=task, budget=budget, window=window)) > 1
+                for i, e in enumerate(trajectory.events, start=1))  # fmt: skip
+    return window if split else None
 
 
 def finish_summ(
@@ -203,9 +266,13 @@ def finish_summ(
     *,
     calls: Sequence[ModelCall],
     variant: SummVariant = SummVariant.REWRITE,
+    window: Window | None = None,
 ) -> RunResult:
-    """The decision over a memory built step by step elsewhere (the online baseline worker)."""
+    """The decision over a memory built step by step elsewhere (the online baseline worker).
+
+    `window` is the one the steps were folded under, when some event was folded in parts.
+    """
     # The steps ran earlier, as events arrived; their model time counts toward this decision's latency.
     earlier = sum(c.response.latency_s for c in calls)
     run = _Run(trajectory, task, budget, backend, list(calls), started=time.perf_counter() - earlier)
-    return run.finish(Architecture.SUMM, variant, memory)
+    return run.finish(Architecture.SUMM, variant, memory, window=window)

@@ -82,7 +82,7 @@ def _line_tokens(line: str) -> int:
     return estimated_tokens(line) + 1  # its newline
 
 
-def _parts(event: PromptEvent, room: int) -> list[PromptEvent]:
+def split_event(event: PromptEvent, room: int) -> list[PromptEvent]:
     """The event whole if its line fits `room` tokens, else parts of a fixed size (halved where escaping grows one)."""
     if _line_tokens(event_line(event)) <= room:
         return [event]
@@ -119,7 +119,7 @@ def cut_segments(
     current: list[PromptEvent] = []
     used = 0
     for event in events:
-        for item in _parts(event, room):
+        for item in split_event(event, room):
             tokens = _line_tokens(event_line(item))
             if current and used + tokens > room:
                 segments.append(current)

@@ -71,7 +71,8 @@ def view_distances(recorded: str, replayed: str) -> tuple[float, float]:
 def rerun(target: ReplayTarget, trajectory: Trajectory, backend: ModelBackend) -> RunResult:
     """Runs the recorded architecture again on the same events, task and budget."""
     if target.architecture is Architecture.SUMM:
-        return run_summ(trajectory, target.task, target.budget, backend, target.variant or SummVariant.REWRITE)
+        variant = target.variant or SummVariant.REWRITE
+        return run_summ(trajectory, target.task, target.budget, backend, variant, window=target.window)
     return run_dpm(trajectory, target.task, target.budget, backend, window=target.window)
 
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from pipeline.core.errors import DpmError
 
@@ -51,3 +53,13 @@ class Window:
 
     def fits(self, system: str, prompt: str, answer_tokens: int) -> bool:
         return estimated_tokens(system) + estimated_tokens(prompt) <= self.prompt_limit(answer_tokens)
+
+    def wire(self) -> dict[str, Any]:
+        """As decision records and the baseline's stored steps carry it."""
+        return {"tokens": self.tokens, "segment_tokens": self.segment_tokens, "margin_tokens": self.margin_tokens,
+                "counted_by": self.counted_by}  # fmt: skip
+
+    @classmethod
+    def from_wire(cls, value: Mapping[str, Any]) -> Window:
+        return cls(int(value["tokens"]), int(value["segment_tokens"]), int(value["margin_tokens"]),
+                   str(value["counted_by"]))  # fmt: skip

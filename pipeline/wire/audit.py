@@ -80,14 +80,16 @@ def call_to_wire(call: ModelCall) -> dict[str, Any]:
 
 
 def call_from_wire(value: Mapping[str, Any]) -> ModelCall:
-    """Inverse of call_to_wire; the response text is re-read from the raw bytes in their format, as replay does.
+    """Inverse of call_to_wire; the response text is re-read from the raw bytes in their format, as replay does."""
+    return ModelCall(ModelRequest.from_wire(value["request"]), response_from_wire(value))
 
-    Records written before formats were named hold Messages API bodies.
-    """
+
+def response_from_wire(value: Mapping[str, Any]) -> ModelResponse:
+    """The response half of call_to_wire's value. Records written before formats were named hold Messages API bodies."""
     raw = base64.b64decode(value["raw_response_b64"])
     usage = value.get("usage", {})
     layout = ResponseFormat(value.get("response_format", ResponseFormat.ANTHROPIC_MESSAGES.value))
-    response = ModelResponse(
+    return ModelResponse(
         text=response_text(raw, layout),
         raw=raw,
         model=value["model"],
@@ -98,7 +100,6 @@ def call_from_wire(value: Mapping[str, Any]) -> ModelCall:
         format=layout,
         serving=tuple(sorted((str(k), str(v)) for k, v in value.get("serving", {}).items())),
     )
-    return ModelCall(ModelRequest.from_wire(value["request"]), response)
 
 
 def calls_in_order(audits: Iterable[AuditRecord]) -> list[ModelCall]:

@@ -196,7 +196,7 @@ class DecisionRecord:
     def _segmented_wire(self) -> dict[str, Any]:
         if self.window is None:
             return {}
-        return {"window": _window_wire(self.window), "segments": [n.wire() for n in self.segments]}
+        return {"window": self.window.wire(), "segments": [n.wire() for n in self.segments]}
 
     def encode(self) -> bytes:
         return orjson.dumps(self.to_wire())
@@ -239,19 +239,9 @@ class DecisionRecord:
             llm_calls=int(value["llm_calls"]),
             latency_s=float(value["latency_s"]),
             worker_id=value["worker_id"],
-            window=None if value.get("window") is None else _window_from(value["window"]),
+            window=None if value.get("window") is None else Window.from_wire(value["window"]),
             segments=tuple(_node_from(n) for n in value.get("segments", ())),
         )
-
-
-def _window_wire(window: Window) -> dict[str, Any]:
-    return {"tokens": window.tokens, "segment_tokens": window.segment_tokens, "margin_tokens": window.margin_tokens,
-            "counted_by": window.counted_by}  # fmt: skip
-
-
-def _window_from(value: Mapping[str, Any]) -> Window:
-    return Window(int(value["tokens"]), int(value["segment_tokens"]), int(value["margin_tokens"]),
-                  str(value["counted_by"]))  # fmt: skip
 
 
 def _node_from(value: Mapping[str, Any]) -> SegmentNode:

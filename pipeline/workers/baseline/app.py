@@ -36,6 +36,7 @@ from pipeline.core.events import CaseRef, LogPosition
 from pipeline.core.model import ModelBackend, ModelBackendError
 from pipeline.core.run import SummVariant
 from pipeline.core.task import Architecture
+from pipeline.core.window import Window
 from pipeline.kafka.errors import KafkaAdapterError
 from pipeline.kafka.once import OncePublisher
 from pipeline.kafka.partitioning import case_partition
@@ -111,8 +112,10 @@ class Baseline:
         metrics: PipelineMetrics | None = None,
         cipher: CaseCipher | None = None,
         seal: bool = False,
+        window: Window | None = None,
     ) -> None:
         self.options, self.names, self.backend, self.metrics = options, names, backend, metrics
+        self.window = window  # the model's window: an event whose step would not fit is folded in parts
         self.cipher = cipher
         self._waiting_for_kafka = 0  # handlings now waiting for Kafka to answer (see waiting_for_kafka)
         self._handled_at: dict[tuple[str, int], float] = {}  # (topic, partition): when its last record was handled

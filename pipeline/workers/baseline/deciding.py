@@ -20,7 +20,7 @@ from pipeline.wire.run_records import RunRecords, run_records
 from pipeline.wire.sealing import CaseCipher
 from pipeline.wire.trigger import DecisionRequest
 from pipeline.workers.baseline.outcome import Outcome
-from pipeline.workers.baseline.state import CaseState, HandledTriggers, calls_of, load_steps, step_key
+from pipeline.workers.baseline.state import CaseState, HandledTriggers, calls_of, load_steps, step_key, window_of
 from pipeline.workers.publishing import observe_published, run_outputs
 
 if TYPE_CHECKING:
@@ -112,7 +112,8 @@ class Deciding:
         steps = load_steps(stored, task=state.task, budget=budget)  # the task the steps summarized for
         trajectory = Trajectory(case, tuple(s.event for s in steps))
         decide = functools.partial(finish_summ, trajectory, request.task, budget, self.host.backend, steps[-1].memory,
-                                   calls=calls_of(steps), variant=self.host.options.variant)  # fmt: skip
+                                   calls=calls_of(steps), variant=self.host.options.variant,
+                                   window=window_of(steps))  # fmt: skip
         result = await self.host.model(decide)
         positions = tuple(s.position for s in steps)
         provenance = Provenance(request.decision_id(Architecture.SUMM), positions, PositionsSource.TRIGGER,

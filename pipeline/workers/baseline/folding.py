@@ -12,7 +12,7 @@ from pipeline.core.domains import rules_for
 from pipeline.core.event_log import RawRecord
 from pipeline.core.events import CaseRef, Event
 from pipeline.core.model import ModelRequest, ModelResponse
-from pipeline.core.run import ModelCall, SummMemory, summ_step
+from pipeline.core.run import ModelCall, SummMemory, summ_parts, summ_step
 from pipeline.core.task import Architecture, Budget, TaskSpec
 from pipeline.core.view import EMPTY_VIEW
 from pipeline.wire.event import EventRecord
@@ -111,11 +111,13 @@ class Folding:
             calls.append(ModelCall(request, response))
             return response
 
+        window = self.host.window
         step = functools.partial(summ_step, previous, event.seq, event, task=task, budget=Budget(budget),
-                                 variant=self.host.options.variant, call=call)  # fmt: skip
+                                 variant=self.host.options.variant, call=call, window=window)  # fmt: skip
         memory = await self.host.model(step)
         slot = step_key(case_key, budget, event.seq)
-        value = SummStep(event, record.position, memory, tuple(calls)).to_json()
+        split = len(summ_parts(event.seq, event, task=task, budget=Budget(budget), window=window)) > 1
+        value = SummStep(event, record.position, memory, tuple(calls), window if split else None).to_json()
         stored = await self.host.blocking(seal_state, event.case, value, self.sealing, slot)
         size = len(orjson.dumps(stored))
         if size > MAX_STEP_BYTES:  # never hand the changelog a record it would refuse

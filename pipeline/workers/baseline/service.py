@@ -17,6 +17,7 @@ from pipeline.kafka.keystore import case_keys_from
 from pipeline.kafka.steps import max_record_bytes
 from pipeline.kafka.topics import BaselineTopics, ErasureBound, TopicNames, ensure_topics
 from pipeline.llm.registry import make_backend
+from pipeline.llm.windows import context_window
 from pipeline.observability.logs import json_logging_config
 from pipeline.observability.metrics import PipelineMetrics
 from pipeline.wire.trigger import TriggerLimits
@@ -65,8 +66,10 @@ def build_baseline(settings: Settings, choices: BaselineChoices, metrics: Pipeli
     )
     ensure_baseline_topics(settings, options.app_id, options.partitions)
     options.datadir.mkdir(parents=True, exist_ok=True)
-    return Baseline(options, names, make_backend(settings.model), faust_connection(settings.kafka), config,
-                    metrics=metrics, cipher=case_keys_from(settings), seal=settings.keys.encryption)  # fmt: skip
+    backend = make_backend(settings.model)
+    return Baseline(options, names, backend, faust_connection(settings.kafka), config, metrics=metrics,
+                    cipher=case_keys_from(settings), seal=settings.keys.encryption,
+                    window=context_window(settings.model, backend))  # fmt: skip
 
 
 class _DrainedWorker(faust.Worker):

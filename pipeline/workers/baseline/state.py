@@ -12,10 +12,11 @@ from typing import Any
 
 from pipeline.core.errors import DpmError
 from pipeline.core.events import Event, LogPosition
-from pipeline.core.run import ModelCall, SummMemory, summ_step_request
+from pipeline.core.run import ModelCall, SummMemory, summ_step_requests
 from pipeline.core.task import Budget, TaskSpec
 from pipeline.core.view import EMPTY_VIEW, Fact, MemoryView
-from pipeline.wire.audit import call_from_wire, call_to_wire
+from pipeline.core.window import Window
+from pipeline.wire.audit import call_to_wire, response_from_wire
 from pipeline.wire.event import EventRecord
 
 
@@ -109,21 +110,26 @@ _NOT_STORED = ("request", "response_text")
 
 @dataclass(frozen=True)
 class SummStep:
-    """One Summ-only step: the event, where it was read, the memory after it and the call it made (if any)."""
+    """One Summ-only step: the event, where it was read, the memory after it and the calls it made (if any).
+
+    `window` is the window the event was folded in parts under (one call per part), else None.
+    """
 
     event: Event
     position: LogPosition
     memory: SummMemory
     calls: tuple[ModelCall, ...]
+    window: Window | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The changelog value: bounded by the event, the budget and the answer, not by the prompt."""
-        return {
+        value = {
             "event": EventRecord(self.event).to_wire(),
             "position": [self.position.partition, self.position.offset],
             "memory": memory_to_json(self.memory),
             "calls": [{k: v for k, v in call_to_wire(c).items() if k not in _NOT_STORED} for c in self.calls],
         }
+        return value if self.window is None else {**value, "window": self.window.wire()}
 
     @staticmethod
     def memory_of(raw: Mapping[str, Any]) -> SummMemory:
@@ -132,15 +138,17 @@ class SummStep:
 
     @classmethod
     def from_json(cls, raw: Mapping[str, Any], previous: SummMemory, *, task: TaskSpec, budget: Budget) -> SummStep:
-        """The step stored by to_json, its request rebuilt from the memory before it, the task and budget."""
+        """The step stored by to_json, its requests rebuilt from the memory before it, the task, budget and window."""
         event = EventRecord.from_wire(raw["event"]).event
-        request = summ_step_request(previous, event.seq, event, task=task, budget=budget)
-        calls = []
-        for stored in raw["calls"]:
-            if stored["request_sha256"] != request.digest:
-                raise StepMismatchError(f"{event.case.key} step {event.seq}: the stored answer is for another request")
-            calls.append(call_from_wire({**stored, "request": request.wire()}))
-        return cls(event, LogPosition(*raw["position"]), memory_from_json(raw["memory"]), tuple(calls))
+        window = None if raw.get("window") is None else Window.from_wire(raw["window"])
+        responses = [response_from_wire(stored) for stored in raw["calls"]]
+        requests = summ_step_requests(previous, event.seq, event, [r.text for r in responses], task=task,
+                                      budget=budget, window=window)  # fmt: skip
+        digests = [stored["request_sha256"] for stored in raw["calls"]]
+        if digests != [request.digest for request in requests]:
+            raise StepMismatchError(f"{event.case.key} step {event.seq}: the stored answer is for another request")
+        calls = tuple(ModelCall(request, response) for request, response in zip(requests, responses, strict=True))
+        return cls(event, LogPosition(*raw["position"]), memory_from_json(raw["memory"]), calls, window)
 
 
 def load_steps(raws: Sequence[Mapping[str, Any]], *, task: TaskSpec, budget: Budget) -> list[SummStep]:
@@ -155,6 +163,11 @@ def load_steps(raws: Sequence[Mapping[str, Any]], *, task: TaskSpec, budget: Bud
 def step_key(case_key: str, budget: int, seq: int) -> str:
     """The steps table's key of one step: `tenant/case/budget/seq`."""
     return f"{case_key}/{budget}/{seq:08d}"
+
+
+def window_of(steps: Sequence[SummStep]) -> Window | None:
+    """The window some step was folded in parts under (the decision records it), else None."""
+    return next((s.window for s in steps if s.window is not None), None)
 
 
 def calls_of(steps: Sequence[SummStep]) -> list[ModelCall]:
