@@ -27,6 +27,7 @@ from typing import Any
 
 import orjson
 
+from benchmarks import long_horizon
 from benchmarks.runs import (
     SMALL_CASES,
     RunSpec,
@@ -41,7 +42,7 @@ from benchmarks.runs import (
 from pipeline.config.settings import Settings
 from pipeline.services.cluster import private_cluster
 
-SECTIONS = ("startup", "read", "scale", "latency", "sealing", "per_decision", "rss_mb", "ui")
+SECTIONS = ("startup", "read", "scale", "latency", "sealing", "per_decision", "rss_mb", "ui", "long_horizon")
 MODEL_LATENCY_MS = 500
 TARGETS = {
     "scale": {"c8_w1/c1_w1": 6.0, "c8_w2/c8_w1": 1.8, "c8_w4/c8_w1": 3.2},
@@ -50,7 +51,9 @@ TARGETS = {
     "rss_mb": {"growth_pct": 10.0},
     "sealing": {"cost_pct": 10.0},
     "startup": {"help_s": 1.0, "broker_status_s": 1.5},
+    "long_horizon": long_horizon.TARGETS,
 }
+LONG_HORIZON_PLOT = Path("docs/long-horizon.png")  # the README's plot, drawn from the figures file
 BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
 
 
@@ -161,6 +164,7 @@ MEASURE: dict[str, Callable[[str, Path], dict[str, Any]]] = {
     "per_decision": _per_decision,
     "rss_mb": _rss,
     "ui": _ui,
+    "long_horizon": lambda _bootstrap, _work: long_horizon.measure(),
 }
 KEY = {"latency": "latency_ms"}  # the figures file's name for a section, where it differs
 
@@ -247,6 +251,36 @@ def rows(figures: dict[str, Any]) -> list[tuple[str, str]]:
              f"{_f(busy['pages_per_s'])} pages/s, p50 {_f(busy['p50_ms'], 0)} ms, p99 {_f(busy['p99_ms'], 0)} ms; "
              f"{busy['replays']} replays"),
         ]  # fmt: skip
+    if horizon := figures.get("long_horizon"):
+        out += _long_horizon_rows(horizon)
+    return out
+
+
+def _long_horizon_rows(horizon: dict[str, Any]) -> list[tuple[str, str]]:
+    """Per length: DPM's first decision and re-decision at each window, and Summ-only's."""
+    out: list[tuple[str, str]] = []
+    by_key = {(r["arch"], r["window_tokens"], r["chars"], r["run"]): r for r in horizon["rows"]}
+
+    def cost(row: dict[str, Any]) -> str:
+        if not row["finished"]:
+            folded = f"{row['events_folded']:,} of {row['events']:,} events"
+            return f"did not finish in {horizon['summ_cap_s']:.0f} s ({folded})"
+        return f"{row['calls']:,} calls, {row['tokens']:,} tokens, {_f(row['wall_s'], 2)} s"
+
+    for chars in sorted({r["chars"] for r in horizon["rows"]}):
+        for window in sorted({r["window_tokens"] for r in horizon["rows"]}):
+            first, again = by_key[("dpm", window, chars, "first")], by_key[("dpm", window, chars, "redecide")]
+            share = long_horizon.redecide_share(horizon, window, chars)
+            out.append((f"DPM at {chars:,} characters, {window:,}-token window: first decision / re-decision "
+                        f"after one event ({horizon['latency_ms']} ms per call)",
+                        f"{cost(first)} / {cost(again)} ({_f(share)}% of the first's tokens)"))  # fmt: skip
+        summ = by_key[("summ", min(r["window_tokens"] for r in horizon["rows"]), chars, "first")]
+        again = by_key[("summ", min(r["window_tokens"] for r in horizon["rows"]), chars, "redecide")]
+        out.append((f"Summ-only at {chars:,} characters (any window): fold and decide / one more event",
+                    f"{cost(summ)} / {cost(again) if again['finished'] else '-'}"))  # fmt: skip
+    recall = horizon["frp_tight"]
+    out.append((f"DPM factual recall at {horizon['budget_chars']:,} characters, generated cases, by length",
+                ", ".join(f"{int(k):,}: {_f(v, 3)}" for k, v in recall.items())))  # fmt: skip
     return out
 
 
@@ -269,6 +303,8 @@ def render_readme(readme: Path, figures_file: Path) -> None:
     before, rest = text.split(BEGIN, 1)
     after = rest.split(END, 1)[1]
     readme.write_text(before + readme_section(figures) + after)
+    if "long_horizon" in figures:
+        long_horizon.plot(figures["long_horizon"], readme.parent / LONG_HORIZON_PLOT)
 
 
 def main() -> None:
