@@ -98,4 +98,5 @@ def erase(
     settings = broker_settings()
     done = erase_case(settings, CaseRef(tenant, case_id)) if case_id else erase_tenant(settings, tenant)
     _out.print(f"erased {done.subject}: {done.keys_destroyed} data key(s) destroyed, "
-               f"{done.event_tombstones} event tombstone(s) written; compaction removes the records")  # fmt: skip
+               f"{done.event_tombstones} event tombstone(s) and {done.segment_tombstones} segment view tombstone(s) "
+               f"written; compaction removes the records")  # fmt: skip

@@ -74,7 +74,7 @@ class KafkaSettings(_Group):
         validation_alias="DPM_BOOTSTRAP",
         description="Kafka bootstrap servers (unset: the local broker)",
     )
-    topic_prefix: str = Field("dpm", validation_alias="DPM_TOPIC_PREFIX", description="prefix of the seven topic names")
+    topic_prefix: str = Field("dpm", validation_alias="DPM_TOPIC_PREFIX", description="prefix of the eight topic names")
     client_config_file: Path | None = Field(
         None,
         validation_alias="DPM_KAFKA_CONFIG",

@@ -93,6 +93,16 @@ def _topic(client_config: dict[str, str], topic: str) -> TopicMetadata:
     return found
 
 
+def topic_exists(client_config: dict[str, str], topic: str) -> bool:
+    """Whether `topic` exists; KafkaAdapterError when the cluster cannot be asked."""
+    try:
+        metadata = admin_client(client_config).list_topics(topic, timeout=10)
+    except KafkaException as exc:
+        raise KafkaAdapterError(f"cannot read the metadata of {topic}: {exc.args[0]}") from exc
+    found = metadata.topics.get(topic)
+    return found is not None and found.error is None and bool(found.partitions)
+
+
 def topic_partitions(client_config: dict[str, str], topic: str) -> int:
     """How many partitions `topic` has; KafkaAdapterError when it does not exist."""
     return len(_topic(client_config, topic).partitions)

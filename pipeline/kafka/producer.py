@@ -112,7 +112,7 @@ class EventProducer:
                    for r in requests]  # fmt: skip
         return self._send(topic, records)
 
-    def erase(self, tenant: str, records: Iterable[tuple[bytes, int]]) -> int:
+    def erase(self, tenant: str, records: Iterable[tuple[bytes, int]], topic: str | None = None) -> int:
         """Writes a tombstone for each (key, partition) of the erased records (the right to erasure); returns how many.
 
         Each tombstone goes where its record is, under the record's own key, whatever case that key
@@ -120,7 +120,7 @@ class EventProducer:
         the records and, after delete.retention.ms, the tombstones: replays of decisions that read
         them report ERASED from then on.
         """
-        topic = self._names.events
+        topic = topic or self._names.events
         count = 0
         try:
             for key, partition in records:

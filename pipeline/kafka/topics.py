@@ -50,6 +50,10 @@ class TopicNames:
     def keys(self) -> str:
         return f"{self.prefix}.keys"
 
+    @property
+    def segments(self) -> str:
+        return f"{self.prefix}.segments"
+
 
 @dataclass(frozen=True)
 class TopicSpec:
@@ -85,7 +89,7 @@ class ErasureBound:
 def pipeline_topics(
     names: TopicNames, partitions: int = 6, erasure: ErasureBound | None = None
 ) -> tuple[TopicSpec, ...]:
-    """The seven topics with the configs the pipeline's guarantees depend on."""
+    """The eight topics with the configs the pipeline's guarantees depend on."""
     # A unique key per event (tenant/case/seq) means compaction never drops a live event; no time
     # retention, because replay months later must find the very offsets a decision recorded.
     compacted = {"cleanup.policy": "compact", "retention.ms": _KEEP_FOREVER, "retention.bytes": "-1"}
@@ -103,6 +107,9 @@ def pipeline_topics(
         # Keyed tenant/case on the case's partition, like the events, so the baseline sees its cases'
         # key tombstones on the partitions it owns.
         TopicSpec(names.keys, partitions, compacted, bound),
+        # A long case's segment views (segment_views.py), sealed, on the case's partition; compacted with
+        # the events' erasure bound, since erasure tombstones them too.
+        TopicSpec(names.segments, partitions, compacted, bound),
     )
 
 
@@ -112,7 +119,7 @@ BASELINE_TABLES = ("summ-cases", "summ-steps", "summ-decided")
 
 @dataclass(frozen=True)
 class BaselineTopics:
-    """The topics the Summ-only baseline (faust app `app_id`) keeps beside the pipeline's seven."""
+    """The topics the Summ-only baseline (faust app `app_id`) keeps beside the pipeline's eight."""
 
     app_id: str
 
@@ -273,7 +280,7 @@ def create_pipeline_topics(
     replication: int | None = None,
     erasure: ErasureBound | None = None,
 ) -> TopicReport:
-    """Creates (or checks) the seven topics; replication defaults to min(3, brokers in the cluster)."""
+    """Creates (or checks) the eight topics; replication defaults to min(3, brokers in the cluster)."""
     factor = replication or min(3, len(fetch_metadata(client_config).broker_ids))
     return ensure_topics(admin_client(client_config), pipeline_topics(names, partitions, erasure), factor)
 

@@ -10,21 +10,24 @@ from functools import partial
 from pipeline.config.settings import Settings
 from pipeline.core.errors import DpmError
 from pipeline.core.events import CaseRef
+from pipeline.kafka.admin import topic_exists
 from pipeline.kafka.keystore import case_keys_from
 from pipeline.kafka.producer import EventProducer
 from pipeline.kafka.range_reads import read_topic
 from pipeline.kafka.topics import TopicNames
 from pipeline.keys.store import Rotation
 from pipeline.wire.record_keys import names_case, names_tenant
+from pipeline.wire.segment import case_prefix
 
 
 @dataclass(frozen=True)
 class Erasure:
-    """What one erasure destroyed: data keys (tombstones on the key topic) and event tombstones written."""
+    """What one erasure destroyed: data keys (tombstones on the key topic), event and segment view tombstones."""
 
     subject: str
     keys_destroyed: int
     event_tombstones: int
+    segment_tombstones: int = 0
 
 
 Names = Callable[[bytes | None, bytes | None], bool]  # whether a record's key or value names the erased subject
@@ -57,13 +60,32 @@ def _tombstone_events(settings: Settings, subject: CaseRef | str) -> int:
         found = records_of(config, names.events, partial(_case_named, subject))
     else:
         found = records_of(config, names.events, partial(_tenant_named, subject))
+    return _tombstone(settings, subject, names.events, found)
+
+
+def _tombstone_segment_views(settings: Settings, subject: CaseRef | str) -> int:
+    """Tombstones every segment view of the case (or the tenant's cases), found by the keys workers give them."""
+    names = TopicNames(settings.kafka.topic_prefix)
+    prefix = case_prefix(subject) if isinstance(subject, CaseRef) else f"{subject}/".encode()
+    if not topic_exists(settings.kafka.client_config(), names.segments):
+        return 0  # topics created before segment views existed: there are none to erase
+    found = records_of(settings.kafka.client_config(), names.segments, partial(_keyed_under, prefix))
+    return _tombstone(settings, subject, names.segments, found)
+
+
+def _tombstone(settings: Settings, subject: CaseRef | str, topic: str, found: list[tuple[bytes, int]]) -> int:
     if not found:
         return 0
-    producer = EventProducer(config, names)
+    producer = EventProducer(settings.kafka.client_config(), TopicNames(settings.kafka.topic_prefix))
     try:
-        return producer.erase(subject if isinstance(subject, str) else subject.tenant, found)
+        return producer.erase(subject if isinstance(subject, str) else subject.tenant, found, topic)
     finally:
         producer.close()
+
+
+def _keyed_under(prefix: bytes, key: bytes | None, value: bytes | None) -> bool:
+    del value  # sealed: a segment view is known by its key alone
+    return key is not None and key.startswith(prefix)
 
 
 def _case_named(case: CaseRef, key: bytes | None, value: bytes | None) -> bool:
@@ -83,9 +105,10 @@ def erase_case(settings: Settings, case: CaseRef) -> Erasure:
     with closing(case_keys_from(settings)) as keys:
         had_key = keys.erase_case(case)
     tombstones = _tombstone_events(settings, case)
-    if not had_key and not tombstones:
+    views = _tombstone_segment_views(settings, case)
+    if not had_key and not tombstones and not views:
         raise DpmError(f"no key and no events of {case.key}: nothing to erase")
-    return Erasure(case.key, int(had_key), tombstones)
+    return Erasure(case.key, int(had_key), tombstones, views)
 
 
 def erase_tenant(settings: Settings, tenant: str) -> Erasure:
@@ -93,9 +116,10 @@ def erase_tenant(settings: Settings, tenant: str) -> Erasure:
     with closing(case_keys_from(settings)) as keys:
         cases = keys.erase_tenant(tenant)
     tombstones = _tombstone_events(settings, tenant)  # one pass over the topic for all the tenant's cases
-    if not cases and not tombstones:
+    views = _tombstone_segment_views(settings, tenant)
+    if not cases and not tombstones and not views:
         raise DpmError(f"no keys and no events of tenant {tenant!r}: nothing to erase")
-    return Erasure(tenant, len(cases), tombstones)
+    return Erasure(tenant, len(cases), tombstones, views)
 
 
 def rotate_tenant_key(settings: Settings, tenant: str) -> Rotation:

@@ -17,6 +17,7 @@ class SchemaId(StrEnum):
     DEAD_LETTER = "dpm.dlq.v1"
     KEY = "dpm.key.v1"
     LEDGER = "dpm.ledger.v1"
+    SEGMENT = "dpm.segment.v1"
 
     @property
     def file_stem(self) -> str:

@@ -24,6 +24,7 @@ CONTENT_FIELDS: Mapping[SchemaId, tuple[str, ...]] = {
     SchemaId.VIEW: ("view", "facts", "reasoning", "compliance_notes"),
     SchemaId.DECISION: ("decision", "view_checks"),
     SchemaId.AUDIT: ("request", "raw_response_b64", "response_text"),
+    SchemaId.SEGMENT: ("view",),
 }
 SEALED = "sealed"
 

@@ -58,7 +58,7 @@ def test_an_erased_case_replays_as_erased(
     env = {"DPM_BOOTSTRAP": kafka_bootstrap, "DPM_TOPIC_PREFIX": topic_names.prefix}
     erased = dpm_cli("erase", "--tenant", gone.ref.tenant, "--case", gone.ref.case_id, env=env)
     assert erased.returncode == 0, erased.stderr
-    assert f"1 data key(s) destroyed, {len(gone.trajectory)} event tombstone(s) written" in erased.stdout
+    assert f"1 data key(s) destroyed, {len(gone.trajectory)} event tombstone(s) and 0 segment view" in erased.stdout
     _await_compaction(kafka_config, topic_names, producer, positions[gone.ref])
     producer.close()
     replay = dpm_cli("replay", "--all", env=env)

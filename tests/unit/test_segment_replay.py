@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import orjson
 import pytest
@@ -13,11 +14,16 @@ from pipeline.core.run import ModelCall, RunResult, run_dpm
 from pipeline.core.task import Budget
 from pipeline.core.verification import ReplayStatus, verify_recorded, verify_replay
 from pipeline.core.window import Window
+from pipeline.keys.providers import LocalFileKeyProvider
+from pipeline.keys.ring import KeyRing
+from pipeline.keys.store import CaseKeys, MemoryKeyTopic
 from pipeline.llm.extractive.backend import ExtractiveBackend
 from pipeline.wire.audit import calls_in_order
 from pipeline.wire.decision import DecisionRecord, PositionsSource, Provenance
+from pipeline.wire.rejection import RejectedError
 from pipeline.wire.run_records import RunRecords, run_records
 from pipeline.wire.schema_ids import SchemaId
+from pipeline.wire.segment import SegmentViewRecord, case_prefix
 from pipeline.wire.trigger import DecisionId
 from pipeline.wire.validation import validate
 
@@ -96,3 +102,20 @@ def test_a_tree_whose_recorded_view_digest_was_altered_is_drift() -> None:
     target = replace(records.decision.replay_target(), segments=tuple(nodes))
     report = verify_recorded(target, calls_in_order(records.audits))
     assert report.status is ReplayStatus.DRIFT
+
+
+def test_a_segment_view_record_is_sealed_and_refused_when_its_digest_does_not_match(tmp_path: Path) -> None:
+    keys = CaseKeys(KeyRing(LocalFileKeyProvider(tmp_path)), MemoryKeyTopic())
+    record = SegmentViewRecord(CASE.ref, "ab" * 32, "FACTS:\n- Loan amount: $250,000 [1]\nREASONING:\nunknown")
+    sealed = record.encode(keys)
+    assert b"250,000" not in sealed
+    validate(SchemaId.SEGMENT, orjson.loads(record.encode(None)))
+    assert SegmentViewRecord.decode(sealed, keys) == record
+    assert record.record_key.startswith(case_prefix(CASE.ref))
+    forged = orjson.loads(record.encode(None))
+    forged["view"] += " [2]"
+    with pytest.raises(RejectedError, match="digest"):
+        SegmentViewRecord.decode(orjson.dumps(forged), None)
+    keys.erase_case(CASE.ref)
+    with pytest.raises(RejectedError):
+        SegmentViewRecord.decode(sealed, keys)

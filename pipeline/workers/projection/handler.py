@@ -18,6 +18,7 @@ from pipeline.core.run import RunResult, run_dpm
 from pipeline.core.task import Architecture, Budget
 from pipeline.core.window import Window, WindowTooSmallError
 from pipeline.kafka.errors import KafkaAdapterError
+from pipeline.kafka.segment_views import SegmentViews
 from pipeline.kafka.steps import Deferred, Output, Step, run_inline
 from pipeline.kafka.topics import TopicNames
 from pipeline.observability.metrics import PipelineMetrics
@@ -42,6 +43,13 @@ RECENT_DECISIONS = 100_000
 
 _Done = TypeVar("_Done", bound=Step)
 _CONSUMED_AGAIN = RuntimeError("not committed: the batch is consumed again")
+
+
+class _Projected(NamedTuple):
+    """A trigger's run, and the segment views it computed (records for the segments topic)."""
+
+    result: RunResult
+    segment_views: list[Output]
 
 
 class _CaseRead(NamedTuple):
@@ -74,6 +82,8 @@ class ProjectionHandler:
     tracing: Tracing = field(default_factory=PassThroughTracing)
     # The model's window: a case longer than it is projected in segments (core/segments.py); None: never.
     window: Window | None = None
+    # Where segment views are kept for reuse by later decisions of the case; None: every view computed.
+    segment_views: SegmentViews | None = None
     # Keyed by tenant too: one tenant's trigger ids never refuse another's.
     _decided: LRUCache[tuple[str, DecisionId], None] = field(init=False, repr=False)
     _deciding: dict[LogPosition, tuple[str, DecisionId]] = field(default_factory=dict, init=False, repr=False)
@@ -119,7 +129,7 @@ class ProjectionHandler:
             trace.end(exc)
             raise
 
-        def slow() -> RunResult | Exception:
+        def slow() -> _Projected | Exception:
             try:
                 with trace.span("dpm.project_and_decide"):
                     return self._project(request, read.trajectory)
@@ -127,7 +137,7 @@ class ProjectionHandler:
                 trace.end(exc)
                 raise
 
-        def finish(result: RunResult | Exception) -> Sequence[Output]:
+        def finish(result: _Projected | Exception) -> Sequence[Output]:
             try:
                 with trace.span("dpm.publish"):
                     publish = partial(self._publish, request, record, read, result, trace.output_headers())
@@ -197,13 +207,16 @@ class ProjectionHandler:
                                          self.cipher)  # fmt: skip
         return _CaseRead(trajectory, positions, source)
 
-    def _project(self, request: DecisionRequest, trajectory: Trajectory) -> RunResult | Exception:
+    def _project(self, request: DecisionRequest, trajectory: Trajectory) -> _Projected | Exception:
         """The projection and the decision (the model calls; on a pool thread when the loop runs concurrently).
 
         A bug is returned rather than raised, so `finish` turns it into this trigger's dead letter.
         """
+        store = None if self.segment_views is None else self.segment_views.for_case(request.case)
         try:
-            return run_dpm(trajectory, request.task, Budget(request.budget_chars), self.backend, window=self.window)
+            result = run_dpm(trajectory, request.task, Budget(request.budget_chars), self.backend, window=self.window,
+                             store=store)  # fmt: skip
+            return _Projected(result, store.outputs() if store is not None else [])
         except (ModelBackendError, KafkaAdapterError):
             raise
         except WindowTooSmallError as exc:  # the trigger's budget does not fit this model's window
@@ -216,11 +229,12 @@ class ProjectionHandler:
         request: DecisionRequest,
         record: RawRecord,
         read: _CaseRead,
-        result: RunResult | Exception,
+        projected: _Projected | Exception,
         trace_context: Headers,
     ) -> list[Output]:
-        if isinstance(result, Exception):
-            raise result
+        if isinstance(projected, Exception):
+            raise projected
+        result = projected.result
         decision_id = request.decision_id(Architecture.DPM)
         provenance = Provenance(decision_id, read.positions, read.source, self.backend.name, self.worker_id)
         context = {"decision_id": str(decision_id), "tenant": request.case.tenant, "case_id": request.case.case_id,
@@ -232,4 +246,5 @@ class ProjectionHandler:
         if metrics is not None:
             self._on_commit[record.position] = lambda: observe_published(metrics, result, published,
                                                                          triggered_ms=record.timestamp_ms)  # fmt: skip
-        return run_outputs(published, self.names, self.cipher if self.seal else None, trace_context)
+        outputs = run_outputs(published, self.names, self.cipher if self.seal else None, trace_context)
+        return [*outputs, *projected.segment_views]

@@ -8,9 +8,11 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 
 from pipeline.config.settings import Settings
+from pipeline.core.task import Architecture
 from pipeline.kafka.keystore import case_keys_from
 from pipeline.kafka.lag import LagProbe
 from pipeline.kafka.reader import KafkaEventLog
+from pipeline.kafka.segment_views import SegmentViews
 from pipeline.kafka.topics import TopicNames
 from pipeline.kafka.transactions import LoopConfig, TransactionalLoop
 from pipeline.llm.registry import make_backend
@@ -20,6 +22,7 @@ from pipeline.observability.tracing import tracing_from
 from pipeline.wire.trigger import TriggerLimits
 from pipeline.workers.lifecycle import run_until_stopped
 from pipeline.workers.projection.handler import ProjectionHandler
+from pipeline.workers.publishing import worker_source
 
 _LOG = logging.getLogger("pipeline.workers")
 
@@ -52,11 +55,15 @@ def build_projection_worker(
     tracing = tracing_from(settings.tracing.mode, settings.tracing.otlp_endpoint, service="dpm-worker")
     resources.callback(tracing.shutdown)  # exports the spans still buffered
     backend = make_backend(settings.model)
+    segment_views = SegmentViews(client, names.segments, keys, seal=settings.keys.encryption,
+                                 source=worker_source(Architecture.DPM, options.worker_id))  # fmt: skip
+    resources.callback(segment_views.close)
     handler = ProjectionHandler(names, log, tracing.traced(backend), options.worker_id,
                                 max_trajectory_chars=settings.worker.max_case_chars, metrics=metrics, limits=limits,
                                 read_deadline_s=settings.worker.trigger_deadline_s, cipher=keys,
                                 seal=settings.keys.encryption, tracing=tracing,
-                                window=context_window(settings.model, backend))  # fmt: skip
+                                window=context_window(settings.model, backend),
+                                segment_views=segment_views)  # fmt: skip
     group = options.group(settings)
     config = LoopConfig(
         group_id=group,
