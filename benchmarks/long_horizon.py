@@ -31,6 +31,7 @@ from pipeline.core.events import Event, Trajectory
 from pipeline.core.model import ModelBackend
 from pipeline.core.run import ModelCall, RunResult, SummMemory, SummVariant, finish_summ, run_dpm, summ_step
 from pipeline.core.scoring import frp
+from pipeline.core.segments import DictSegmentStore
 from pipeline.core.task import Budget
 from pipeline.core.view import EMPTY_VIEW
 from pipeline.core.window import Window
@@ -45,19 +46,6 @@ SUMM_CAP_S = 120.0
 BUDGET = Budget(1_350)
 FRP_LENGTHS = (27_000, 1_000_000)
 TARGETS = {"redecide_tokens_pct": {"1000000": 20.0, "10000000": 5.0}, "frp_tight_gap": 0.05}
-
-
-class _Views:
-    """The segment store of one run: a dict (the workers keep theirs in a compacted topic)."""
-
-    def __init__(self) -> None:
-        self.views: dict[str, str] = {}
-
-    def get(self, key: str) -> str | None:
-        return self.views.get(key)
-
-    def put(self, key: str, view_text: str) -> None:
-        self.views[key] = view_text
 
 
 def long_case(chars: int, domain: str = "loan") -> Case:
@@ -100,7 +88,7 @@ def _timed(work: Callable[[], RunResult]) -> tuple[RunResult, float]:
 
 def dpm_rows(case: Case, chars: int, window_tokens: int, backend: ModelBackend) -> list[dict[str, Any]]:
     """DPM's first decision and its re-decision after one appended event, views reused between them."""
-    window, views = Window(window_tokens, SEGMENT_TOKENS), _Views()
+    window, views = Window(window_tokens, SEGMENT_TOKENS), DictSegmentStore()
     first, first_s = _timed(lambda: run_dpm(case.trajectory, case.task, BUDGET, backend, window=window, store=views))
     later = appended(case.trajectory)
     again, again_s = _timed(lambda: run_dpm(later, case.task, BUDGET, backend, window=window, store=views))

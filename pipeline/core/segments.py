@@ -49,6 +49,19 @@ class SegmentStore(Protocol):
         ...
 
 
+class DictSegmentStore:
+    """A SegmentStore in a dict: one process's views (the workers keep theirs in a compacted topic)."""
+
+    def __init__(self) -> None:
+        self.views: dict[str, str] = {}
+
+    def get(self, key: str) -> str | None:
+        return self.views.get(key)
+
+    def put(self, key: str, view_text: str) -> None:
+        self.views[key] = view_text
+
+
 def segment_key(model: str, request: ModelRequest) -> str:
     """A view's address: the model and the exact request (task, budget, prompt version, event bytes)."""
     return json_digest({"model": model, "request_sha256": request.digest})

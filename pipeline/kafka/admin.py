@@ -82,25 +82,26 @@ def wait_for_brokers(client_config: dict[str, str], expected_brokers: int, timeo
     raise BrokerUnavailableError(f"cluster not ready after {timeout_s:.0f}s: {last_error}")
 
 
-def _topic(client_config: dict[str, str], topic: str) -> TopicMetadata:
+def _described(client_config: dict[str, str], topic: str) -> TopicMetadata | None:
+    """The topic's metadata, None when it does not exist; KafkaAdapterError when the cluster cannot be asked."""
     try:
         metadata = admin_client(client_config).list_topics(topic, timeout=10)
     except KafkaException as exc:
         raise KafkaAdapterError(f"cannot read the metadata of {topic}: {exc.args[0]}") from exc
     found = metadata.topics.get(topic)
-    if found is None or found.error is not None or not found.partitions:
+    return None if found is None or found.error is not None or not found.partitions else found
+
+
+def _topic(client_config: dict[str, str], topic: str) -> TopicMetadata:
+    found = _described(client_config, topic)
+    if found is None:
         raise KafkaAdapterError(f"topic {topic} does not exist: run `dpm topics create`")
     return found
 
 
 def topic_exists(client_config: dict[str, str], topic: str) -> bool:
     """Whether `topic` exists; KafkaAdapterError when the cluster cannot be asked."""
-    try:
-        metadata = admin_client(client_config).list_topics(topic, timeout=10)
-    except KafkaException as exc:
-        raise KafkaAdapterError(f"cannot read the metadata of {topic}: {exc.args[0]}") from exc
-    found = metadata.topics.get(topic)
-    return found is not None and found.error is None and bool(found.partitions)
+    return _described(client_config, topic) is not None
 
 
 def topic_partitions(client_config: dict[str, str], topic: str) -> int:

@@ -11,6 +11,7 @@ import pytest
 from pipeline.bench.generate import GenerationSpec, generate_cases
 from pipeline.core.recorded import RecordedAnswers
 from pipeline.core.run import ModelCall, RunResult, run_dpm
+from pipeline.core.segments import DictSegmentStore
 from pipeline.core.task import Budget
 from pipeline.core.verification import ReplayStatus, verify_recorded, verify_replay
 from pipeline.core.window import Window
@@ -32,23 +33,12 @@ BUDGET = Budget(700)
 WINDOW = Window(tokens=4096, segment_tokens=3000)
 
 
-class _Store:
-    def __init__(self) -> None:
-        self.views: dict[str, str] = {}
-
-    def get(self, key: str) -> str | None:
-        return self.views.get(key)
-
-    def put(self, key: str, view_text: str) -> None:
-        self.views[key] = view_text
-
-
 def _published(result: RunResult) -> RunRecords:
     provenance = Provenance(DecisionId("d-1", result.architecture), (), PositionsSource.TRIGGER, "extractive", "test")
     return run_records(result, CASE.trajectory, task=CASE.task, budget=BUDGET, provenance=provenance)
 
 
-def _segmented(store: _Store | None = None) -> RunRecords:
+def _segmented(store: DictSegmentStore | None = None) -> RunRecords:
     return _published(run_dpm(CASE.trajectory, CASE.task, BUDGET, ExtractiveBackend(), window=WINDOW, store=store))
 
 
@@ -70,7 +60,7 @@ def test_a_decision_that_fits_writes_no_window_or_tree() -> None:
 
 @pytest.mark.parametrize("reuse", [False, True])
 def test_a_segmented_decision_replays_match_and_verifies_from_its_recorded_calls(reuse: bool) -> None:
-    store = _Store()
+    store = DictSegmentStore()
     if reuse:
         _segmented(store)  # an earlier decision left every view in the store
     records = _segmented(store)

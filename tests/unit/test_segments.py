@@ -13,39 +13,18 @@ from hypothesis import strategies as st
 from pipeline.bench.generate import GenerationSpec, generate_cases
 from pipeline.core.case import Case
 from pipeline.core.events import CaseRef, Event, Trajectory
-from pipeline.core.model import ModelRequest, ModelResponse, Purpose
+from pipeline.core.model import Purpose
 from pipeline.core.prompt import PromptEvent, is_merge_prompt, read_projection_prompt
 from pipeline.core.run import run_dpm
-from pipeline.core.segments import cut_segments, segment_key
+from pipeline.core.segments import DictSegmentStore, cut_segments, segment_key
 from pipeline.core.task import Budget, TaskSpec
 from pipeline.core.window import Window, WindowTooSmallError, estimated_tokens
 from pipeline.llm.extractive.backend import ExtractiveBackend
+from tests.cases import CountingBackend
 
 _TASK = TaskSpec("loan", "Decide the application.", ("APPROVE", "DENY", "REFER"))
 _BUDGET = Budget(1350)
 _WINDOW = Window(tokens=8192, segment_tokens=8192)
-
-
-class _Store:
-    """A segment store in a dict, counting what it was asked."""
-
-    def __init__(self) -> None:
-        self.views: dict[str, str] = {}
-
-    def get(self, key: str) -> str | None:
-        return self.views.get(key)
-
-    def put(self, key: str, view_text: str) -> None:
-        self.views[key] = view_text
-
-
-class _Counting(ExtractiveBackend):
-    def __init__(self) -> None:
-        self.requests: list[ModelRequest] = []
-
-    def complete(self, request: ModelRequest) -> ModelResponse:
-        self.requests.append(request)
-        return super().complete(request)
 
 
 @cache
@@ -76,7 +55,7 @@ def test_a_case_that_fits_its_window_is_decided_exactly_as_without_one() -> None
 
 def test_a_case_larger_than_its_window_is_projected_in_segments_and_merged() -> None:
     case = _case(100_000)
-    backend = _Counting()
+    backend = CountingBackend()
     result = run_dpm(case.trajectory, case.task, _BUDGET, backend, window=_WINDOW)
     leaves = [n for n in result.segments if n.level == 0]
     assert len(leaves) > 1
@@ -105,10 +84,10 @@ def test_segmented_projection_is_deterministic() -> None:
 
 def test_a_redecision_after_one_event_computes_only_the_tail_and_the_merges_above_it() -> None:
     case = _case(300_000)
-    store = _Store()
+    store = DictSegmentStore()
     first = run_dpm(case.trajectory, case.task, _BUDGET, ExtractiveBackend(), window=_WINDOW, store=store)
     later = _appended(case.trajectory, "Underwriter note: the file was reviewed again; nothing changed.")
-    backend = _Counting()
+    backend = CountingBackend()
     again = run_dpm(later, case.task, _BUDGET, backend, window=_WINDOW, store=store)
     levels = max(n.level for n in again.segments)
     computed = [n for n in again.segments if not n.reused]
@@ -123,7 +102,7 @@ def test_a_redecision_after_one_event_computes_only_the_tail_and_the_merges_abov
 
 def test_without_a_store_every_view_is_computed_and_the_view_is_the_same() -> None:
     case = _case(100_000)
-    store = _Store()
+    store = DictSegmentStore()
     run_dpm(case.trajectory, case.task, _BUDGET, ExtractiveBackend(), window=_WINDOW, store=store)
     reused = run_dpm(case.trajectory, case.task, _BUDGET, ExtractiveBackend(), window=_WINDOW, store=store)
     fresh = run_dpm(case.trajectory, case.task, _BUDGET, ExtractiveBackend(), window=_WINDOW)
@@ -142,7 +121,7 @@ def test_without_a_store_every_view_is_computed_and_the_view_is_the_same() -> No
 )
 def test_a_stored_view_that_cannot_be_trusted_is_computed_again(tamper: object) -> None:
     case = _case(100_000)
-    store = _Store()
+    store = DictSegmentStore()
     honest = run_dpm(case.trajectory, case.task, _BUDGET, ExtractiveBackend(), window=_WINDOW, store=store)
     for key, text in list(store.views.items()):
         store.views[key] = tamper(text)  # type: ignore[operator]
@@ -181,7 +160,7 @@ def test_an_event_larger_than_a_segment_is_cut_into_parts_cited_as_the_event() -
     case = CaseRef("t", "big")
     huge = "The borrower's statement. " * 4_000 + "Credit score: 712."  # about 104,000 characters
     events = (Event(case, 1, "doc", "Loan amount: $250,000."), Event(case, 2, "doc", huge))
-    backend = _Counting()
+    backend = CountingBackend()
     result = run_dpm(Trajectory(case, events), _TASK, _BUDGET, backend, window=Window(8192, 8192))
     leaves = [n for n in result.segments if n.level == 0]
     assert len(leaves) > 2

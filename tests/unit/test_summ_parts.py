@@ -16,6 +16,7 @@ from pipeline.wire.decision import PositionsSource, Provenance
 from pipeline.wire.run_records import run_records
 from pipeline.wire.trigger import DecisionId
 from pipeline.workers.baseline.state import SummStep, load_steps
+from tests.cases import CountingBackend
 
 _CASE = CaseRef("t", "long-event")
 _TASK = TaskSpec("loan", "Decide the application.", ("APPROVE", "DENY", "REFER"))
@@ -30,17 +31,8 @@ _EVENTS = (
 _TRAJECTORY = Trajectory(_CASE, _EVENTS)
 
 
-class _Counting(ExtractiveBackend):
-    def __init__(self) -> None:
-        self.requests: list[ModelRequest] = []
-
-    def complete(self, request: ModelRequest) -> ModelResponse:
-        self.requests.append(request)
-        return super().complete(request)
-
-
 def test_an_event_larger_than_the_window_is_folded_in_parts_each_prompt_fitting() -> None:
-    backend = _Counting()
+    backend = CountingBackend()
     result = run_summ(_TRAJECTORY, _TASK, _BUDGET, backend, window=_WINDOW)
     folds = [r for r in backend.requests if r.purpose is Purpose.SUMMARIZE]
     assert len(folds) > 3  # the large event took several calls
