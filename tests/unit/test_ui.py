@@ -15,6 +15,7 @@ from pipeline.config.settings import Settings, SettingsError
 from pipeline.core.case import Case
 from pipeline.core.events import CaseRef, LogPosition, Trajectory
 from pipeline.core.run import RunResult, run_dpm, run_summ
+from pipeline.core.window import Window
 from pipeline.core.task import Architecture, Budget
 from pipeline.core.verification import ReplayReport, verify_replay
 from pipeline.core.view import Fact, MemoryView
@@ -392,3 +393,22 @@ def test_tokens_are_required_long_and_never_echoed_in_errors() -> None:
     settings = Settings.from_env({"DPM_UI_TOKENS": f"acme={ACME}, globex={GLOBEX}"})
     assert Tokens.from_settings(settings.ui).principal(GLOBEX) is not None
     assert ACME not in repr(settings)
+
+
+def test_a_segmented_decision_shows_its_window_and_segment_tree() -> None:
+    auditor = _Auditor()
+    case = _as_tenant(load_fixture(), "acme")
+    long_case = replace(case, trajectory=Trajectory(case.ref, tuple(
+        replace(e, text=e.text + " Further file notes." * 40) for e in case.trajectory.events)))  # fmt: skip
+    auditor.cases[long_case.ref] = long_case.trajectory
+    result = run_dpm(long_case.trajectory, long_case.task, BUDGET, ExtractiveBackend(), window=Window(2048, 1500))
+    published = _published(long_case, "t-long", result)
+    auditor.index.add_decision(published.decision, 1_900_000_000_000, sealed=True)
+    auditor.index.add_view(published.view)
+    auditor.audit_records[published.decision.decision_id] = list(published.audits)
+    page = _client(auditor, ACME).get("/decision?id=t-long:dpm")
+    assert page.status_code == 200
+    assert "2048 tokens (estimate)" in page.text
+    assert f"Segment tree: {len(result.segments)} views, 0 reused" in page.text
+    assert page.text.count("<td>computed</td>") == len(result.segments)
+    assert page.text.count('<details class="audit">') == published.decision.llm_calls
