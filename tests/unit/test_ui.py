@@ -15,10 +15,10 @@ from pipeline.config.settings import Settings, SettingsError
 from pipeline.core.case import Case
 from pipeline.core.events import CaseRef, LogPosition, Trajectory
 from pipeline.core.run import RunResult, run_dpm, run_summ
-from pipeline.core.window import Window
 from pipeline.core.task import Architecture, Budget
 from pipeline.core.verification import ReplayReport, verify_replay
 from pipeline.core.view import Fact, MemoryView
+from pipeline.core.window import Window
 from pipeline.llm.extractive.backend import ExtractiveBackend
 from pipeline.services.audit_index import DecisionFilter, DecisionIndex, ErasedDecision, IndexedDecision
 from pipeline.services.auditor import CaseEvents
