@@ -98,6 +98,12 @@ def _props(body: dict[str, Any] | None) -> bytes:
     return orjson.dumps({"default_generation_settings": {"n_ctx": PROPS_N_CTX}, "total_slots": 1})
 
 
+def _tokenize(body: dict[str, Any] | None) -> bytes:
+    """llama.cpp's /tokenize, with a tokenizer denser than the 3-characters-per-token estimate: 2 per token."""
+    content = str((body or {}).get("content", ""))
+    return orjson.dumps({"tokens": list(range((len(content) + 1) // 2))})
+
+
 def _answer(body: dict[str, Any]) -> bytes:
     request = ModelRequest(
         _purpose(body["system"]),
@@ -140,10 +146,8 @@ def _handler(state: MessagesApiState) -> type[BaseHTTPRequestHandler]:
                 fault = state.faults.popleft() if state.faults else Fault()
             if fault.delay_s:
                 time.sleep(fault.delay_s)
-            answer = {"/models": _models, "/props": _props, "/chat/completions": _chat_answer}.get(
-                next((end for end in ("/models", "/props", "/chat/completions") if self.path.endswith(end)), ""),
-                _answer,
-            )
+            routes = {"/models": _models, "/props": _props, "/tokenize": _tokenize, "/chat/completions": _chat_answer}
+            answer = routes.get(next((end for end in routes if self.path.endswith(end)), ""), _answer)
             payload = fault.body if fault.body is not None else (answer(body) if fault.status == 200 else b"{}")  # type: ignore[arg-type]
             try:
                 self.send_response(fault.status)

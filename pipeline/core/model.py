@@ -10,6 +10,7 @@ import orjson
 
 from pipeline.core.errors import DpmError
 from pipeline.core.hashing import json_digest, sha256_hex
+from pipeline.core.window import TokenCounter
 
 
 class ModelBackendError(DpmError):
@@ -139,6 +140,15 @@ class ReportsWindow(Protocol):
         ...
 
 
+@runtime_checkable
+class CountsTokens(Protocol):
+    """A backend that can count tokens with its model's own tokenizer."""
+
+    def token_counter(self) -> TokenCounter | None:
+        """The tokenizer, or None when this backend's server has none to ask."""
+        ...
+
+
 class WrappedBackend:
     """Base of a backend that wraps another (latency, tracing): it answers under the wrapped one's name and model."""
 
@@ -147,6 +157,9 @@ class WrappedBackend:
 
     def context_tokens(self) -> int | None:
         return self._inner.context_tokens() if isinstance(self._inner, ReportsWindow) else None
+
+    def token_counter(self) -> TokenCounter | None:
+        return self._inner.token_counter() if isinstance(self._inner, CountsTokens) else None
 
     @property
     def name(self) -> str:

@@ -16,7 +16,7 @@ from pipeline.core.prompt import PromptEvent, decision_request, projection_reque
 from pipeline.core.segments import SegmentNode, SegmentStore, project_in_segments, split_event
 from pipeline.core.task import Architecture, Budget, TaskSpec
 from pipeline.core.view import EMPTY_VIEW, Fact, MemoryView, fit_to_budget
-from pipeline.core.window import Window, WindowTooSmallError, estimated_tokens
+from pipeline.core.window import Window, WindowTooSmallError
 
 
 class SummVariant(StrEnum):
@@ -88,15 +88,11 @@ def summ_parts(index: int, event: Event, *, task: TaskSpec, budget: Budget, wind
     if window is None:
         return [whole]
     probe = summarization_request(PromptEvent(index, event.kind, ""), "x" * budget.chars, task, budget)
-    room = (
-        window.prompt_limit(budget.response_token_limit)
-        - estimated_tokens(probe.system)
-        - estimated_tokens(probe.prompt)
-    )
+    room = window.prompt_limit(budget.response_token_limit) - window.count(probe.system, probe.prompt)
     if room < 64:
         raise WindowTooSmallError(f"a {window.tokens}-token window leaves no room for an event beside a "
                                   f"{budget.chars}-character summary")  # fmt: skip
-    return split_event(whole, room)
+    return split_event(whole, room, window)
 
 
 def summ_step(

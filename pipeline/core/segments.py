@@ -32,7 +32,7 @@ from pipeline.core.parse import parse_view
 from pipeline.core.prompt import PartialView, PromptEvent, event_line, merge_request, segment_request, view_line
 from pipeline.core.task import Budget, TaskSpec
 from pipeline.core.view import MemoryView, fit_to_budget
-from pipeline.core.window import CHARS_PER_TOKEN, Window, WindowTooSmallError, estimated_tokens
+from pipeline.core.window import CHARS_PER_TOKEN, Window, WindowTooSmallError
 
 _FAR_INDEX = 10**12  # an event index longer than any real one, to size a prompt's fixed lines
 
@@ -91,13 +91,9 @@ class SegmentedProjection:
     root_response: ModelResponse
 
 
-def _line_tokens(line: str) -> int:
-    return estimated_tokens(line) + 1  # its newline
-
-
-def split_event(event: PromptEvent, room: int) -> list[PromptEvent]:
-    """The event whole if its line fits `room` tokens, else parts of a fixed size (halved where escaping grows one)."""
-    if _line_tokens(event_line(event)) <= room:
+def split_event(event: PromptEvent, room: int, window: Window) -> list[PromptEvent]:
+    """The event whole if its line fits `room` tokens, else parts of a fixed size (halved where a part is denser)."""
+    if window.line_tokens([event_line(event)])[0] <= room:
         return [event]
     size = max(1, (room * CHARS_PER_TOKEN) // 2)
     parts: list[PromptEvent] = []
@@ -105,7 +101,7 @@ def split_event(event: PromptEvent, room: int) -> list[PromptEvent]:
     while pending:
         text = pending.pop(0)
         part = PromptEvent(event.index, event.kind, text)
-        if _line_tokens(event_line(part)) <= room or len(text) == 1:
+        if window.line_tokens([event_line(part)])[0] <= room or len(text) == 1:
             parts.append(part)
         else:
             half = len(text) // 2
@@ -118,11 +114,7 @@ def cut_segments(
 ) -> list[list[PromptEvent]]:
     """The events in segments whose projection prompts each fit the window's segment limit."""
     probe = segment_request([PromptEvent(_FAR_INDEX, "", "")], task, budget, whole=False)
-    room = (
-        window.segment_limit(budget.response_token_limit)
-        - estimated_tokens(probe.system)
-        - estimated_tokens(probe.prompt)
-    )
+    room = window.segment_limit(budget.response_token_limit) - window.count(probe.system, probe.prompt)
     if room < 64:
         raise WindowTooSmallError(
             f"a {window.tokens}-token window (segments of {window.segment_tokens}) leaves no room for events "
@@ -131,9 +123,11 @@ def cut_segments(
     segments: list[list[PromptEvent]] = []
     current: list[PromptEvent] = []
     used = 0
-    for event in events:
-        for item in split_event(event, room):
-            tokens = _line_tokens(event_line(item))
+    sizes = window.line_tokens([event_line(event) for event in events])
+    for event, size in zip(events, sizes, strict=True):
+        items = [event] if size <= room else split_event(event, room, window)
+        for item, tokens in zip(items, [size] if size <= room else window.line_tokens([event_line(i) for i in items]),
+                                strict=True):  # fmt: skip
             if current and used + tokens > room:
                 segments.append(current)
                 current, used = [], 0
@@ -186,12 +180,11 @@ class _Tree:
         """Consecutive views grouped left to right, as many per merge prompt as the window holds."""
         limit = self.window.prompt_limit(self.budget.response_token_limit)
         probe = merge_request([PartialView(_FAR_INDEX, _FAR_INDEX, "")], self.task, self.budget)
-        fixed = estimated_tokens(probe.system) + estimated_tokens(probe.prompt)
+        fixed = self.window.count(probe.system, probe.prompt)
         groups: list[list[PartialView]] = []
         current: list[PartialView] = []
         used = fixed
-        for view in views:
-            tokens = _line_tokens(view_line(view))
+        for view, tokens in zip(views, self.window.line_tokens([view_line(v) for v in views]), strict=True):
             if current and used + tokens > limit:
                 groups.append(current)
                 current, used = [], fixed

@@ -10,7 +10,7 @@ from rapidfuzz.distance import Levenshtein
 
 from pipeline.core.events import Trajectory
 from pipeline.core.hashing import events_digest, text_digest
-from pipeline.core.model import ModelBackend, ModelBackendError, Purpose
+from pipeline.core.model import CountsTokens, ModelBackend, ModelBackendError, Purpose
 from pipeline.core.parse import parse_view
 from pipeline.core.prompt import PromptFormatError, is_merge_prompt, read_merge_prompt
 from pipeline.core.recorded import RecordedAnswers
@@ -18,7 +18,7 @@ from pipeline.core.run import ModelCall, RunResult, SummVariant, run_dpm, run_su
 from pipeline.core.segments import SegmentNode
 from pipeline.core.task import Architecture, Budget, TaskSpec
 from pipeline.core.view import fit_to_budget
-from pipeline.core.window import Window
+from pipeline.core.window import TokenCountError, Window
 
 PREFIX_CHARS = 200
 
@@ -69,11 +69,14 @@ def view_distances(recorded: str, replayed: str) -> tuple[float, float]:
 
 
 def rerun(target: ReplayTarget, trajectory: Trajectory, backend: ModelBackend) -> RunResult:
-    """Runs the recorded architecture again on the same events, task and budget."""
+    """Runs the recorded architecture again on the same events, task and budget (and window, counted as it was)."""
+    window = target.window
+    if window is not None and isinstance(backend, CountsTokens):
+        window = window.counted_with(backend.token_counter())
     if target.architecture is Architecture.SUMM:
         variant = target.variant or SummVariant.REWRITE
-        return run_summ(trajectory, target.task, target.budget, backend, variant, window=target.window)
-    return run_dpm(trajectory, target.task, target.budget, backend, window=target.window)
+        return run_summ(trajectory, target.task, target.budget, backend, variant, window=window)
+    return run_dpm(trajectory, target.task, target.budget, backend, window=window)
 
 
 def verify_replay(
@@ -95,6 +98,8 @@ def verify_replay(
         result = rerun(target, trajectory, backend)
     except ModelBackendError as exc:
         return ReplayReport(ReplayStatus.DRIFT, f"the model call failed on replay: {exc}")
+    except TokenCountError as exc:
+        return ReplayReport(ReplayStatus.DRIFT, str(exc))
     replayed = text_digest(result.view_text)
     if replayed == target.view_sha256:
         return ReplayReport(ReplayStatus.MATCH, "byte-identical view", 0.0, 0.0, replayed)

@@ -32,6 +32,8 @@ from pipeline.core.model import (
 from pipeline.core.prompt import PromptFormatError, read_decision_prompt
 from pipeline.core.run import ModelCall
 from pipeline.core.structured import VIEW_SCHEMA, decision_schema
+from pipeline.core.window import TokenCounter
+from pipeline.llm.llama_tokenizer import llama_tokenizer
 from pipeline.llm.pricing import Price, load_price_table
 
 DEFAULT_SEED = 0
@@ -76,6 +78,8 @@ class OpenAIBackend:
         self._base_url = base_url
         self._window: int | None = None
         self._window_asked = False
+        self._counter: TokenCounter | None = None
+        self._counter_asked = False
         self._tags: dict[str, dict[str, str]] = {}
         self._prices = prices or {}
         self._seed = seed
@@ -134,6 +138,14 @@ class OpenAIBackend:
             self._window = self._reported_window() or (price.context_tokens if price else None)
             self._window_asked = True
         return self._window
+
+    def token_counter(self) -> TokenCounter | None:
+        """The server's own tokenizer, when it has one to ask (llama.cpp); asked once."""
+        if not self._counter_asked:
+            root = self._base_url.rstrip("/").removesuffix("/v1")
+            self._counter = llama_tokenizer(root, self._model, self._served_tags(self._model).get("sha256"))
+            self._counter_asked = True
+        return self._counter
 
     def _reported_window(self) -> int | None:
         """The `n_ctx` a `dpm model up` server tags its model with, else the one llama.cpp's /props gives."""

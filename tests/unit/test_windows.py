@@ -7,9 +7,12 @@ from pathlib import Path
 import orjson
 import pytest
 
+from benchmarks.long_horizon import long_case
 from pipeline.config.settings import ModelSettings
 from pipeline.core.model import ModelBackendError
-from pipeline.core.window import Window
+from pipeline.core.run import run_dpm
+from pipeline.core.task import Budget
+from pipeline.core.window import ESTIMATED, TokenCountError, Window
 from pipeline.llm.anthropic_backend import AnthropicBackend
 from pipeline.llm.extractive.backend import OFFLINE_CONTEXT_TOKENS, ExtractiveBackend
 from pipeline.llm.latency import LatencyBackend
@@ -61,3 +64,32 @@ def test_a_price_table_with_a_bad_window_is_refused(tmp_path: Path, tokens: obje
     path.write_bytes(orjson.dumps({"m": {"input_per_mtok": 1, "output_per_mtok": 2, "context_tokens": tokens}}))
     with pytest.raises(ModelBackendError, match="context_tokens"):
         load_price_table(path)
+
+
+def test_a_llama_cpp_servers_window_is_counted_with_its_own_tokenizer() -> None:
+    with messages_api() as (base, state):
+        backend = OpenAIBackend(f"{base}/v1", "fake-model")
+        window = context_window(_settings(DPM_CONTEXT_TOKENS=4096, DPM_SEGMENT_TOKENS=3000), backend)
+        assert window.counted_by == "llama.cpp tokenizer of fake-model (sha256 00ff)"
+        assert window.count("x" * 100) == 50  # the server's count (2 characters per token), not the estimate's 34
+        case = long_case(27_000)
+        result = run_dpm(case.trajectory, case.task, Budget(700), ExtractiveBackend(), window=window)
+        tokenized = [r for r in state.requests if r["path"].endswith("/tokenize")]
+        assert tokenized  # every size came from the server
+        for call in result.calls:  # and by its count every prompt fits
+            assert window.count(call.request.system, call.request.prompt) <= window.prompt_limit(
+                call.request.max_tokens
+            )
+        estimated = run_dpm(case.trajectory, case.task, Budget(700), ExtractiveBackend(), window=Window(4096, 3000))
+        assert len(result.segments) > len(estimated.segments)  # the denser tokenizer cuts smaller segments
+
+
+def test_a_decision_cut_by_a_tokenizer_replays_only_where_that_tokenizer_is_at_hand() -> None:
+    recorded = Window.from_wire({"tokens": 4096, "segment_tokens": 3000, "margin_tokens": 256,
+                                 "counted_by": "llama.cpp tokenizer of fake-model (sha256 00ff)"})  # fmt: skip
+    with pytest.raises(TokenCountError, match="--verify-recorded"):
+        recorded.count("text")
+    with messages_api() as (base, _state):
+        counter = OpenAIBackend(f"{base}/v1", "fake-model").token_counter()
+        assert recorded.counted_with(counter).count("x" * 10) == 5
+        assert recorded.counted_with(ESTIMATED) is recorded  # another counter is not taken for it
