@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -41,6 +41,8 @@ class MessagesApiState:
     requests: list[dict[str, Any]] = field(default_factory=list)
     arrivals: list[float] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    one_slot: bool = False  # answer /slots as llama.cpp does (one slot, busy while a request is served)
+    busy: int = 0  # requests being answered now
 
 
 PROPS_N_CTX = 4096  # the window the fake llama.cpp /props reports
@@ -98,6 +100,18 @@ def _props(body: dict[str, Any] | None) -> bytes:
     return orjson.dumps({"default_generation_settings": {"n_ctx": PROPS_N_CTX}, "total_slots": 1})
 
 
+_SERVICE_ROUTES = ("/models", "/props", "/tokenize", "/slots")
+
+
+def _slots(state: MessagesApiState) -> Callable[[dict[str, Any] | None], bytes]:
+    def slots(body: dict[str, Any] | None) -> bytes:
+        del body
+        with state.lock:
+            return orjson.dumps([{"id": 0, "n_ctx": PROPS_N_CTX, "is_processing": state.busy > 0}])
+
+    return slots
+
+
 def _tokenize(body: dict[str, Any] | None) -> bytes:
     """llama.cpp's /tokenize, with a tokenizer denser than the 3-characters-per-token estimate: 2 per token."""
     content = str((body or {}).get("content", ""))
@@ -143,10 +157,22 @@ def _handler(state: MessagesApiState) -> type[BaseHTTPRequestHandler]:
                 headers = {k.lower(): v for k, v in self.headers.items()}
                 state.requests.append({"path": self.path, "headers": headers, "body": body, "at": time.monotonic()})
                 state.arrivals.append(time.monotonic())
-                fault = state.faults.popleft() if state.faults else Fault()
+                service = self.path.endswith(_SERVICE_ROUTES)  # the server's own endpoints take no scripted fault
+                fault = state.faults.popleft() if state.faults and not service else Fault()
+                state.busy += 0 if service else 1
+            try:
+                self._answer(body, fault)
+            finally:
+                with state.lock:
+                    state.busy -= 0 if service else 1
+
+        def _answer(self, body: dict[str, Any] | None, fault: Fault) -> None:
             if fault.delay_s:
                 time.sleep(fault.delay_s)
-            routes = {"/models": _models, "/props": _props, "/tokenize": _tokenize, "/chat/completions": _chat_answer}
+            if self.path.endswith("/slots") and not state.one_slot:
+                fault = Fault(404)  # only a one-slot server (llama.cpp) reports its slots
+            routes = {"/models": _models, "/props": _props, "/tokenize": _tokenize, "/slots": _slots(state),
+                      "/chat/completions": _chat_answer}  # fmt: skip
             answer = routes.get(next((end for end in routes if self.path.endswith(end)), ""), _answer)
             payload = fault.body if fault.body is not None else (answer(body) if fault.status == 200 else b"{}")  # type: ignore[arg-type]
             try:

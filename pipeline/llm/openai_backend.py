@@ -9,10 +9,12 @@ connection errors with backoff, honouring retry-after; what still fails is wrapp
 
 from __future__ import annotations
 
+import logging
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import openai
@@ -29,14 +31,26 @@ from pipeline.core.model import (
     Usage,
     response_text,
 )
-from pipeline.core.prompt import PromptFormatError, read_decision_prompt
+from pipeline.core.prompt import PromptFormatError, decision_request, read_decision_prompt
 from pipeline.core.run import ModelCall
 from pipeline.core.structured import VIEW_SCHEMA, decision_schema
-from pipeline.core.window import TokenCounter
+from pipeline.core.task import TaskSpec
+from pipeline.core.view import EMPTY_VIEW
+from pipeline.core.window import TokenCounter, estimated_tokens
 from pipeline.llm.llama_tokenizer import llama_tokenizer
+from pipeline.llm.pacing import Pacing
 from pipeline.llm.pricing import Price, load_price_table
 
 DEFAULT_SEED = 0
+_LOG = logging.getLogger("pipeline.llm.openai")
+_IDLE_WAIT_S = 900.0  # the longest a retry waits for the server to finish a call it gave up on
+_MAX_BACKOFF_S = 8.0
+# What the speed of a one-slot server is measured with: a decision over an empty view, with a short
+# answer, so it costs a few seconds once.
+_CALIBRATION = replace(
+    decision_request(EMPTY_VIEW.render(), TaskSpec("loan", "Decide the application.", ("APPROVE", "DENY"))),
+    max_tokens=16,
+)
 _FREE = Price(0.0, 0.0)
 # Words a server uses when it refuses a parameter it does not support.
 _VIEW_SHAPE = (
@@ -84,6 +98,8 @@ class OpenAIBackend:
         self._prices = prices or {}
         self._seed = seed
         self._structured = structured
+        self._pacing = Pacing(base_url.rstrip("/").removesuffix("/v1"), timeout_s)
+        self._max_retries = max_retries
         # Local servers need no key; the SDK insists on one, so a placeholder goes in the header.
         self._client = openai.OpenAI(
             base_url=base_url, api_key=api_key or "unused", timeout=timeout_s, max_retries=max_retries
@@ -161,16 +177,61 @@ class OpenAIBackend:
             return None  # not llama.cpp, or it does not say
         return n_ctx if isinstance(n_ctx, int) and n_ctx > 0 else None
 
-    def _send(self, request: ModelRequest) -> tuple[bytes, Any]:
+    def _timeout_for(self, request: ModelRequest) -> float:
+        """The configured timeout, longer for a request the server's measured speed says needs longer."""
+        pacing = self._pacing
+        if not pacing.serves_one_at_a_time():
+            return pacing.timeout_for(0, 0)
+        if pacing.speeds.expected_s(1, 1) is None:
+            self._calibrate()
+        counter = self.token_counter()
+        texts = [request.system, request.prompt]
+        prompt_tokens = sum(counter.count(texts)) if counter is not None else sum(map(estimated_tokens, texts))
+        return pacing.timeout_for(prompt_tokens, request.max_tokens)
+
+    def _calibrate(self) -> None:
+        """Measures a one-slot server's speeds with one short call, before a long one is given a timeout."""
         try:
-            raw_response = self._client.chat.completions.with_raw_response.create(**self._body(request))
-            return raw_response.http_response.content, raw_response.parse()
+            answer = self._client.chat.completions.with_raw_response.create(**self._body(_CALIBRATION))
+        except (openai.APIError, pydantic.ValidationError, ValueError) as exc:
+            _LOG.warning("the server's speed could not be measured: %s", exc)
+            return
+        self._pacing.speeds.observe(answer.http_response.content)
+
+    def _send(self, request: ModelRequest) -> tuple[bytes, Any]:
+        """The call, retried by the SDK; to a one-slot server, retried here, never behind a call it gave up on.
+
+        Such a server goes on working on a request whose client timed out, so a retry sent at once
+        would queue behind it and time out in turn: after a timeout the retry waits until the
+        server's slots are idle.
+        """
+        if not self._pacing.serves_one_at_a_time():
+            return self._create(request, self._client)
+        client = self._client.with_options(timeout=self._timeout_for(request), max_retries=0)
+        for attempt in range(self._max_retries + 1):
+            try:
+                return self._create(request, client)
+            except openai.APITimeoutError:
+                if attempt == self._max_retries:
+                    raise
+                self._pacing.wait_out_abandoned(_IDLE_WAIT_S)
+            except (openai.APIConnectionError, openai.InternalServerError, openai.RateLimitError):
+                if attempt == self._max_retries:
+                    raise
+                time.sleep(min(_MAX_BACKOFF_S, 0.5 * 2**attempt))
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _create(self, request: ModelRequest, client: openai.OpenAI) -> tuple[bytes, Any]:
+        try:
+            raw_response = client.chat.completions.with_raw_response.create(**self._body(request))
         except openai.BadRequestError as exc:
             refused = str(exc.message).lower()
             if (self._structured or self._seed is not None) and any(w in refused for w in _UNSUPPORTED):
                 self._structured, self._seed = False, None  # this server takes plain prompting only
-                return self._send(request)
+                return self._create(request, client)
             raise ModelBackendError(f"Chat Completions answered HTTP 400: {exc.message}") from exc
+        self._pacing.speeds.observe(raw_response.http_response.content)
+        return raw_response.http_response.content, raw_response.parse()
 
     def complete(self, request: ModelRequest) -> ModelResponse:
         started = time.perf_counter()
