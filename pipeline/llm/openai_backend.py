@@ -38,7 +38,7 @@ from pipeline.core.task import TaskSpec
 from pipeline.core.view import EMPTY_VIEW
 from pipeline.core.window import TokenCounter, estimated_tokens
 from pipeline.llm.llama_tokenizer import llama_tokenizer
-from pipeline.llm.pacing import Pacing
+from pipeline.llm.pacing import Pacing, retry_timeout
 from pipeline.llm.pricing import Price, load_price_table
 
 DEFAULT_SEED = 0
@@ -177,17 +177,10 @@ class OpenAIBackend:
             return None  # not llama.cpp, or it does not say
         return n_ctx if isinstance(n_ctx, int) and n_ctx > 0 else None
 
-    def _timeout_for(self, request: ModelRequest) -> float:
-        """The configured timeout, longer for a request the server's measured speed says needs longer."""
-        pacing = self._pacing
-        if not pacing.serves_one_at_a_time():
-            return pacing.timeout_for(0, 0)
-        if pacing.speeds.expected_s(1, 1) is None:
-            self._calibrate()
+    def _prompt_tokens(self, request: ModelRequest) -> int:
         counter = self.token_counter()
         texts = [request.system, request.prompt]
-        prompt_tokens = sum(counter.count(texts)) if counter is not None else sum(map(estimated_tokens, texts))
-        return pacing.timeout_for(prompt_tokens, request.max_tokens)
+        return sum(counter.count(texts)) if counter is not None else sum(map(estimated_tokens, texts))
 
     def _calibrate(self) -> None:
         """Measures a one-slot server's speeds with one short call, before a long one is given a timeout."""
@@ -207,14 +200,22 @@ class OpenAIBackend:
         """
         if not self._pacing.serves_one_at_a_time():
             return self._create(request, self._client)
-        client = self._client.with_options(timeout=self._timeout_for(request), max_retries=0)
+        pacing = self._pacing
+        if pacing.speeds.expected_s(1, 1) is None:
+            self._calibrate()
+        prompt_tokens = self._prompt_tokens(request)
+        timeout = pacing.timeout_for(prompt_tokens, request.max_tokens)
         for attempt in range(self._max_retries + 1):
             try:
-                return self._create(request, client)
+                return self._create(request, self._client.with_options(timeout=timeout, max_retries=0))
             except openai.APITimeoutError:
+                waited = pacing.wait_out_abandoned(_IDLE_WAIT_S)
+                expected = pacing.expected_s(prompt_tokens, request.max_tokens)
+                if expected is not None:  # speeds measured on short calls understate a long prompt's time
+                    pacing.learn(expected, timeout + waited)
                 if attempt == self._max_retries:
                     raise
-                self._pacing.wait_out_abandoned(_IDLE_WAIT_S)
+                timeout = retry_timeout(timeout, waited)
             except (openai.APIConnectionError, openai.InternalServerError, openai.RateLimitError):
                 if attempt == self._max_retries:
                     raise

@@ -59,11 +59,24 @@ class Pacing:
         self._floor_s = floor_s
         self.speeds = Speeds()
         self._has_slots: bool | None = None  # unknown until asked
+        # How much longer than the speeds say calls have turned out to take (long prompts read slower
+        # than the short measuring call did): learnt from calls that timed out.
+        self._slowdown = 1.0
+
+    def expected_s(self, prompt_tokens: int, max_tokens: int) -> float | None:
+        """How long a request should take, as the speeds and what timed-out calls taught say."""
+        expected = self.speeds.expected_s(prompt_tokens, max_tokens)
+        return None if expected is None else expected * self._slowdown
 
     def timeout_for(self, prompt_tokens: int, max_tokens: int) -> float:
         """The configured timeout, or more where the measured speeds say the request needs more."""
-        expected = self.speeds.expected_s(prompt_tokens, max_tokens)
+        expected = self.expected_s(prompt_tokens, max_tokens)
         return self._floor_s if expected is None else max(self._floor_s, _SAFETY * expected + _OVERHEAD_S)
+
+    def learn(self, expected_s: float, took_s: float) -> None:
+        """A call expected to take `expected_s` took at least `took_s`: later timeouts allow for it."""
+        if expected_s > 0:
+            self._slowdown = max(self._slowdown, took_s / expected_s)
 
     def serves_one_at_a_time(self) -> bool:
         """Whether the server reports its slots (llama.cpp): it is then worth measuring and waiting for."""
@@ -71,15 +84,17 @@ class Pacing:
             self._has_slots = self._busy() is not None
         return self._has_slots
 
-    def wait_out_abandoned(self, limit_s: float) -> None:
-        """A call timed out: waits (up to `limit_s`) until the server has stopped working on it (no slot busy)."""
+    def wait_out_abandoned(self, limit_s: float) -> float:
+        """A call timed out: waits (up to `limit_s`) until the server has stopped working on it; returns the wait."""
         if not self.serves_one_at_a_time():
-            return
+            return 0.0
         started = time.monotonic()
         while time.monotonic() - started < limit_s and self._busy():
             time.sleep(_IDLE_POLL_S)
+        waited = time.monotonic() - started
         _LOG.warning("a model call timed out; the server finished it %.1f s later, and only then is it sent again",
-                     time.monotonic() - started)  # fmt: skip
+                     waited)  # fmt: skip
+        return waited
 
     def _busy(self) -> bool | None:
         """Whether some slot is processing; None when the server does not report slots."""
@@ -91,3 +106,8 @@ class Pacing:
         if not isinstance(slots, list):
             return None
         return any(isinstance(slot, dict) and slot.get("is_processing") for slot in slots)
+
+
+def retry_timeout(timed_out_after_s: float, finished_after_s: float) -> float:
+    """The timeout for a call sent again: the abandoned one took at least its timeout plus the wait for it, so more."""
+    return max(2 * timed_out_after_s, _SAFETY * (timed_out_after_s + finished_after_s) + _OVERHEAD_S)

@@ -6,7 +6,7 @@ import orjson
 import pytest
 
 from pipeline.llm.openai_backend import OpenAIBackend
-from pipeline.llm.pacing import Pacing, Speeds
+from pipeline.llm.pacing import Pacing, Speeds, retry_timeout
 from tests.fake_model_apis import Fault, chat_requests, messages_api
 from tests.unit.test_openai_faults import REQUEST
 
@@ -47,3 +47,13 @@ def test_a_server_without_slots_is_retried_by_the_sdk_as_before() -> None:
     assert response.text
     assert len(calls) == 2
     assert calls[1]["at"] < calls[0]["at"] + 1.0  # re-sent at once: nothing says the server is still busy
+
+
+def test_a_call_that_timed_out_teaches_how_much_longer_calls_take_and_its_retry_gets_more() -> None:
+    pacing = Pacing("http://127.0.0.1:9", floor_s=10)
+    pacing.speeds.observe(_llama_answer(100.0, 10.0))
+    assert pacing.timeout_for(1_000, 100) == pytest.approx(2 * 20 + 5)  # 10 s to read, 10 s to write
+    pacing.learn(20.0, 80.0)  # it took four times as long as the short measuring call said
+    assert pacing.timeout_for(1_000, 100) == pytest.approx(2 * 80 + 5)
+    assert retry_timeout(45.0, 30.0) == pytest.approx(2 * (45 + 30) + 5)
+    assert retry_timeout(45.0, 0.0) == 95.0  # never less than twice the timeout that ran out
