@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import pytest
+
 from pipeline.core.events import CaseRef, Event, LogPosition, Trajectory
 from pipeline.core.model import ModelRequest, ModelResponse, Purpose
 from pipeline.core.prompt import read_summarization_prompt
@@ -9,7 +14,7 @@ from pipeline.core.run import ModelCall, SummMemory, SummVariant, run_summ, summ
 from pipeline.core.task import Budget, TaskSpec
 from pipeline.core.verification import ReplayStatus, verify_recorded, verify_replay
 from pipeline.core.view import EMPTY_VIEW
-from pipeline.core.window import Window, estimated_tokens
+from pipeline.core.window import TokenCountError, Window, estimated_tokens
 from pipeline.llm.extractive.backend import ExtractiveBackend
 from pipeline.wire.audit import calls_in_order
 from pipeline.wire.decision import PositionsSource, Provenance
@@ -84,3 +89,32 @@ def test_the_baseline_stores_a_step_in_parts_and_rebuilds_each_calls_request() -
         assert [c.request.digest for c in step.calls] == [c.request.digest for c in calls]
     assert steps[1].window == _WINDOW
     assert len(steps[1].calls) > 1
+
+
+@dataclass(frozen=True)
+class _HalfCounter:
+    """A tokenizer denser than the estimate: 2 characters per token."""
+
+    name: str = "a test tokenizer"
+
+    def count(self, texts: Sequence[str]) -> list[int]:
+        return [(len(text) + 1) // 2 for text in texts]
+
+
+def test_steps_folded_under_a_tokenizer_are_rebuilt_with_the_baselines_own_tokenizer() -> None:
+    window = Window(tokens=4096, segment_tokens=4096, counter=_HalfCounter())
+    calls: list[ModelCall] = []
+
+    def call(request: ModelRequest) -> ModelResponse:
+        response = ExtractiveBackend().complete(request)
+        calls.append(ModelCall(request, response))
+        return response
+
+    memory = summ_step(SummMemory(EMPTY_VIEW), 2, _EVENTS[1], task=_TASK, budget=_BUDGET, variant=SummVariant.REWRITE,
+                       call=call, window=window)  # fmt: skip
+    stored = SummStep(_EVENTS[1], LogPosition(0, 2), memory, tuple(calls), window).to_json()
+    assert stored["window"]["counted_by"] == "a test tokenizer"
+    with pytest.raises(TokenCountError):  # a process without that tokenizer cannot cut the event again
+        load_steps([stored], task=_TASK, budget=_BUDGET)
+    (step,) = load_steps([stored], task=_TASK, budget=_BUDGET, counter=_HalfCounter())
+    assert [c.request.digest for c in step.calls] == [c.request.digest for c in calls]

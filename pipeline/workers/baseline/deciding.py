@@ -109,7 +109,8 @@ class Deciding:
         case, budget = request.case, Budget(request.budget_chars)
         stored = [await self.host.folding.stored_step(case, step_key(case.key, request.budget_chars, s))
                   for s in range(1, count + 1)]  # fmt: skip
-        steps = load_steps(stored, task=state.task, budget=budget)  # the task the steps summarized for
+        counter = self.host.window.counter if self.host.window is not None else None
+        steps = load_steps(stored, task=state.task, budget=budget, counter=counter)  # the task they summarized for
         trajectory = Trajectory(case, tuple(s.event for s in steps))
         decide = functools.partial(finish_summ, trajectory, request.task, budget, self.host.backend, steps[-1].memory,
                                    calls=calls_of(steps), variant=self.host.options.variant,

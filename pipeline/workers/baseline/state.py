@@ -15,7 +15,7 @@ from pipeline.core.events import Event, LogPosition
 from pipeline.core.run import ModelCall, SummMemory, summ_step_requests
 from pipeline.core.task import Budget, TaskSpec
 from pipeline.core.view import EMPTY_VIEW, Fact, MemoryView
-from pipeline.core.window import Window
+from pipeline.core.window import TokenCounter, Window
 from pipeline.wire.audit import call_to_wire, response_from_wire
 from pipeline.wire.event import EventRecord
 
@@ -137,10 +137,18 @@ class SummStep:
         return memory_from_json(raw["memory"])
 
     @classmethod
-    def from_json(cls, raw: Mapping[str, Any], previous: SummMemory, *, task: TaskSpec, budget: Budget) -> SummStep:
+    def from_json(
+        cls,
+        raw: Mapping[str, Any],
+        previous: SummMemory,
+        *,
+        task: TaskSpec,
+        budget: Budget,
+        counter: TokenCounter | None = None,
+    ) -> SummStep:
         """The step stored by to_json, its requests rebuilt from the memory before it, the task, budget and window."""
         event = EventRecord.from_wire(raw["event"]).event
-        window = None if raw.get("window") is None else Window.from_wire(raw["window"])
+        window = None if raw.get("window") is None else Window.from_wire(raw["window"]).counted_with(counter)
         responses = [response_from_wire(stored) for stored in raw["calls"]]
         requests = summ_step_requests(previous, event.seq, event, [r.text for r in responses], task=task,
                                       budget=budget, window=window)  # fmt: skip
@@ -151,12 +159,17 @@ class SummStep:
         return cls(event, LogPosition(*raw["position"]), memory_from_json(raw["memory"]), calls, window)
 
 
-def load_steps(raws: Sequence[Mapping[str, Any]], *, task: TaskSpec, budget: Budget) -> list[SummStep]:
-    """Stored steps 1..n of one case and budget, in order, each call's request rebuilt."""
+def load_steps(
+    raws: Sequence[Mapping[str, Any]], *, task: TaskSpec, budget: Budget, counter: TokenCounter | None = None
+) -> list[SummStep]:
+    """Stored steps 1..n of one case and budget, in order, each call's request rebuilt.
+
+    `counter` is the model's tokenizer, for steps whose event was folded in parts as counted by it.
+    """
     steps: list[SummStep] = []
     for raw in raws:
         previous = steps[-1].memory if steps else SummMemory(EMPTY_VIEW)
-        steps.append(SummStep.from_json(raw, previous, task=task, budget=budget))
+        steps.append(SummStep.from_json(raw, previous, task=task, budget=budget, counter=counter))
     return steps
 
 
