@@ -17,6 +17,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -156,8 +157,10 @@ def measure(lengths: tuple[int, ...] = LENGTHS, cap_s: float = SUMM_CAP_S) -> di
         for window in WINDOWS:
             rows += dpm_rows(case, chars, window, backend)
         rows += summ_rows(case, chars, backend, cap_s)
+    measured = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")  # a section may be measured apart from the others
     return {"rows": rows, "frp_tight": frp_tight(), "latency_ms": LATENCY_MS, "budget_chars": BUDGET.chars,
-            "segment_tokens": SEGMENT_TOKENS, "summ_cap_s": cap_s, "targets": TARGETS}  # fmt: skip
+            "segment_tokens": SEGMENT_TOKENS, "summ_cap_s": cap_s, "targets": TARGETS,
+            "measured": measured}  # fmt: skip
 
 
 def redecide_share(section: dict[str, Any], window: int, chars: int) -> float:

@@ -8,15 +8,23 @@ from __future__ import annotations
 
 import os
 import time
+from contextlib import closing
+from dataclasses import replace
 from pathlib import Path
 
 import orjson
 import pytest
 
+from pipeline.bench.generate import GenerationSpec, generate_cases
+from pipeline.config.settings import keys_folder
+from pipeline.core.case import Case
+from pipeline.core.events import Event, Trajectory
 from pipeline.core.task import Architecture
+from pipeline.kafka.keystore import kafka_case_keys
 from pipeline.kafka.producer import EventProducer
 from pipeline.kafka.range_reads import read_topic
 from pipeline.kafka.topics import TopicNames
+from pipeline.keys.providers import LocalFileKeyProvider
 from pipeline.keys.store import CaseKeys
 from pipeline.llm import local_model
 from pipeline.services.cluster import pipeline_processes
@@ -105,3 +113,62 @@ def test_a_model_server_that_dies_gives_retries_then_model_error_dead_letters_ne
         outputs = await_decisions(kafka_config, topic_names, 1, timeout_s=240, cipher=case_keys)
         dpm_cli("model", "down", env=cli_env)
     assert outputs.decision_ids() == {DecisionId("back", Architecture.DPM)}
+
+
+def _long_cases() -> tuple[Case, Case, Case]:
+    """A reference-size case, one of 60,000 characters, and a short one holding one event larger than the window."""
+    reference = generate_cases(GenerationSpec(domains=("loan",), per_domain=1, tenant="window"))[0]
+    longer = generate_cases(GenerationSpec(domains=("claim",), per_domain=1, chars=(60_000, 62_000), events=(200, 210),
+                                           tenant="window"))[0]  # fmt: skip
+    short = shortened(load_fixture(), 4)
+    first = short.trajectory.events[0]
+    report = Event(first.case, 5, "document", "Appraisal report, continued. " * 1_500)  # about 45,000 characters
+    with_big_event = replace(short, trajectory=Trajectory(short.ref, (*short.trajectory.events, report)))
+    return reference, longer, with_big_event
+
+
+@pytest.mark.timeout(2400)
+def test_cases_longer_than_the_models_window_are_decided_and_replay_from_the_record(
+    kafka_bootstrap: str, kafka_config: dict[str, str], topic_names: TopicNames, tmp_path: Path, keys_dir: Path,
+    local_llm: local_model.RunningModel,
+) -> None:  # fmt: skip
+    """The local model's 8,192-token window: DPM in segments counted by the server's tokenizer, Summ-only in parts.
+
+    One architecture at a time, each on its own topics: the server answers one request at a time, and
+    Summ-only folding every event of the DPM cases would keep it busy for an hour.
+    """
+    reference, longer, with_big_event = _long_cases()
+    summ_names = TopicNames(f"{topic_names.prefix}-summ")
+    # Calls as long as the server's speed says (pacing.py); segmented decisions make several: a long poll interval.
+    extra = {"DPM_MODEL_TIMEOUT_S": "60", "DPM_MODEL_MAX_RETRIES": "1", "DPM_MAX_POLL_INTERVAL_MS": "3600000"}
+    decisions = {}
+    for names, cases, command, architecture in (
+        (topic_names, (reference, longer), ["worker", "--batch-size", "1"], Architecture.DPM),
+        (summ_names, (with_big_event,), ["baseline", "--budgets", str(BUDGET), "--trigger-wait", "900"],
+         Architecture.SUMM),
+    ):  # fmt: skip
+        create_topics(kafka_config, names)
+        producer = EventProducer(kafka_config, names)
+        for case in cases:
+            positions = tuple(producer.append(case.trajectory.events, CaseOpening(case.task, (BUDGET,))))
+            producer.trigger(DecisionRequest(case.ref.case_id, case.ref, case.task, BUDGET, (architecture,),
+                                             positions, len(positions)))  # fmt: skip
+        producer.close()
+        env = {**_model_env(worker_env(kafka_bootstrap, names, tmp_path), local_llm), **extra}
+        provider = LocalFileKeyProvider(keys_folder(keys_dir, names.prefix))
+        with closing(kafka_case_keys(kafka_config, names.keys, provider)) as keys, \
+                pipeline_processes([command], env, tmp_path / f"logs-{architecture.value}"):  # fmt: skip
+            outputs = await_decisions(kafka_config, names, len(cases), timeout_s=1200, cipher=keys)
+        assert list(read_topic(kafka_config, names.dlq)) == [], "no dead letter, for size or time"
+        decisions.update({d.case.case_id: d for d in outputs.decisions.values()})
+        replayed = dpm_cli("replay", "--all", "--verify-recorded", env=env)
+        assert replayed.returncode == 0, replayed.stdout + replayed.stderr
+        assert replayed.stdout.count("MATCH") == len(cases)
+    assert set(decisions) == {c.ref.case_id for c in (reference, longer, with_big_event)}
+    segmented = decisions[longer.ref.case_id]
+    assert segmented.window is not None
+    assert segmented.window.counted_by.startswith("llama.cpp tokenizer")
+    assert len([n for n in segmented.segments if n.level == 0]) >= 2
+    folded = decisions[with_big_event.ref.case_id]
+    assert folded.window is not None  # its large event was folded in parts
+    assert folded.llm_calls > len(with_big_event.trajectory) + 1
