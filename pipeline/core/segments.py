@@ -125,9 +125,7 @@ def cut_segments(
     used = 0
     sizes = window.line_tokens([event_line(event) for event in events])
     for event, size in zip(events, sizes, strict=True):
-        items = [event] if size <= room else split_event(event, room, window)
-        for item, tokens in zip(items, [size] if size <= room else window.line_tokens([event_line(i) for i in items]),
-                                strict=True):  # fmt: skip
+        for item, tokens in _items(event, size, room, window):
             if current and used + tokens > room:
                 segments.append(current)
                 current, used = [], 0
@@ -136,6 +134,14 @@ def cut_segments(
     if current:
         segments.append(current)
     return segments
+
+
+def _items(event: PromptEvent, tokens: int, room: int, window: Window) -> list[tuple[PromptEvent, int]]:
+    """The event with its size, or its parts with theirs when it is larger than a segment."""
+    if tokens <= room:
+        return [(event, tokens)]
+    parts = split_event(event, room, window)
+    return list(zip(parts, window.line_tokens([event_line(part) for part in parts]), strict=True))
 
 
 @dataclass
