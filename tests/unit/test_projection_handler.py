@@ -27,9 +27,10 @@ from pipeline.observability.metrics import PipelineMetrics, outcome_label
 from pipeline.wire.dead_letter import DeadLetterRecord
 from pipeline.wire.decision import DecisionRecord, PositionsSource
 from pipeline.wire.event import append_events
-from pipeline.wire.limits import MAX_DEAD_LETTER_VALUE_BYTES
-from pipeline.wire.rejection import Rejection
+from pipeline.wire.limits import MAX_DEAD_LETTER_VALUE_BYTES, MAX_TRAJECTORY_CHARS
+from pipeline.wire.rejection import RejectedError, Rejection
 from pipeline.wire.schema_ids import SchemaId
+from pipeline.wire.trajectory import assemble
 from pipeline.wire.trigger import DecisionRequest
 from pipeline.wire.validation import validate
 from pipeline.workers.projection.handler import ProjectionHandler
@@ -287,3 +288,17 @@ def test_a_budget_too_large_for_the_window_is_an_oversize_dead_letter(log: InMem
     letter = _dead_letter(handler.handle(_trigger(request)))
     assert letter.reason is Rejection.OVERSIZE
     assert "window" in letter.detail
+
+
+def test_a_case_at_the_default_ceiling_is_read_and_one_character_more_is_oversize() -> None:
+    """DPM_MAX_CASE_CHARS' default (50,000,000 characters) at its edge: 50 events of 1,000,000 characters."""
+    case = CaseRef("edge", "ceiling")
+    events = [Event(case, seq, "doc", "x" * 1_000_000) for seq in range(1, 51)]
+    log = InMemoryEventLog(partitions=1)
+    positions = tuple(append_events(log, events))
+    trajectory, _ = assemble(case, log.read(positions), len(positions), MAX_TRAJECTORY_CHARS)
+    assert trajectory.char_length == MAX_TRAJECTORY_CHARS == 50_000_000
+    more = (*positions, *append_events(log, [Event(case, 51, "doc", "x")]))
+    with pytest.raises(RejectedError) as refused:
+        assemble(case, log.read(more), len(more), MAX_TRAJECTORY_CHARS)
+    assert refused.value.reason is Rejection.OVERSIZE
