@@ -149,6 +149,21 @@ class CountsTokens(Protocol):
         ...
 
 
+@runtime_checkable
+class Fingerprinted(Protocol):
+    """A backend that can tell which build of its model answers (a model file's digest, say)."""
+
+    def fingerprint(self) -> str | None:
+        """What tells this model's build from another under the same id, or None when nothing does."""
+        ...
+
+
+def model_identity(backend: ModelBackend) -> str:
+    """The model id, and its fingerprint where the backend has one: what a stored answer is valid for."""
+    fingerprint = backend.fingerprint() if isinstance(backend, Fingerprinted) else None
+    return backend.model if not fingerprint else f"{backend.model}@{fingerprint}"
+
+
 class WrappedBackend:
     """Base of a backend that wraps another (latency, tracing): it answers under the wrapped one's name and model."""
 
@@ -160,6 +175,9 @@ class WrappedBackend:
 
     def token_counter(self) -> TokenCounter | None:
         return self._inner.token_counter() if isinstance(self._inner, CountsTokens) else None
+
+    def fingerprint(self) -> str | None:
+        return self._inner.fingerprint() if isinstance(self._inner, Fingerprinted) else None
 
     @property
     def name(self) -> str:

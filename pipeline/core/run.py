@@ -10,7 +10,7 @@ from enum import StrEnum
 from pipeline.core.checks import ViewCheck, check_view
 from pipeline.core.decision import Decision, parse_decision
 from pipeline.core.events import Event, Trajectory
-from pipeline.core.model import ModelBackend, ModelRequest, ModelResponse, Purpose
+from pipeline.core.model import ModelBackend, ModelRequest, ModelResponse, Purpose, model_identity
 from pipeline.core.parse import parse_view
 from pipeline.core.prompt import PromptEvent, decision_request, projection_request, summarization_request
 from pipeline.core.segments import SegmentNode, SegmentStore, project_in_segments, split_event
@@ -216,7 +216,8 @@ def run_dpm(
     if window is None or window.fits(request.system, request.prompt, request.max_tokens):
         return run.finish(Architecture.DPM, None, _view_from(run.call(request), budget))
     events = [PromptEvent(i, e.kind, e.text) for i, e in enumerate(trajectory.events, start=1)]
-    tree = project_in_segments(events, task, budget, window, model=backend.model, call=run.call, store=store)
+    tree = project_in_segments(events, task, budget, window, model=model_identity(backend), call=run.call,
+                               store=store)  # fmt: skip
     return run.finish(Architecture.DPM, None, _view_from(tree.root_response, budget), window=window,
                       segments=tree.nodes)  # fmt: skip
 

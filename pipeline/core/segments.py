@@ -63,7 +63,7 @@ class DictSegmentStore:
 
 
 def segment_key(model: str, request: ModelRequest) -> str:
-    """A view's address: the model and the exact request (task, budget, prompt version, event bytes)."""
+    """A view's address: the model (with its fingerprint) and the exact request (task, budget, prompt, event bytes)."""
     return json_digest({"model": model, "request_sha256": request.digest})
 
 

@@ -155,6 +155,11 @@ class OpenAIBackend:
             self._window_asked = True
         return self._window
 
+    def fingerprint(self) -> str | None:
+        """The served model file's SHA-256, where the server tags it (`dpm model up` does)."""
+        digest = self._served_tags(self._model).get("sha256")
+        return f"sha256:{digest}" if digest else None
+
     def token_counter(self) -> TokenCounter | None:
         """The server's own tokenizer, when it has one to ask (llama.cpp); asked once."""
         if not self._counter_asked:

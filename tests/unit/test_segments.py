@@ -175,3 +175,23 @@ def test_a_window_too_small_for_the_budget_is_refused() -> None:
     case = _case(27_000)
     with pytest.raises(WindowTooSmallError):
         run_dpm(case.trajectory, case.task, Budget(5000), ExtractiveBackend(), window=Window(2048, 2048))
+
+
+class _Build(ExtractiveBackend):
+    """The offline backend under a fingerprint, as a served model file's digest tells two builds apart."""
+
+    def __init__(self, fingerprint: str) -> None:
+        self._fingerprint = fingerprint
+
+    def fingerprint(self) -> str:
+        return self._fingerprint
+
+
+def test_views_of_another_build_of_the_same_model_are_not_reused() -> None:
+    case = _case(100_000)
+    store = DictSegmentStore()
+    run_dpm(case.trajectory, case.task, _BUDGET, _Build("sha256:aaaa"), window=_WINDOW, store=store)
+    same = run_dpm(case.trajectory, case.task, _BUDGET, _Build("sha256:aaaa"), window=_WINDOW, store=store)
+    other = run_dpm(case.trajectory, case.task, _BUDGET, _Build("sha256:bbbb"), window=_WINDOW, store=store)
+    assert any(n.reused for n in same.segments)
+    assert not any(n.reused for n in other.segments)
