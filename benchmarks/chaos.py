@@ -202,14 +202,24 @@ def _diagnose(stage: Stage, scenario: str, lost: list[str]) -> None:
                  and ('"WARNING"' in line or '"ERROR"' in line)]  # fmt: skip
         for line in noted[-6:]:
             print(f"  {log.name}: {line[:400]}", flush=True)
+    _keep_logs(stage, scenario)
+
+
+def _keep_logs(stage: Stage, scenario: str) -> None:
     kept = Path("out/chaos") / f"{scenario}-logs"
     shutil.rmtree(kept, ignore_errors=True)
     shutil.copytree(stage.logs, kept)
     print(f"  logs kept in {kept}", flush=True)
 
 
-def _crashed(procs: list[subprocess.Popen[bytes]], killed: set[int]) -> int:
-    return sum(1 for i, p in enumerate(procs) if i not in killed and p.poll() is not None)
+def _crashed(procs: list[subprocess.Popen[bytes]], killed: set[int], stage: Stage, scenario: str) -> int:
+    """How many processes not killed on purpose have exited; their exit codes printed and the logs kept."""
+    crashed = [(i, p.returncode) for i, p in enumerate(procs) if i not in killed and p.poll() is not None]
+    if crashed:
+        print(f"\n{scenario}: process(es) exited: {', '.join(f'#{i} with {code}' for i, code in crashed)}",
+              flush=True)  # fmt: skip
+        _keep_logs(stage, scenario)
+    return len(crashed)
 
 
 # --- fuzzed records -----------------------------------------------------------------------------
@@ -262,7 +272,7 @@ def fuzz(bootstrap: str, work: Path, records: int, valid: int) -> Outcome:
             since = time.monotonic()
             expected = _trigger(stage, requests)
             _settle(stage, outcome, expected, since, timeout_s=240)
-            outcome.crashes = _crashed(procs, set())
+            outcome.crashes = _crashed(procs, set(), stage, outcome.scenario)
     return outcome
 
 
@@ -289,7 +299,7 @@ def kills(bootstrap: str, work: Path, triggers: int, kill_count: int, *, baselin
                 procs.append(_spawn(stage, command, f"replacement-{k}"))
             since = time.monotonic()
             _settle(stage, outcome, expected, since, timeout_s=240)
-            outcome.crashes = _crashed(procs, killed)
+            outcome.crashes = _crashed(procs, killed, stage, outcome.scenario)
     return outcome
 
 
@@ -322,7 +332,7 @@ def node_loss(work: Path, triggers: int) -> Outcome:
             os.kill(running.pids[1], signal.SIGKILL)
             since = time.monotonic()
             _settle(stage, outcome, expected, since, timeout_s=300)
-            outcome.crashes = _crashed(procs, set())
+            outcome.crashes = _crashed(procs, set(), stage, outcome.scenario)
     return outcome
 
 
@@ -358,7 +368,7 @@ def outage(work: Path, triggers: int, away_s: float) -> Outcome:
             since = time.monotonic()
             expected |= _trigger(stage, after)
             _settle(stage, outcome, expected, since, timeout_s=180)
-            outcome.crashes = _crashed(procs, set()) + _stopped_late(procs, DRAIN_S + 5)
+            outcome.crashes = _crashed(procs, set(), stage, outcome.scenario) + _stopped_late(procs, DRAIN_S + 5)
     return outcome
 
 
@@ -393,7 +403,7 @@ def poison(bootstrap: str, work: Path) -> Outcome:
             since = time.monotonic()
             expected = _trigger(stage, _requests(cases, positions, 5, "p", (Architecture.DPM,)))
             _settle(stage, outcome, expected, since, timeout_s=120)
-            outcome.crashes = _crashed(procs, set())
+            outcome.crashes = _crashed(procs, set(), stage, outcome.scenario)
     return outcome
 
 
@@ -409,7 +419,7 @@ def oversize(bootstrap: str, work: Path) -> Outcome:
             since = time.monotonic()
             expected = _trigger(stage, _requests([later], positions, 1, "o", (Architecture.SUMM,)))
             _settle(stage, outcome, expected, since, timeout_s=120)
-            outcome.crashes = _crashed(procs, set())
+            outcome.crashes = _crashed(procs, set(), stage, outcome.scenario)
     return outcome
 
 
@@ -446,7 +456,7 @@ def big_records(bootstrap: str, work: Path) -> Outcome:
             since = time.monotonic()
             expected = _trigger(stage, later) | {r.decision_key(a) for r in (header_900k, header_1m) for a in both}
             _settle(stage, outcome, expected, since, timeout_s=180)
-            outcome.crashes = _crashed(procs, set())
+            outcome.crashes = _crashed(procs, set(), stage, outcome.scenario)
         outcome.broken = _oversized_outputs(stage)
     return outcome
 

@@ -28,9 +28,9 @@ def test_topics_create_against_the_session_broker_is_idempotent(kafka_bootstrap:
     env = {"DPM_BOOTSTRAP": kafka_bootstrap, "DPM_TOPIC_PREFIX": f"cli-{os.getpid()}"}
     first = dpm_cli("topics", "create", "--partitions", "2", env=env)
     assert first.returncode == 0, first.stderr
-    assert first.stdout.count("created") == 7
+    assert first.stdout.count("created") == 8
     second = dpm_cli("topics", "create", "--partitions", "2", env=env)
-    assert second.stdout.count("settings match") == 7
+    assert second.stdout.count("settings match") == 8
     conflict = dpm_cli("topics", "create", "--partitions", "3", env=env)
     assert conflict.returncode == 1
     assert "conflict" in conflict.stderr
