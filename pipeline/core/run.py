@@ -239,19 +239,18 @@ def run_summ(
     """
     run = _Run(trajectory, task, budget, backend)
     memory = SummMemory(EMPTY_VIEW)
+    split = False
     for index, event in enumerate(trajectory.events, start=1):
+        before = len(run.calls)
         memory = summ_step(memory, index, event, task=task, budget=budget, variant=variant, call=run.call,
                            window=window)  # fmt: skip
-    return run.finish(Architecture.SUMM, variant, memory, window=folded_in_parts(trajectory, task, budget, window))
+        split = split or folded_in_parts(len(run.calls) - before)
+    return run.finish(Architecture.SUMM, variant, memory, window=window if split else None)
 
 
-def folded_in_parts(trajectory: Trajectory, task: TaskSpec, budget: Budget, window: Window | None) -> Window | None:
-    """`window` when some event of the trajectory is folded in parts under it, else None (as without a window)."""
-    if window is None:
-        return None
-    split = any(len(summ_parts(i, e, task=task, budget=budget, window=window)) > 1
-                for i, e in enumerate(trajectory.events, start=1))  # fmt: skip
-    return window if split else None
+def folded_in_parts(step_calls: int) -> bool:
+    """Whether a step folded its event in parts: only then does it make more than one call (one per part)."""
+    return step_calls > 1
 
 
 def finish_summ(

@@ -12,7 +12,7 @@ from pipeline.core.domains import rules_for
 from pipeline.core.event_log import RawRecord
 from pipeline.core.events import CaseRef, Event
 from pipeline.core.model import ModelRequest, ModelResponse
-from pipeline.core.run import ModelCall, SummMemory, summ_parts, summ_step
+from pipeline.core.run import ModelCall, SummMemory, folded_in_parts, summ_step
 from pipeline.core.task import Architecture, Budget, TaskSpec
 from pipeline.core.view import EMPTY_VIEW
 from pipeline.wire.event import EventRecord
@@ -116,8 +116,8 @@ class Folding:
                                  variant=self.host.options.variant, call=call, window=window)  # fmt: skip
         memory = await self.host.model(step)
         slot = step_key(case_key, budget, event.seq)
-        split = len(summ_parts(event.seq, event, task=task, budget=Budget(budget), window=window)) > 1
-        value = SummStep(event, record.position, memory, tuple(calls), window if split else None).to_json()
+        stored_window = window if folded_in_parts(len(calls)) else None
+        value = SummStep(event, record.position, memory, tuple(calls), stored_window).to_json()
         stored = await self.host.blocking(seal_state, event.case, value, self.sealing, slot)
         size = len(orjson.dumps(stored))
         if size > MAX_STEP_BYTES:  # never hand the changelog a record it would refuse
