@@ -174,14 +174,15 @@ def _settle(stage: Stage, outcome: Outcome, expected: set[DecisionKey], since: f
 def _diagnose(stage: Stage, scenario: str, lost: list[str]) -> None:
     """Says what a loss looks like from outside: stalled (input left uncommitted) or skipped (committed past).
 
-    Prints the lost ids, both groups' committed offsets against the triggers' ends, the baseline's
+    Prints the lost ids, both groups' committed offsets against the inputs' ends, the baseline's
     published ledger, and the processes' last warnings; keeps their logs under out/chaos/.
     """
     print(f"\n{scenario}: lost {', '.join(lost)}", flush=True)
     for group in (f"{stage.names.prefix}-projection", f"{stage.names.prefix}-baseline"):
         reader = Consumer({**stage.config, "group.id": group, "enable.auto.commit": False})
         try:
-            partitions = [TopicPartition(stage.names.triggers, p) for p in range(3)]
+            partitions = [TopicPartition(topic, p) for topic in (stage.names.events, stage.names.triggers)
+                          for p in range(3)]  # fmt: skip
             for tp in reader.committed(partitions, timeout=10):
                 _, end = reader.get_watermark_offsets(tp, timeout=10)
                 print(f"  {group} {tp.topic}[{tp.partition}]: committed {tp.offset}, end {end}", flush=True)

@@ -85,3 +85,13 @@ def test_partitions_no_longer_owned_are_forgotten() -> None:
     acks.keep_only({events})
     assert acks.finished(_TRIGGERS, 2, 1) == []
     assert acks.finished(events, 2, 1) == ["event"]
+
+
+def test_unfinished_counts_the_records_of_the_current_generation_only() -> None:
+    acks: InOrderAcks[str] = InOrderAcks()
+    for offset in (4, 5, 6):
+        acks.read(_TRIGGERS, 2, offset, f"record {offset}")
+    acks.finished(_TRIGGERS, 2, 5)  # finished, though not acknowledged before 4
+    assert acks.unfinished(_TRIGGERS, 2) == 2
+    assert acks.unfinished(_TRIGGERS, 3) == 0  # a rebalance since: the old copies are not in flight for it
+    assert acks.unfinished(TP("events", 0), 2) == 0

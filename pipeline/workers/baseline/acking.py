@@ -67,6 +67,13 @@ class InOrderAcks(Generic[_E]):
             reading.finished.discard(first)
         return ready
 
+    def unfinished(self, tp: TP, generation: int | None) -> int:
+        """How many records of `tp` read in `generation` have not finished their handling."""
+        reading = self._readings.get(tp)
+        if reading is None or reading.generation != generation:
+            return 0
+        return len(reading.unacked) - len(reading.finished)
+
     def keep_only(self, assigned: set[TP]) -> None:
         """Forgets partitions this member no longer owns (after a rebalance)."""
         for tp in [tp for tp in self._readings if tp not in assigned]:

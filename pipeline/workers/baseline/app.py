@@ -54,6 +54,7 @@ from pipeline.workers.baseline.dispatch import CaseOrdered, ordering_key
 from pipeline.workers.baseline.durable import DurableTable, collect_writes, delivered
 from pipeline.workers.baseline.folding import Folding
 from pipeline.workers.baseline.outcome import Outcome, PartitionRevoked
+from pipeline.workers.baseline.stalls import FetchStalls
 from pipeline.workers.publishing import dead_letter, worker_source
 
 _LOG = logging.getLogger("pipeline.workers.baseline")
@@ -64,6 +65,7 @@ _MODEL_ATTEMPTS = 3
 _RETRY_BACKOFF_S = 2.0
 _MAX_BACKOFF_S = 10.0  # waiting for Kafka: doubling pauses up to this
 _PUBLISH_ATTEMPTS = 3  # outputs the broker refuses: tries, then the dead letter's tries, then nothing
+_STALL_AFTER_S = 30.0  # an input partition not fetched for this long, records waiting and none in flight
 
 
 @dataclass(frozen=True)
@@ -98,6 +100,18 @@ def _record(event: Any) -> RawRecord:  # noqa: ANN401 - faust's EventT
     )
 
 
+def _fetch_state(consumer: Consumer, tp: TP) -> str:
+    """What faust's consumer believes of `tp`: whether it fetches it, has paused it, holds it back for a full buffer."""
+    # faust keeps no public view of its fetch state; these are read for the log line only.
+    active = consumer._active_partitions
+    client = getattr(getattr(consumer, "_thread", None), "_consumer", None)  # the aiokafka consumer, once started
+    client_paused = tp in {TP(p.topic, p.partition) for p in client.paused()} if client is not None else None
+    return (f"active={active is None or tp in active} paused={tp in consumer._paused_partitions} "
+            f"buffered={tp in consumer._buffered_partitions} read_offset={consumer._read_offset.get(tp)} "
+            f"flow_active={consumer.flow_active} in_recovery={consumer.app.in_recovery} "
+            f"client_paused={client_paused}")  # fmt: skip
+
+
 class Baseline:
     """The faust app; agents delegate to methods whose only state is in the changelog-backed tables."""
 
@@ -120,6 +134,7 @@ class Baseline:
         self._waiting_for_kafka = 0  # handlings now waiting for Kafka to answer (see waiting_for_kafka)
         self._handled_at: dict[tuple[str, int], float] = {}  # (topic, partition): when its last record was handled
         self._acks: InOrderAcks[Any] = InOrderAcks()  # faust's events, acknowledged in offset order (acking.py)
+        self._stalls: FetchStalls[TP] = FetchStalls(_STALL_AFTER_S)
         # Model calls: one thread per call in flight (cases run concurrently, see _consume). Kafka and
         # the key topic: one thread, so the event loop never blocks and the keys are used in order.
         self.calls = ThreadPoolExecutor(max_workers=options.concurrency, thread_name_prefix="summ-call")
@@ -158,6 +173,7 @@ class Baseline:
         self.app.on_partitions_assigned.connect(self._on_assigned)
         if metrics is not None:
             self.app.timer(interval=5.0, name="summ-lag")(self._report_lag)
+        self.app.timer(interval=5.0, name="summ-stalls")(self._look_for_stalls)
 
     async def blocking(self, work: Callable[..., _T], *args: Any) -> _T:  # noqa: ANN401 - passed through
         """`work(*args)` on the I/O thread (sealing, opening, Kafka): the event loop never waits on it."""
@@ -233,6 +249,22 @@ class Baseline:
                     if position is not None and highwater is not None and highwater >= 0:
                         lags[tp.partition] = max(0, highwater - position)
             self.metrics.observe_lag(self.app.conf.id, topic, lags)
+
+    async def _look_for_stalls(self) -> None:
+        """Logs, with faust's view of it, an input partition not fetched although records wait (stalls.py)."""
+        consumer = cast(Consumer, self.app.consumer)
+        inputs = {self.names.events, self.names.triggers}
+        assigned = {tp for tp in consumer.assignment() if tp.topic in inputs}
+        self._stalls.keep_only(assigned)
+        generation = self.app.consumer_generation_id
+        for tp in assigned:
+            position = await consumer.position(tp)
+            stalled_for = self._stalls.observe(tp, position, consumer.highwater(tp),
+                                               self._acks.unfinished(tp, generation), time.monotonic())  # fmt: skip
+            if stalled_for:
+                _LOG.error("%s[%d] has not been fetched for %.0f s at position %s of %s, nothing of it in flight: %s",
+                           tp.topic, tp.partition, stalled_for, position, consumer.highwater(tp),
+                           _fetch_state(consumer, tp), extra={"worker_id": self.options.worker_id})  # fmt: skip
 
     def _raw_topic(self, name: str) -> Any:  # noqa: ANN401 - faust's TopicT
         return self.app.topic(
