@@ -9,6 +9,7 @@ from pipeline.config.settings import Settings
 from pipeline.kafka import local_broker
 from pipeline.kafka.admin import fetch_metadata
 from pipeline.kafka.broker_runtime import ensure_broker_jars
+from pipeline.kafka.credentials import UserFile, provision
 from pipeline.kafka.errors import BrokerUnavailableError
 
 app = typer.Typer(help="Run a local Apache Kafka cluster on loopback.", no_args_is_help=True)
@@ -36,10 +37,13 @@ def up(
     port: int = typer.Option(9092, "--port", help="Port of the first broker; node i listens on port+i-1."),
     timeout: float = typer.Option(120.0, "--timeout", help="Seconds to wait for the cluster to answer."),
     kafka_version: str | None = typer.Option(None, "--kafka-version", help=_VERSION_HELP),
+    secure: bool = typer.Option(
+        False, "--secure", help="TLS, SASL/SCRAM-SHA-512 users per role and ACLs (deny by default) on its own data."
+    ),
 ) -> None:
     """Start the local cluster and wait until a metadata request succeeds."""
     settings = _settings(kafka_version)
-    with _out.status(f"starting a {nodes}-node Kafka {settings.kafka.version} cluster"):
+    with _out.status(f"starting a {nodes}-node {'secured ' if secure else ''}Kafka {settings.kafka.version} cluster"):
         cluster, already = local_broker.start(
             settings.paths.home,
             settings.paths.cache_dir,
@@ -48,13 +52,23 @@ def up(
             port=port,
             timeout_s=timeout,
             java_home=settings.paths.java_home,
+            secure=secure,
             say=_out.print,
         )
     if already:
         _out.print(f"a local broker is already running at {cluster.bootstrap} (pids {list(cluster.pids)})")
-        return
-    _out.print(f"Kafka {cluster.kafka_version} is up at [bold]{cluster.bootstrap}[/] ({nodes} node(s), "
-               f"data in {cluster.root})")  # fmt: skip
+    else:
+        _out.print(f"Kafka {cluster.kafka_version} is up at [bold]{cluster.bootstrap}[/] ({nodes} node(s), "
+                   f"data in {cluster.root})")  # fmt: skip
+    if secure:
+        _print_users(provision(cluster.layout, settings.paths.home))
+
+
+def _print_users(users: list[UserFile]) -> None:
+    _out.print("SASL_SSL users (SCRAM-SHA-512); point DPM_KAFKA_CONFIG at a role's file:")
+    for user in users:
+        _out.print(f"  {user.user:<9} {user.path}")
+    _out.print("only the admin may do anything until `DPM_KAFKA_CONFIG=<admin file> dpm acl apply` grants the roles")
 
 
 @app.command()

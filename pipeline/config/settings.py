@@ -101,7 +101,14 @@ class KafkaSettings(_Group):
     def _derive(cls, env: Any) -> Any:  # noqa: ANN401 - pydantic passes the raw input
         env = dict(env)
         path = env.get("DPM_KAFKA_CONFIG")
-        env["properties"] = read_properties(Path(path)) if path else {}
+        properties = read_properties(Path(path)) if path else {}
+        named = properties.get("bootstrap.servers")
+        if named and env.get("DPM_BOOTSTRAP") and env["DPM_BOOTSTRAP"] != named:
+            raise SettingsError(f"DPM_BOOTSTRAP ({env['DPM_BOOTSTRAP']}) and bootstrap.servers in {path} ({named}) "
+                                "name different clusters: set one of them")  # fmt: skip
+        if named:
+            env["DPM_BOOTSTRAP"] = named  # a role's properties file (`dpm broker up --secure`) names its cluster
+        env["properties"] = properties
         env["bootstrap_configured"] = bool(env.get("DPM_BOOTSTRAP"))
         return env
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 from dataclasses import dataclass
 
 from confluent_kafka import KafkaException
@@ -16,6 +17,17 @@ _LIBRDKAFKA_LOG = logging.getLogger("pipeline.kafka.librdkafka")
 # Library chatter (retries while a coordinator loads) reaches a worker's log through the root handler,
 # but never the terminal of a one-shot command that configured no logging.
 _LIBRDKAFKA_LOG.addHandler(logging.NullHandler())
+
+
+# librdkafka requires a group id of every consumer, and looks its coordinator up even when the
+# consumer only assigns partitions and never joins or commits: a secured cluster then wants DESCRIBE
+# on the group. Every such reader takes a fresh id under this one prefix, which the ACL plan grants.
+READER_GROUP_PREFIX = "dpm-reader-"
+
+
+def reader_group(purpose: str) -> str:
+    """A fresh group id for a consumer that assigns partitions itself and never joins the group."""
+    return f"{READER_GROUP_PREFIX}{purpose}-{uuid.uuid4().hex}"
 
 
 @dataclass(frozen=True)

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import logging
-import uuid
 from collections.abc import Iterator
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from pipeline.core.event_log import RawRecord
-from pipeline.kafka.admin import topic_partitions
+from pipeline.kafka.admin import reader_group, topic_partitions
 from pipeline.kafka.errors import KafkaAdapterError
 from pipeline.kafka.range_reads import read_range, renewed
 
@@ -33,7 +32,7 @@ class TopicFollower:
 
     def _connect(self) -> Consumer:
         return Consumer(
-            {**self._config, "group.id": f"dpm-follow-{uuid.uuid4().hex}", "enable.auto.commit": False,
+            {**self._config, "group.id": reader_group("follow"), "enable.auto.commit": False,
              "isolation.level": "read_committed", "enable.partition.eof": True, "fetch.wait.max.ms": 5,
              "auto.offset.reset": "earliest"},  # from the log's start even if it no longer starts at 0
             logger=_LOG,

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import logging
 import threading
-import uuid
 from collections.abc import Callable, Mapping
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
+from pipeline.kafka.admin import reader_group
 from pipeline.kafka.range_reads import renewed
 
 _LOG = logging.getLogger("pipeline.kafka.lag")
@@ -42,7 +42,7 @@ class LagProbe:
         self._thread = threading.Thread(target=self._run, name=f"lag-probe-{topic}", daemon=True)
 
     def _connect(self) -> Consumer:
-        return Consumer({**self._config, "group.id": f"dpm-lag-probe-{uuid.uuid4().hex}"}, logger=_LIB_LOG)
+        return Consumer({**self._config, "group.id": reader_group("lag-probe")}, logger=_LIB_LOG)
 
     def track(self, positions: Mapping[int, int]) -> None:
         """The consumer's next offsets per assigned partition (its whole assignment: others are dropped)."""

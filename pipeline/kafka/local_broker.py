@@ -3,6 +3,10 @@
 Data lives under `<home>/broker/kraft-<n>` (Kafka 4.x: `kraft-<n>-kafka4`, so the releases never
 share a data folder) and survives `down`/`up`; `<home>/broker/running.json` records the running
 processes so that any later `dpm` invocation can report on or stop them.
+
+A secured cluster (`secure`, its own folder `kraft-<n>-secure`) has three listeners per node:
+CLIENT (SASL/SCRAM-SHA-512 over TLS) for every client, INTERNAL and CONTROLLER (mutual TLS with the
+node certificate, local_tls.py) for the nodes themselves, and the standard authorizer, deny by default.
 """
 
 from __future__ import annotations
@@ -22,10 +26,13 @@ from pipeline.config.settings import KAFKA_VERSION
 from pipeline.kafka.admin import ClusterInfo, fetch_metadata, wait_for_brokers
 from pipeline.kafka.broker_runtime import KafkaRelease, ensure_broker_jars, java_executable
 from pipeline.kafka.errors import BrokerUnavailableError, LocalBrokerError
+from pipeline.kafka.local_tls import NODE_SUBJECT, NodeTls, ensure_node_tls
 from pipeline.runtime.processes import process_alive, terminate
 from pipeline.wire.resources import kafka_deploy_dir
 
 _CONTROLLER_PORT_OFFSET = 100
+_INTERNAL_PORT_OFFSET = 200  # a secured cluster's inter-broker listener
+ADMIN_USER = "admin"  # a secured cluster's super user besides the nodes (see credentials.py)
 _JVM_OPTS = ("-Xms256m", "-Xmx768m", "-XX:+UseG1GC", "-Djava.awt.headless=true")
 
 
@@ -37,6 +44,7 @@ class ClusterLayout:
     nodes: int
     port: int
     kafka_version: str = KAFKA_VERSION
+    secure: bool = False
 
     @property
     def release(self) -> KafkaRelease:
@@ -45,7 +53,12 @@ class ClusterLayout:
     @property
     def root(self) -> Path:
         suffix = "" if self.release.major == 3 else f"-kafka{self.release.major}"
-        return self.home / "broker" / f"kraft-{self.nodes}{suffix}"
+        return self.home / "broker" / f"kraft-{self.nodes}{suffix}{'-secure' if self.secure else ''}"
+
+    @property
+    def tls(self) -> NodeTls:
+        """Where a secured cluster keeps its CA and node certificate."""
+        return NodeTls(self.root / "tls")
 
     @property
     def node_ids(self) -> range:
@@ -60,13 +73,37 @@ class ClusterLayout:
     def controller_port(self, node_id: int) -> int:
         return self.port + _CONTROLLER_PORT_OFFSET + node_id - 1
 
+    def internal_port(self, node_id: int) -> int:
+        return self.port + _INTERNAL_PORT_OFFSET + node_id - 1
+
+    def node_admin_config(self, node_id: int = 1) -> dict[str, str]:
+        """Client settings (librdkafka) that reach a secured node's INTERNAL listener as the nodes' super user.
+
+        Only whoever can read the node key (mode 600, in the cluster folder) connects this way: the
+        broker's own start uses it to create the SCRAM users before any of them exists.
+        """
+        if not self.secure:
+            return {"bootstrap.servers": self.broker_address(node_id)}
+        tls = self.tls
+        return {
+            "bootstrap.servers": f"127.0.0.1:{self.internal_port(node_id)}",
+            "security.protocol": "SSL",
+            "ssl.ca.location": str(tls.ca),
+            "ssl.certificate.location": str(tls.node_certificate),
+            "ssl.key.location": str(tls.node_key),
+        }
+
     def node_dir(self, node_id: int) -> Path:
         return self.root / f"node-{node_id}"
 
     @property
     def ports(self) -> tuple[int, ...]:
-        """Every broker and controller port of the cluster."""
-        return tuple(p for n in self.node_ids for p in (self.broker_port(n), self.controller_port(n)))
+        """Every broker, controller (and, secured, internal) port of the cluster."""
+        return tuple(p for n in self.node_ids for p in self._node_ports(n))
+
+    def _node_ports(self, node_id: int) -> tuple[int, ...]:
+        ports = (self.broker_port(node_id), self.controller_port(node_id))
+        return (*ports, self.internal_port(node_id)) if self.secure else ports
 
     @property
     def bootstrap(self) -> str:
@@ -83,6 +120,11 @@ class RunningCluster:
     pids: tuple[int, ...]
     root: str
     kafka_version: str = KAFKA_VERSION  # absent from state files written before 4.x could run
+    secure: bool = False  # absent from state files written before the secured cluster existed
+
+    @property
+    def layout(self) -> ClusterLayout:
+        return ClusterLayout(Path(self.root).parents[1], self.nodes, self.port, self.kafka_version, self.secure)
 
 
 def state_file(home: Path) -> Path:
@@ -124,7 +166,7 @@ def node_health(cluster: RunningCluster, timeout_s: float = 2.0) -> list[NodeHea
         answers = False
         if alive:
             try:
-                answers = node_id in fetch_metadata({"bootstrap.servers": address}, timeout_s).broker_ids
+                answers = node_id in fetch_metadata(cluster.layout.node_admin_config(node_id), timeout_s).broker_ids
             except BrokerUnavailableError:
                 answers = False
         health.append(NodeHealth(node_id, address, pid, alive, answers))
@@ -152,17 +194,44 @@ def _write_node_config(layout: ClusterLayout, node_id: int) -> Path:
         "NODE_ID": str(node_id),
         "VOTERS": voters,
         "PORT": str(layout.broker_port(node_id)),
-        "CONTROLLER_PORT": str(layout.controller_port(node_id)),
         "LOG_DIR": str(node / "data"),
         "REPLICATION": str(replication),
         "MIN_ISR": str(2 if replication >= 3 else 1),
+        **_listeners(layout, node_id),
     }
     templates = kafka_deploy_dir()
+    text = _render((templates / "server.properties").read_text(), values)
     config = node / "server.properties"
-    config.write_text(_render((templates / "server.properties").read_text(), values))
+    if layout.secure:
+        text += "\n" + _render((templates / "server-secure.properties").read_text(), _security(layout))
+        config.touch(mode=0o600, exist_ok=True)
+        config.chmod(0o600)  # it holds the keystore password
+    config.write_text(text)
     logging = layout.release.logging_config
     (node / logging).write_text((templates / logging).read_text())
     return config
+
+
+def _listeners(layout: ClusterLayout, node_id: int) -> dict[str, str]:
+    """The node's listener settings: PLAINTEXT, or CLIENT (SASL_SSL) + INTERNAL (SSL) when secured."""
+    controller = f"CONTROLLER://127.0.0.1:{layout.controller_port(node_id)}"
+    if not layout.secure:
+        address = f"PLAINTEXT://{layout.broker_address(node_id)}"
+        return {"LISTENERS": f"{address},{controller}", "ADVERTISED": address, "INTER_BROKER": "PLAINTEXT",
+                "PROTOCOL_MAP": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT"}  # fmt: skip
+    advertised = f"CLIENT://{layout.broker_address(node_id)},INTERNAL://127.0.0.1:{layout.internal_port(node_id)}"
+    return {"LISTENERS": f"{advertised},{controller}", "ADVERTISED": advertised, "INTER_BROKER": "INTERNAL",
+            "PROTOCOL_MAP": "CLIENT:SASL_SSL,INTERNAL:SSL,CONTROLLER:SSL"}  # fmt: skip
+
+
+def _security(layout: ClusterLayout) -> dict[str, str]:
+    tls = ensure_node_tls(layout.tls.folder)
+    return {
+        "KEYSTORE": str(tls.keystore),
+        "KEYSTORE_PASSWORD": tls.keystore_password(),
+        "CA": str(tls.ca),
+        "SUPER_USERS": f"User:{NODE_SUBJECT};User:{ADMIN_USER}",
+    }
 
 
 def _cluster_id(layout: ClusterLayout) -> str:
@@ -267,24 +336,27 @@ def start(
     port: int,
     timeout_s: float = 120.0,
     java_home: Path | None = None,
+    secure: bool = False,
     say: Callable[[str], None] = lambda _: None,
 ) -> tuple[RunningCluster, bool]:
     """Starts the local cluster and waits until a metadata request lists every node.
 
     Returns the running cluster and whether it was already running (then nothing is started).
-    Raises LocalBrokerError, with the broker logs' last lines, when the start fails.
+    Raises LocalBrokerError, with the broker logs' last lines, when the start fails. A secured
+    cluster's users and their properties files are made by credentials.provision, not here.
     """
     if nodes not in (1, 3):
         raise LocalBrokerError(f"--nodes must be 1 or 3, got {nodes}")
     running = read_running(home)
     if running is not None:
-        if (running.nodes, running.port, running.kafka_version) != (nodes, port, kafka_version):
+        if (running.nodes, running.port, running.kafka_version, running.secure) != (nodes, port, kafka_version,
+                                                                                      secure):  # fmt: skip
             raise LocalBrokerError(
-                f"a {running.nodes}-node Kafka {running.kafka_version} local broker is already running at "
-                f"{running.bootstrap}; run `dpm broker down` first"
+                f"a {running.nodes}-node Kafka {running.kafka_version} {'secured ' if running.secure else ''}local "
+                f"broker is already running at {running.bootstrap}; run `dpm broker down` first"
             )
         return running, True
-    layout = ClusterLayout(home, nodes, port, kafka_version)
+    layout = ClusterLayout(home, nodes, port, kafka_version, secure)
     libs = ensure_broker_jars(cache_dir, kafka_version, say=say)
     java = java_executable(java_home)
     _check_ports_free(layout)
@@ -292,7 +364,7 @@ def start(
     _format_storage(layout, java, libs, configs)
     procs = _launch(layout, java, libs, configs)
     cluster = RunningCluster(nodes, port, layout.bootstrap, tuple(p.pid for p in procs), str(layout.root),
-                             kafka_version)  # fmt: skip
+                             kafka_version, secure)  # fmt: skip
     state_file(home).write_bytes(orjson.dumps(asdict(cluster)))
     try:
         _await_ready(layout, procs, timeout_s)
@@ -324,10 +396,7 @@ def _every_broker_sees_all(layout: ClusterLayout) -> ClusterInfo:
     broker seeing all nodes does not mean the next client, bootstrapped to another, will. A fresh
     client per node sends its first request to that node, as it knows no other.
     """
-    views = [
-        wait_for_brokers({"bootstrap.servers": layout.broker_address(node_id)}, layout.nodes, 3.0)
-        for node_id in layout.node_ids
-    ]
+    views = [wait_for_brokers(layout.node_admin_config(node_id), layout.nodes, 3.0) for node_id in layout.node_ids]
     return views[0]
 
 
@@ -341,15 +410,15 @@ def stop(home: Path, timeout_s: float = 60.0) -> RunningCluster | None:
     return cluster if alive else None
 
 
-def free_cluster_port(nodes: int) -> int:
-    """A first-broker port whose broker and controller ports (see ClusterLayout) are all free on loopback."""
+def free_cluster_port(nodes: int, *, secure: bool = False) -> int:
+    """A first-broker port whose broker, controller (and internal) ports (see ClusterLayout) are free on loopback."""
     for _ in range(200):
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
             probe.bind(("127.0.0.1", 0))
             base = int(probe.getsockname()[1])
-        if base + 100 + nodes >= 65535:
+        if base + _INTERNAL_PORT_OFFSET + nodes >= 65535:
             continue
-        layout = ClusterLayout(Path("/nonexistent"), nodes, base)
+        layout = ClusterLayout(Path("/nonexistent"), nodes, base, secure=secure)
         if all(port_problem(p) is None for p in layout.ports):
             return base
     raise LocalBrokerError("no free port range found on loopback")

@@ -18,13 +18,13 @@ published again.
 from __future__ import annotations
 
 import logging
-import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from pipeline.core.events import LogPosition
+from pipeline.kafka.admin import reader_group
 from pipeline.kafka.errors import KafkaAdapterError
 from pipeline.kafka.range_reads import read_range, renewed
 from pipeline.kafka.steps import Output
@@ -70,7 +70,7 @@ class OncePublisher:
 
     def _connect(self) -> Consumer:
         return Consumer(
-            {**self._config, "group.id": f"dpm-ledger-{uuid.uuid4().hex}", "enable.auto.commit": False,
+            {**self._config, "group.id": reader_group("ledger"), "enable.auto.commit": False,
              "isolation.level": "read_committed", "enable.partition.eof": True, "fetch.wait.max.ms": 5},
             logger=_LIB_LOG,
         )  # fmt: skip

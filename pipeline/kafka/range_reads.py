@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import logging
-import uuid
 from collections.abc import Callable, Container, Iterator, Sequence
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from pipeline.core.event_log import RawRecord
 from pipeline.core.events import LogPosition
+from pipeline.kafka.admin import reader_group
 from pipeline.kafka.errors import KafkaAdapterError
 from pipeline.wire.headers import header_pairs
 
@@ -19,7 +19,7 @@ _LOG = logging.getLogger("pipeline.kafka.librdkafka")
 def read_topic(client_config: dict[str, str], topic: str, timeout_s: float = 30.0) -> Iterator[RawRecord]:
     """Every committed record of `topic` up to the end it had when called, partition by partition."""
     consumer = Consumer(
-        {**client_config, "group.id": f"dpm-dump-{uuid.uuid4().hex}", "enable.auto.commit": False,
+        {**client_config, "group.id": reader_group("dump"), "enable.auto.commit": False,
          "isolation.level": "read_committed", "enable.partition.eof": True, "fetch.wait.max.ms": 5},
         logger=_LOG,
     )  # fmt: skip

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import time
-import uuid
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
@@ -14,7 +13,7 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from pipeline.core.event_log import PositionOutOfRangeError, RawRecord, ReadDeadlineError, ReadResult
 from pipeline.core.events import CaseRef, LogPosition
-from pipeline.kafka.admin import topic_partitions
+from pipeline.kafka.admin import reader_group, topic_partitions
 from pipeline.kafka.errors import KafkaAdapterError
 from pipeline.kafka.partitioning import case_partition
 from pipeline.kafka.range_reads import read_points, read_range, renewed
@@ -98,7 +97,7 @@ class KafkaEventLog:
         return Consumer(
             {
                 **self._client_config,
-                "group.id": f"dpm-reader-{uuid.uuid4().hex}",  # required by librdkafka; never joined
+                "group.id": reader_group("events"),  # required by librdkafka; never joined
                 "enable.auto.commit": False,
                 "enable.partition.eof": True,
                 "isolation.level": "read_committed",

@@ -19,13 +19,12 @@ from __future__ import annotations
 
 import logging
 import threading
-import uuid
 
 from cachetools import LRUCache
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from pipeline.core.events import CaseRef
-from pipeline.kafka.admin import topic_partitions
+from pipeline.kafka.admin import reader_group, topic_partitions
 from pipeline.kafka.errors import KafkaAdapterError
 from pipeline.kafka.partitioning import case_partition
 from pipeline.kafka.range_reads import read_range, renewed
@@ -57,7 +56,7 @@ class SegmentViews:
 
     def _connect(self) -> Consumer:
         return Consumer(
-            {**self._config, "group.id": f"dpm-segments-{uuid.uuid4().hex}", "enable.auto.commit": False,
+            {**self._config, "group.id": reader_group("segments"), "enable.auto.commit": False,
              "isolation.level": "read_committed", "enable.partition.eof": True, "fetch.wait.max.ms": 5},
             logger=_LIB_LOG,
         )  # fmt: skip

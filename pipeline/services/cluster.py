@@ -77,12 +77,14 @@ def child_env(bootstrap: str, prefix: str, **settings: str) -> dict[str, str]:
 
 
 @contextmanager
-def private_cluster(settings: Settings, home: Path, nodes: int = 1) -> Iterator[local_broker.RunningCluster]:
+def private_cluster(
+    settings: Settings, home: Path, nodes: int = 1, *, secure: bool = False
+) -> Iterator[local_broker.RunningCluster]:
     """A local cluster of its own under `home`, on free loopback ports, stopped afterwards."""
     paths = settings.paths
-    port = local_broker.free_cluster_port(nodes)
+    port = local_broker.free_cluster_port(nodes, secure=secure)
     running, _ = local_broker.start(home, paths.cache_dir, settings.kafka.version, nodes=nodes, port=port,
-                                    java_home=paths.java_home)  # fmt: skip
+                                    java_home=paths.java_home, secure=secure)  # fmt: skip
     try:
         yield running
     finally:

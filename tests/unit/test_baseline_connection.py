@@ -32,9 +32,16 @@ def test_sasl_settings_become_faust_sasl_credentials(tmp_path: Path) -> None:
     assert credentials.protocol.value == "SASL_PLAINTEXT"
 
 
-def test_a_bootstrap_in_the_file_wins_as_it_does_for_librdkafka(tmp_path: Path) -> None:
-    options = faust_connection(_kafka(tmp_path, "bootstrap.servers=other:9092\n").kafka)
-    assert options["broker"] == ["kafka://other:9092"]
+def test_a_bootstrap_in_the_file_names_the_cluster_and_may_not_contradict_dpm_bootstrap(tmp_path: Path) -> None:
+    path = tmp_path / "worker.properties"
+    path.write_text("bootstrap.servers=other:9092\n")
+    settings = Settings.from_env({"DPM_KAFKA_CONFIG": str(path)})
+    assert faust_connection(settings.kafka)["broker"] == ["kafka://other:9092"]
+    assert settings.kafka.bootstrap_configured  # no local broker is started for it
+    assert settings.kafka.client_config()["bootstrap.servers"] == "other:9092"
+    assert Settings.from_env({"DPM_KAFKA_CONFIG": str(path), "DPM_BOOTSTRAP": "other:9092"}) == settings
+    with pytest.raises(SettingsError, match="name different clusters"):
+        _kafka(tmp_path, "bootstrap.servers=other:9092\n")
 
 
 @pytest.mark.parametrize(

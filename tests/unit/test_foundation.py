@@ -160,3 +160,23 @@ def test_broker_templates_ship_with_the_repo() -> None:
     for name in ("pom.xml", "server.properties", "log4j.properties"):
         assert (REPO / "deploy" / "kafka" / name).is_file()
     assert "org.apache.kafka" in (REPO / "deploy" / "kafka" / "pom.xml").read_text()
+
+
+def test_secured_node_config_has_sasl_ssl_clients_mutual_tls_nodes_and_deny_by_default(tmp_path: Path) -> None:
+    layout = ClusterLayout(tmp_path, nodes=1, port=19092, secure=True)
+    rendered = _write_node_config(layout, 1)
+    assert not re.search(r"@[A-Z_]+@", rendered.read_text()), "a template placeholder was left unfilled"
+    assert rendered.stat().st_mode & 0o777 == 0o600  # it holds the keystore password
+    props = read_properties(rendered)
+    assert props["listeners"] == ("CLIENT://127.0.0.1:19092,INTERNAL://127.0.0.1:19292,"
+                                  "CONTROLLER://127.0.0.1:19192")  # fmt: skip
+    assert props["listener.security.protocol.map"] == "CLIENT:SASL_SSL,INTERNAL:SSL,CONTROLLER:SSL"
+    assert props["inter.broker.listener.name"] == "INTERNAL"
+    assert props["listener.name.internal.ssl.client.auth"] == props["listener.name.controller.ssl.client.auth"]
+    assert props["listener.name.controller.ssl.client.auth"] == "required"
+    assert props["sasl.enabled.mechanisms"] == "SCRAM-SHA-512"
+    assert props["allow.everyone.if.no.acl.found"] == "false"
+    assert props["super.users"] == "User:CN=dpm-node;User:admin"
+    assert props["ssl.keystore.password"] == layout.tls.keystore_password()
+    assert layout.root.name == "kraft-1-secure"  # never the plain cluster's data
+    assert 19292 in layout.ports

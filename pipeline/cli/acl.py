@@ -1,0 +1,55 @@
+"""`dpm acl`: the least-privilege ACLs of each role, printed for review or applied through the admin API."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+import typer
+
+from pipeline.cli.reach import broker_settings
+from pipeline.cli.render import output_console
+from pipeline.config.settings import Settings
+from pipeline.kafka.acl_plan import ROLE_PURPOSE, Role, kafka_acls_commands, plan, strimzi_users, strimzi_yaml
+from pipeline.kafka.acls import apply_grants
+from pipeline.kafka.topics import TopicNames
+
+app = typer.Typer(help="Least-privilege ACLs per role (producer, worker, baseline, auditor, operator).",
+                  no_args_is_help=True)  # fmt: skip
+_out = output_console()
+
+
+class Format(StrEnum):
+    COMMANDS = "commands"
+    STRIMZI = "strimzi"
+
+
+_ROLE_HELP = "Only this role (repeat for several; default: every role)."
+
+
+@app.command("plan")
+def plan_command(
+    roles: list[Role] = typer.Option(None, "--role", help=_ROLE_HELP),
+    output: Format = typer.Option(Format.COMMANDS, "--format", help="kafka-acls commands, or Strimzi KafkaUser YAML."),
+    strimzi_cluster: str = typer.Option("my-cluster", "--strimzi-cluster", help="The Kafka resource the users join."),
+) -> None:
+    """Print the ACLs each role needs for the topics of DPM_TOPIC_PREFIX (nothing is sent to a cluster)."""
+    chosen = roles or list(Role)
+    names = TopicNames(Settings.from_env().kafka.topic_prefix)
+    if output is Format.STRIMZI:
+        typer.echo(strimzi_yaml(strimzi_users(plan(names, chosen), strimzi_cluster)), nl=False)
+        return
+    for role in chosen:
+        typer.echo(f"# {role.value}: {ROLE_PURPOSE[role]}")
+        for command in kafka_acls_commands(plan(names, [role])):
+            typer.echo(command)
+
+
+@app.command()
+def apply(
+    roles: list[Role] = typer.Option(None, "--role", help=_ROLE_HELP),
+) -> None:
+    """Create the planned ACLs on the cluster (DPM_KAFKA_CONFIG must name a principal allowed to: the admin)."""
+    settings = broker_settings()
+    chosen = roles or list(Role)
+    sent = apply_grants(settings.kafka.client_config(), plan(TopicNames(settings.kafka.topic_prefix), chosen))
+    _out.print(f"{sent} ACL binding(s) in place for {', '.join(r.value for r in chosen)}")

@@ -1,0 +1,219 @@
+"""The least-privilege ACLs each role of the pipeline needs, and their renderings for operators.
+
+A role is one kind of process with one principal (`User:<role>` on the secured local broker): the
+agents' producer, the projection workers, the Summ-only baseline, the auditor (UI, replay,
+compare) and the operator (topics, erasure). The admin is a super user and needs no ACL. Each
+grant names exactly the topics, groups and transactional ids the role's code uses (see
+pipeline.kafka.topics and the workers' services); `tests/integration/test_secured_broker.py` runs
+every role with only its grants.
+
+This module only describes; pipeline.kafka.acls applies a plan through the admin API.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from enum import StrEnum
+
+import yaml
+
+from pipeline.kafka.admin import READER_GROUP_PREFIX
+from pipeline.kafka.topics import TopicNames
+
+
+class Role(StrEnum):
+    PRODUCER = "producer"
+    WORKER = "worker"
+    BASELINE = "baseline"
+    AUDITOR = "auditor"
+    OPERATOR = "operator"
+
+
+ROLE_PURPOSE = {
+    Role.PRODUCER: "agents: writes events and triggers, seals them under the case keys",
+    Role.WORKER: "projection workers: read inputs, publish outputs in transactions",
+    Role.BASELINE: "Summ-only baseline: reads inputs, keeps its tables, publishes outputs",
+    Role.AUDITOR: "dpm ui, replay and compare: reads everything, writes nothing",
+    Role.OPERATOR: "dpm topics and erase: creates, configures and deletes the pipeline's topics",
+}
+
+
+class Resource(StrEnum):
+    TOPIC = "topic"
+    GROUP = "group"
+    TRANSACTIONAL_ID = "transactional-id"
+    CLUSTER = "cluster"
+
+
+class Pattern(StrEnum):
+    LITERAL = "literal"
+    PREFIXED = "prefixed"
+
+
+_OPERATIONS = ("Read", "Write", "Create", "Delete", "Alter", "Describe", "DescribeConfigs", "AlterConfigs")
+CLUSTER_NAME = "kafka-cluster"  # the one name Kafka gives the cluster resource
+
+
+@dataclass(frozen=True)
+class Grant:
+    """Allow `principal` the `operations` on one resource (a name, or every name with that prefix), from any host."""
+
+    principal: str
+    resource: Resource
+    name: str
+    pattern: Pattern
+    operations: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        unknown = [op for op in self.operations if op not in _OPERATIONS]
+        if unknown:
+            raise ValueError(f"unknown ACL operations {unknown}")
+
+
+def principal(role: Role) -> str:
+    """The role's principal on the secured local broker (SCRAM user named after the role)."""
+    return f"User:{role.value}"
+
+
+_READ = ("Read", "Describe")
+_WRITE = ("Write", "Describe")
+_READ_WRITE = ("Read", "Write", "Describe")
+
+
+def plan(names: TopicNames, roles: Iterable[Role] = tuple(Role)) -> list[Grant]:
+    """Every grant the `roles` need for the pipeline whose topics are `names`, role by role."""
+    return [grant for role in roles for grant in (*_ROLE_GRANTS[role](names, principal(role)), _readers(role))]
+
+
+def _readers(role: Role) -> Grant:
+    """Every role reads some topic by assigning partitions: its consumers' throwaway groups (admin.reader_group)."""
+    return Grant(principal(role), Resource.GROUP, READER_GROUP_PREFIX, Pattern.PREFIXED, ("Describe",))
+
+
+def _topics(who: str, topics: Iterable[str], operations: tuple[str, ...]) -> list[Grant]:
+    return [Grant(who, Resource.TOPIC, t, Pattern.LITERAL, operations) for t in topics]
+
+
+def _producer(names: TopicNames, who: str) -> list[Grant]:
+    return [
+        *_topics(who, (names.events, names.triggers), _WRITE),
+        *_topics(who, (names.keys,), _READ_WRITE),
+    ]
+
+
+def _worker(names: TopicNames, who: str) -> list[Grant]:
+    group = f"{names.prefix}-projection"
+    return [
+        *_topics(who, (names.triggers, names.events, names.keys), _READ),
+        *_topics(who, (names.views, names.decisions, names.audit, names.dlq), _WRITE),
+        *_topics(who, (names.segments,), _READ_WRITE),
+        Grant(who, Resource.GROUP, group, Pattern.LITERAL, ("Read",)),
+        Grant(who, Resource.TRANSACTIONAL_ID, group, Pattern.PREFIXED, _WRITE),
+    ]
+
+
+def _baseline(names: TopicNames, who: str) -> list[Grant]:
+    app_id = f"{names.prefix}-baseline"
+    return [
+        *_topics(who, (names.events, names.triggers, names.keys), _READ),
+        *_topics(who, (names.views, names.decisions, names.audit, names.dlq), _WRITE),
+        # Its changelogs, ledger and faust's leader topic, all named after the app (checked, created if missing).
+        Grant(
+            who,
+            Resource.TOPIC,
+            f"{app_id}-",
+            Pattern.PREFIXED,
+            ("Read", "Write", "Describe", "Create", "DescribeConfigs"),
+        ),
+        Grant(who, Resource.GROUP, app_id, Pattern.LITERAL, ("Read",)),
+        Grant(who, Resource.TRANSACTIONAL_ID, f"{app_id}-publish", Pattern.PREFIXED, _WRITE),  # pipeline.kafka.once
+    ]
+
+
+def _auditor(names: TopicNames, who: str) -> list[Grant]:
+    everything = (
+        names.events,
+        names.triggers,
+        names.views,
+        names.decisions,
+        names.audit,
+        names.dlq,
+        names.keys,
+        names.segments,
+    )
+    return _topics(who, everything, _READ)
+
+
+def _operator(names: TopicNames, who: str) -> list[Grant]:
+    every = ("Read", "Write", "Create", "Delete", "Describe", "DescribeConfigs", "AlterConfigs")
+    return [
+        Grant(who, Resource.TOPIC, f"{names.prefix}.", Pattern.PREFIXED, every),
+        Grant(who, Resource.TOPIC, f"{names.prefix}-baseline-", Pattern.PREFIXED, every),
+        Grant(who, Resource.GROUP, f"{names.prefix}-", Pattern.PREFIXED, ("Describe", "Delete")),
+        Grant(who, Resource.CLUSTER, CLUSTER_NAME, Pattern.LITERAL, ("Describe",)),
+    ]
+
+
+_ROLE_GRANTS = {
+    Role.PRODUCER: _producer,
+    Role.WORKER: _worker,
+    Role.BASELINE: _baseline,
+    Role.AUDITOR: _auditor,
+    Role.OPERATOR: _operator,
+}
+
+
+def kafka_acls_commands(grants: Iterable[Grant], command_config: str = "admin.properties") -> list[str]:
+    """The grants as `kafka-acls.sh --add` commands (one per grant), run with the admin's client properties."""
+    commands = []
+    for grant in grants:
+        target = {
+            Resource.TOPIC: f"--topic {grant.name}",
+            Resource.GROUP: f"--group {grant.name}",
+            Resource.TRANSACTIONAL_ID: f"--transactional-id {grant.name}",
+            Resource.CLUSTER: "--cluster",
+        }[grant.resource]
+        operations = " ".join(f"--operation {op}" for op in grant.operations)
+        pattern = f" --resource-pattern-type {grant.pattern.value}" if grant.pattern is Pattern.PREFIXED else ""
+        commands.append(
+            f"kafka-acls.sh --bootstrap-server $BOOTSTRAP --command-config {command_config} --add "
+            f"--allow-principal {grant.principal} {operations} {target}{pattern}"
+        )
+    return commands
+
+
+def strimzi_users(grants: Iterable[Grant], cluster: str = "my-cluster") -> list[dict[str, object]]:
+    """The grants as Strimzi `KafkaUser` resources, one per principal, authenticated with SCRAM-SHA-512."""
+    by_user: dict[str, list[dict[str, object]]] = {}
+    for grant in grants:
+        resource: dict[str, object] = {"type": _STRIMZI_TYPE[grant.resource]}
+        if grant.resource is not Resource.CLUSTER:
+            resource |= {"name": grant.name, "patternType": grant.pattern.value}
+        acl: dict[str, object] = {"resource": resource, "operations": list(grant.operations), "host": "*"}
+        by_user.setdefault(grant.principal.removeprefix("User:"), []).append(acl)
+    return [
+        {
+            "apiVersion": "kafka.strimzi.io/v1beta2",
+            "kind": "KafkaUser",
+            "metadata": {"name": user, "labels": {"strimzi.io/cluster": cluster}},
+            "spec": {
+                "authentication": {"type": "scram-sha-512"},
+                "authorization": {"type": "simple", "acls": acls},
+            },
+        }
+        for user, acls in by_user.items()
+    ]
+
+
+_STRIMZI_TYPE = {
+    Resource.TOPIC: "topic",
+    Resource.GROUP: "group",
+    Resource.TRANSACTIONAL_ID: "transactionalId",
+    Resource.CLUSTER: "cluster",
+}
+
+
+def strimzi_yaml(users: list[dict[str, object]]) -> str:
+    """YAML documents for `kubectl apply -f -`, one per user."""
+    return yaml.safe_dump_all(users, sort_keys=False, explicit_start=True)

@@ -1,0 +1,87 @@
+"""Applies an ACL plan (acl_plan.py) through the admin API, and reads back what the cluster holds."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import (
+    AclBinding,
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
+    ResourcePatternType,
+    ResourceType,
+)
+
+from pipeline.kafka.acl_plan import CLUSTER_NAME, Grant, Pattern, Resource
+from pipeline.kafka.admin import admin_client
+from pipeline.kafka.errors import KafkaAdapterError
+
+_TIMEOUT_S = 30.0
+_TYPE = {
+    Resource.TOPIC: ResourceType.TOPIC,
+    Resource.GROUP: ResourceType.GROUP,
+    Resource.TRANSACTIONAL_ID: ResourceType.TRANSACTIONAL_ID,
+    Resource.CLUSTER: ResourceType.BROKER,  # confluent-kafka's name for the cluster resource
+}
+_PATTERN = {Pattern.LITERAL: ResourcePatternType.LITERAL, Pattern.PREFIXED: ResourcePatternType.PREFIXED}
+_OPERATION = {
+    "Read": AclOperation.READ,
+    "Write": AclOperation.WRITE,
+    "Create": AclOperation.CREATE,
+    "Delete": AclOperation.DELETE,
+    "Alter": AclOperation.ALTER,
+    "Describe": AclOperation.DESCRIBE,
+    "DescribeConfigs": AclOperation.DESCRIBE_CONFIGS,
+    "AlterConfigs": AclOperation.ALTER_CONFIGS,
+}
+
+
+def bindings(grants: Iterable[Grant]) -> list[AclBinding]:
+    """One binding per operation of each grant, allowed from any host."""
+    return [
+        AclBinding(
+            _TYPE[g.resource],
+            CLUSTER_NAME if g.resource is Resource.CLUSTER else g.name,
+            _PATTERN[g.pattern],
+            g.principal,
+            "*",
+            _OPERATION[op],
+            AclPermissionType.ALLOW,
+        )
+        for g in grants
+        for op in g.operations
+    ]
+
+
+def apply_grants(admin_config: dict[str, str], grants: Iterable[Grant]) -> int:
+    """Creates every binding of `grants` (existing ones are kept as they are); returns how many were sent."""
+    wanted = bindings(grants)
+    if not wanted:
+        return 0
+    admin = admin_client(admin_config)
+    try:
+        for binding, future in admin.create_acls(wanted, request_timeout=_TIMEOUT_S).items():
+            try:
+                future.result(timeout=_TIMEOUT_S)
+            except KafkaException as exc:
+                raise KafkaAdapterError(f"the cluster refused the ACL {binding}: {exc.args[0]}") from exc
+    except KafkaException as exc:
+        raise KafkaAdapterError(f"could not apply ACLs: {exc.args[0]}") from exc
+    return len(wanted)
+
+
+def principal_bindings(admin_config: dict[str, str], principal: str) -> list[AclBinding]:
+    """Every ACL binding the cluster holds for `principal`."""
+    any_name: Any = None  # the filter's "match any" (confluent-kafka's stubs type names and hosts as str)
+    query = AclBindingFilter(ResourceType.ANY, any_name, ResourcePatternType.ANY, principal, any_name,
+                             AclOperation.ANY, AclPermissionType.ANY)  # fmt: skip
+    try:
+        found: list[AclBinding] = (
+            admin_client(admin_config).describe_acls(query, request_timeout=_TIMEOUT_S).result(timeout=_TIMEOUT_S)
+        )
+    except KafkaException as exc:
+        raise KafkaAdapterError(f"could not list the ACLs of {principal}: {exc.args[0]}") from exc
+    return found

@@ -1,0 +1,94 @@
+"""The secured local broker's users: one SCRAM-SHA-512 user per role, and a client properties file for each.
+
+`dpm broker up --secure` calls provision: it makes (once) a password per user, upserts the SCRAM
+credential on the cluster through the nodes' own mutual-TLS listener (the only way in before any
+user exists), and writes `<user>.properties` (mode 600, under `$DPM_HOME/credentials/`), which a
+process names in DPM_KAFKA_CONFIG. Passwords are in those files only: never on a command line, in a
+log or in an error.
+"""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass
+from pathlib import Path
+
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import (
+    ScramCredentialInfo,
+    ScramMechanism,
+    UserScramCredentialAlteration,
+    UserScramCredentialUpsertion,
+)
+
+from pipeline.config.settings import read_properties
+from pipeline.kafka.acl_plan import Role
+from pipeline.kafka.admin import admin_client
+from pipeline.kafka.errors import KafkaAdapterError
+from pipeline.kafka.local_broker import ADMIN_USER, ClusterLayout
+
+_ITERATIONS = 8192  # SCRAM-SHA-512 iterations (Kafka's minimum is 4096)
+_TIMEOUT_S = 30.0
+USERS = (ADMIN_USER, *(role.value for role in Role))
+
+
+@dataclass(frozen=True)
+class UserFile:
+    user: str
+    path: Path
+
+
+def credentials_dir(home: Path) -> Path:
+    """Where the users' passwords and properties files live."""
+    return home / "credentials"
+
+
+def provision(layout: ClusterLayout, home: Path, users: tuple[str, ...] = USERS) -> list[UserFile]:
+    """Makes each user's SCRAM credential on the running secured cluster and writes its properties file."""
+    folder = credentials_dir(home)
+    folder.mkdir(parents=True, exist_ok=True)
+    folder.chmod(0o700)
+    passwords = {user: _password(folder, user) for user in users}
+    mechanism = ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, _ITERATIONS)
+    upserts: list[UserScramCredentialAlteration] = [
+        UserScramCredentialUpsertion(user, mechanism, password.encode()) for user, password in passwords.items()
+    ]
+    admin = admin_client(layout.node_admin_config())
+    try:
+        for user, future in admin.alter_user_scram_credentials(upserts, request_timeout=_TIMEOUT_S).items():
+            try:
+                future.result(timeout=_TIMEOUT_S)
+            except KafkaException as exc:
+                raise KafkaAdapterError(f"the cluster refused the credential of {user}: {exc.args[0]}") from exc
+    except KafkaException as exc:
+        raise KafkaAdapterError(f"could not create the cluster's users: {exc.args[0]}") from exc
+    return [UserFile(user, _write_properties(folder, layout, user, password)) for user, password in passwords.items()]
+
+
+def client_properties(layout: ClusterLayout, user: str, password: str) -> dict[str, str]:
+    """Client properties (librdkafka) of `user` on the secured cluster's CLIENT listener."""
+    return {
+        "bootstrap.servers": layout.bootstrap,
+        "security.protocol": "SASL_SSL",
+        "sasl.mechanisms": "SCRAM-SHA-512",
+        "sasl.username": user,
+        "sasl.password": password,
+        "ssl.ca.location": str(layout.tls.ca),
+    }
+
+
+def _password(folder: Path, user: str) -> str:
+    """The user's password: the one its properties file holds (a restarted cluster keeps its users), else a new one."""
+    path = folder / f"{user}.properties"
+    kept = read_properties(path).get("sasl.password") if path.exists() else None
+    return kept or secrets.token_urlsafe(24)
+
+
+def _write_properties(folder: Path, layout: ClusterLayout, user: str, password: str) -> Path:
+    path = folder / f"{user}.properties"
+    lines = [f"# dpm: user {user!r} of the secured local broker (DPM_KAFKA_CONFIG={path})"]
+    lines += [f"{key}={value}" for key, value in client_properties(layout, user, password).items()]
+    path.touch(mode=0o600, exist_ok=True)
+    path.chmod(0o600)
+    path.write_text("\n".join(lines) + "\n")
+    return path

@@ -1,0 +1,90 @@
+"""The ACL plan: each role gets named resources of its own pipeline only, rendered for kafka-acls and Strimzi."""
+
+from __future__ import annotations
+
+import yaml
+
+from pipeline.kafka.acl_plan import (
+    Grant,
+    Pattern,
+    Resource,
+    Role,
+    kafka_acls_commands,
+    plan,
+    strimzi_users,
+    strimzi_yaml,
+)
+from pipeline.kafka.admin import READER_GROUP_PREFIX
+from pipeline.kafka.topics import TopicNames, pipeline_topics
+
+NAMES = TopicNames("bank")
+
+
+def _of(role: Role) -> list[Grant]:
+    return plan(NAMES, [role])
+
+
+def _topics(grants: list[Grant], operation: str) -> set[str]:
+    return {g.name for g in grants if g.resource is Resource.TOPIC and operation in g.operations}
+
+
+def test_every_grant_stays_inside_its_pipeline() -> None:
+    for grant in plan(NAMES):
+        if grant.resource is Resource.CLUSTER:
+            assert grant.operations == ("Describe",)  # the operator lists groups; nobody else touches the cluster
+        elif grant.name != READER_GROUP_PREFIX:
+            assert grant.name.startswith(("bank.", "bank-")), grant
+
+
+def test_the_producer_writes_inputs_and_reads_only_the_keys() -> None:
+    grants = _of(Role.PRODUCER)
+    assert _topics(grants, "Write") == {NAMES.events, NAMES.triggers, NAMES.keys}
+    assert _topics(grants, "Read") == {NAMES.keys}  # sealing needs the case keys; no output is readable
+    assert not [g for g in grants if g.resource in (Resource.TRANSACTIONAL_ID, Resource.CLUSTER)]
+
+
+def test_the_worker_reads_inputs_writes_outputs_in_its_own_group_and_transactions() -> None:
+    grants = _of(Role.WORKER)
+    assert _topics(grants, "Read") == {NAMES.triggers, NAMES.events, NAMES.keys, NAMES.segments}
+    assert _topics(grants, "Write") == {NAMES.views, NAMES.decisions, NAMES.audit, NAMES.dlq, NAMES.segments}
+    assert Grant("User:worker", Resource.GROUP, "bank-projection", Pattern.LITERAL, ("Read",)) in grants
+    assert Grant("User:worker", Resource.TRANSACTIONAL_ID, "bank-projection", Pattern.PREFIXED,
+                 ("Write", "Describe")) in grants  # fmt: skip
+    assert NAMES.events not in _topics(grants, "Write")
+
+
+def test_the_auditor_reads_every_pipeline_topic_and_writes_nothing() -> None:
+    grants = _of(Role.AUDITOR)
+    assert _topics(grants, "Read") == {spec.name for spec in pipeline_topics(NAMES)}
+    assert not _topics(grants, "Write")
+
+
+def test_the_baseline_owns_its_app_topics_by_prefix() -> None:
+    grants = _of(Role.BASELINE)
+    own = [g for g in grants if g.pattern is Pattern.PREFIXED and g.resource is Resource.TOPIC]
+    assert [(g.name, "Create" in g.operations) for g in own] == [("bank-baseline-", True)]
+    assert "bank-baseline-publish" in {g.name for g in grants if g.resource is Resource.TRANSACTIONAL_ID}
+
+
+def test_kafka_acls_commands_name_principal_operations_and_pattern() -> None:
+    commands = kafka_acls_commands(_of(Role.WORKER))
+    assert ("kafka-acls.sh --bootstrap-server $BOOTSTRAP --command-config admin.properties --add --allow-principal "
+            "User:worker --operation Read --operation Describe --topic bank.triggers") in commands  # fmt: skip
+    assert any(c.endswith("--transactional-id bank-projection --resource-pattern-type prefixed") for c in commands)
+    assert len(commands) == len(_of(Role.WORKER))
+
+
+def test_strimzi_users_are_one_scram_user_per_role_with_the_same_acls() -> None:
+    users = list(yaml.safe_load_all(strimzi_yaml(strimzi_users(plan(NAMES), cluster="prod"))))
+    assert [u["metadata"]["name"] for u in users] == [r.value for r in Role]
+    for user in users:
+        assert user["kind"] == "KafkaUser"
+        assert user["metadata"]["labels"] == {"strimzi.io/cluster": "prod"}
+        assert user["spec"]["authentication"] == {"type": "scram-sha-512"}
+    worker = next(u for u in users if u["metadata"]["name"] == "worker")
+    assert len(worker["spec"]["authorization"]["acls"]) == len(_of(Role.WORKER))
+    txn = next(a for a in worker["spec"]["authorization"]["acls"] if a["resource"]["type"] == "transactionalId")
+    assert txn["resource"] == {"type": "transactionalId", "name": "bank-projection", "patternType": "prefixed"}
+    operator = next(u for u in users if u["metadata"]["name"] == "operator")
+    assert {"resource": {"type": "cluster"}, "operations": ["Describe"], "host": "*"} in operator["spec"][
+        "authorization"]["acls"]  # fmt: skip
