@@ -7,10 +7,10 @@ import time
 import uuid
 from dataclasses import dataclass
 
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, TopicMetadata
 
-from pipeline.kafka.errors import BrokerUnavailableError, KafkaAdapterError
+from pipeline.kafka.errors import BrokerUnavailableError, KafkaAdapterError, NotAuthorizedError
 
 # librdkafka logs connection refusals to stderr by default; route them through logging instead.
 _LIBRDKAFKA_LOG = logging.getLogger("pipeline.kafka.librdkafka")
@@ -45,14 +45,23 @@ def admin_client(client_config: dict[str, str]) -> AdminClient:
 
 
 def fetch_metadata(client_config: dict[str, str], timeout_s: float = 5.0) -> ClusterInfo:
-    """Performs one metadata request; raises BrokerUnavailableError when no broker answers."""
-    admin = admin_client(client_config)
+    """Performs one metadata request; raises BrokerUnavailableError when no broker answers.
+
+    A broker that answers but refuses the credentials (a wrong SASL password or user) raises
+    KafkaAdapterError saying so, with librdkafka's reason, which never holds the secret.
+    """
+    errors: list[KafkaError] = []
+    admin = AdminClient({**client_config, "error_cb": errors.append}, logger=_LIBRDKAFKA_LOG)  # type: ignore[dict-item]
     try:
         metadata = admin.list_topics(timeout=timeout_s)
     except KafkaException as exc:
-        raise BrokerUnavailableError(
-            f"no Kafka broker answered at {client_config.get('bootstrap.servers')}: {exc.args[0]}"
-        ) from exc
+        admin.poll(0)  # serves error_cb: the reason behind a failed request
+        where = client_config.get("bootstrap.servers")
+        refused = [e for e in errors if e.code() == KafkaError._AUTHENTICATION]
+        if refused:
+            raise KafkaAdapterError(f"Kafka at {where} refused the credentials of DPM_KAFKA_CONFIG: "
+                                    f"{refused[0].str()}") from exc  # fmt: skip
+        raise BrokerUnavailableError(f"no Kafka broker answered at {where}: {exc.args[0]}") from exc
     return ClusterInfo(
         cluster_id=metadata.cluster_id,
         broker_ids=tuple(sorted(metadata.brokers)),
@@ -100,7 +109,14 @@ def _described(client_config: dict[str, str], topic: str) -> TopicMetadata | Non
         metadata = admin_client(client_config).list_topics(topic, timeout=10)
     except KafkaException as exc:
         raise KafkaAdapterError(f"cannot read the metadata of {topic}: {exc.args[0]}") from exc
-    found = metadata.topics.get(topic)
+    return usable_topic(topic, metadata.topics.get(topic))
+
+
+def usable_topic(topic: str, found: TopicMetadata | None) -> TopicMetadata | None:
+    """`found` if the topic exists with partitions, else None; NotAuthorizedError when the principal may not see it."""
+    if found is not None and found.error is not None and found.error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+        raise NotAuthorizedError(f"not authorized to use topic {topic}: the principal of DPM_KAFKA_CONFIG has no ACL "
+                                 "for it (see `dpm acl plan`)")  # fmt: skip
     return None if found is None or found.error is not None or not found.partitions else found
 
 

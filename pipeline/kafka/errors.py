@@ -17,3 +17,7 @@ class TopicConflictError(KafkaAdapterError):
 
 class LocalBrokerError(KafkaAdapterError):
     """The project's own local broker could not be fetched, started or stopped."""
+
+
+class NotAuthorizedError(KafkaAdapterError):
+    """The cluster refused the principal of DPM_KAFKA_CONFIG an operation its ACLs do not allow."""

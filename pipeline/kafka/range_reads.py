@@ -9,7 +9,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Topic
 
 from pipeline.core.event_log import RawRecord
 from pipeline.core.events import LogPosition
-from pipeline.kafka.admin import reader_group
+from pipeline.kafka.admin import reader_group, usable_topic
 from pipeline.kafka.errors import KafkaAdapterError
 from pipeline.wire.headers import header_pairs
 
@@ -24,9 +24,8 @@ def read_topic(client_config: dict[str, str], topic: str, timeout_s: float = 30.
         logger=_LOG,
     )  # fmt: skip
     try:
-        metadata = consumer.list_topics(topic, timeout=10)
-        found = metadata.topics.get(topic)
-        if found is None or found.error is not None:
+        found = usable_topic(topic, consumer.list_topics(topic, timeout=10).topics.get(topic))
+        if found is None:
             raise KafkaAdapterError(f"topic {topic} does not exist")
         for partition in sorted(found.partitions):
             low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
