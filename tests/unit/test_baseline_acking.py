@@ -89,8 +89,8 @@ def test_partitions_no_longer_owned_are_forgotten() -> None:
 
 def test_unfinished_counts_the_records_of_the_current_generation_only() -> None:
     acks: InOrderAcks[str] = InOrderAcks()
-    for offset in (4, 5, 6):
-        acks.read(_TRIGGERS, 2, offset, f"record {offset}")
+    started = [acks.read(_TRIGGERS, 2, offset, f"record {offset}") for offset in (4, 5, 6)]
+    assert started == [True, False, False]  # where a reading starts is logged: a hole before it would be lost
     acks.finished(_TRIGGERS, 2, 5)  # finished, though not acknowledged before 4
     assert acks.unfinished(_TRIGGERS, 2) == 2
     assert acks.unfinished(_TRIGGERS, 3) == 0  # a rebalance since: the old copies are not in flight for it

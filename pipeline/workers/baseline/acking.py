@@ -41,15 +41,21 @@ class InOrderAcks(Generic[_E]):
     def __init__(self) -> None:
         self._readings: dict[TP, _Reading[_E]] = {}
 
-    def read(self, tp: TP, generation: int | None, offset: int, record: _E) -> None:
-        """Notes that the stream read `record` (at `offset` of `tp`, in `generation`); call in the order read."""
+    def read(self, tp: TP, generation: int | None, offset: int, record: _E) -> bool:
+        """Notes that the stream read `record` (at `offset` of `tp`, in `generation`); call in the order read.
+
+        Returns whether the record starts a new reading of its partition (its first in this
+        generation, or the first after a seek back).
+        """
         reading = self._readings.get(tp)
         if reading is not None and _older(generation, reading.generation):
-            return
-        if reading is None or reading.generation != generation or offset <= reading.last_offset:
+            return False
+        started = reading is None or reading.generation != generation or offset <= reading.last_offset
+        if reading is None or started:
             reading = self._readings[tp] = _Reading(generation)
         reading.unacked[offset] = record
         reading.last_offset = offset
+        return started
 
     def finished(self, tp: TP, generation: int | None, offset: int) -> list[_E]:
         """Notes that the record's handling finished; returns the records to acknowledge now, in offset order.

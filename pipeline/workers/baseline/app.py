@@ -291,7 +291,8 @@ class Baseline:
         try:
             async for event in stream.noack().events():
                 message = event.message
-                self._acks.read(message.tp, message.generation_id, message.offset, event)
+                if self._acks.read(message.tp, message.generation_id, message.offset, event):
+                    self._log_reading(message.tp, message.generation_id, message.offset)
                 # The task copies this context: table writes go to the changelog partition of `event`.
                 work = functools.partial(self._acked, event, source, handle)
                 await cases.submit(ordering_key(event.message.key), work)
@@ -299,6 +300,12 @@ class Baseline:
             cases.cancel()
             raise
         await cases.drain()
+
+    def _log_reading(self, tp: TP, generation: int | None, offset: int) -> None:
+        """Says where a partition's reading starts against what faust last committed: a hole between them is lost."""
+        committed = cast(Consumer, self.app.consumer)._committed_offset.get(tp)  # faust keeps no public view of it
+        _LOG.info("reading %s[%d] from offset %d in generation %s (committed: %s)", tp.topic, tp.partition, offset,
+                  generation, committed, extra={"worker_id": self.options.worker_id})  # fmt: skip
 
     async def _acked(self, event: Any, source: str, handle: Callable[[RawRecord], Awaitable[Outcome]]) -> None:  # noqa: ANN401
         record = _record(event)
