@@ -11,6 +11,7 @@ import pytest
 
 from pipeline.config.settings import Settings, keys_folder
 from pipeline.kafka.admin import fetch_metadata
+from pipeline.kafka.credentials import USERS, provision
 from pipeline.kafka.keystore import kafka_case_keys
 from pipeline.kafka.topics import TopicNames
 from pipeline.keys.providers import LocalFileKeyProvider
@@ -18,6 +19,7 @@ from pipeline.keys.store import CaseKeys
 from pipeline.llm import local_model
 from pipeline.services.cluster import private_cluster
 from tests.kafka_support import unique_prefix
+from tests.secured_support import Secured
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -56,6 +58,15 @@ def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         return
     with private_cluster(Settings.from_env(), tmp_path_factory.mktemp("broker-home")) as cluster:
         yield cluster.bootstrap
+
+
+@pytest.fixture(scope="session")
+def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
+    """A secured local cluster of the session's own (TLS, SCRAM users per role, deny by default), no ACL yet."""
+    home = tmp_path_factory.mktemp("secured-home")
+    with private_cluster(Settings.from_env(), home, secure=True) as cluster:
+        provision(cluster.layout, home, (*USERS, "tenant-acme", "tenant-globex", "tenant-initech"))
+        yield Secured(cluster, home)
 
 
 @pytest.fixture

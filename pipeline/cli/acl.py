@@ -11,7 +11,7 @@ from pipeline.cli.render import output_console
 from pipeline.config.settings import Settings
 from pipeline.kafka.acl_plan import ROLE_PURPOSE, Role, kafka_acls_commands, plan, strimzi_users, strimzi_yaml
 from pipeline.kafka.acls import apply_grants
-from pipeline.kafka.topics import TopicNames
+from pipeline.kafka.topics import TopicNames, check_topic_tenant
 
 app = typer.Typer(help="Least-privilege ACLs per role (producer, worker, baseline, auditor, operator).",
                   no_args_is_help=True)  # fmt: skip
@@ -24,32 +24,49 @@ class Format(StrEnum):
 
 
 _ROLE_HELP = "Only this role (repeat for several; default: every role)."
+_TENANT_HELP = "With DPM_TENANCY=topics: grants on this tenant's own topics (repeat; required in that mode)."
+
+
+def _tenants(settings: Settings, tenants: list[str] | None) -> list[str]:
+    if settings.kafka.tenancy != "topics":
+        if tenants:
+            raise typer.BadParameter("--tenant needs DPM_TENANCY=topics (the shared topics are granted as a whole)")
+        return []
+    if not tenants:
+        raise typer.BadParameter("with DPM_TENANCY=topics, name the tenants whose topics to grant: --tenant T")
+    for tenant in tenants:
+        check_topic_tenant(tenant)
+    return tenants
 
 
 @app.command("plan")
 def plan_command(
     roles: list[Role] = typer.Option(None, "--role", help=_ROLE_HELP),
+    tenants: list[str] = typer.Option(None, "--tenant", help=_TENANT_HELP),
     output: Format = typer.Option(Format.COMMANDS, "--format", help="kafka-acls commands, or Strimzi KafkaUser YAML."),
     strimzi_cluster: str = typer.Option("my-cluster", "--strimzi-cluster", help="The Kafka resource the users join."),
 ) -> None:
     """Print the ACLs each role needs for the topics of DPM_TOPIC_PREFIX (nothing is sent to a cluster)."""
     chosen = roles or list(Role)
-    names = TopicNames(Settings.from_env().kafka.topic_prefix)
+    settings = Settings.from_env()
+    names, scoped = TopicNames(settings.kafka.topic_prefix), _tenants(settings, tenants)
     if output is Format.STRIMZI:
-        typer.echo(strimzi_yaml(strimzi_users(plan(names, chosen), strimzi_cluster)), nl=False)
+        typer.echo(strimzi_yaml(strimzi_users(plan(names, chosen, scoped), strimzi_cluster)), nl=False)
         return
     for role in chosen:
         typer.echo(f"# {role.value}: {ROLE_PURPOSE[role]}")
-        for command in kafka_acls_commands(plan(names, [role])):
+        for command in kafka_acls_commands(plan(names, [role], scoped)):
             typer.echo(command)
 
 
 @app.command()
 def apply(
     roles: list[Role] = typer.Option(None, "--role", help=_ROLE_HELP),
+    tenants: list[str] = typer.Option(None, "--tenant", help=_TENANT_HELP),
 ) -> None:
     """Create the planned ACLs on the cluster (DPM_KAFKA_CONFIG must name a principal allowed to: the admin)."""
     settings = broker_settings()
     chosen = roles or list(Role)
-    sent = apply_grants(settings.kafka.client_config(), plan(TopicNames(settings.kafka.topic_prefix), chosen))
+    grants = plan(TopicNames(settings.kafka.topic_prefix), chosen, _tenants(settings, tenants))
+    sent = apply_grants(settings.kafka.client_config(), grants)
     _out.print(f"{sent} ACL binding(s) in place for {', '.join(r.value for r in chosen)}")

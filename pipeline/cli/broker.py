@@ -9,7 +9,7 @@ from pipeline.config.settings import Settings
 from pipeline.kafka import local_broker
 from pipeline.kafka.admin import fetch_metadata
 from pipeline.kafka.broker_runtime import ensure_broker_jars
-from pipeline.kafka.credentials import UserFile, provision
+from pipeline.kafka.credentials import USERS, UserFile, provision
 from pipeline.kafka.errors import BrokerUnavailableError
 
 app = typer.Typer(help="Run a local Apache Kafka cluster on loopback.", no_args_is_help=True)
@@ -40,6 +40,9 @@ def up(
     secure: bool = typer.Option(
         False, "--secure", help="TLS, SASL/SCRAM-SHA-512 users per role and ACLs (deny by default) on its own data."
     ),
+    users: list[str] = typer.Option(
+        None, "--user", help="With --secure, one more SCRAM user (e.g. tenant-acme for a tenant's agents); repeat."
+    ),
 ) -> None:
     """Start the local cluster and wait until a metadata request succeeds."""
     settings = _settings(kafka_version)
@@ -61,7 +64,9 @@ def up(
         _out.print(f"Kafka {cluster.kafka_version} is up at [bold]{cluster.bootstrap}[/] ({nodes} node(s), "
                    f"data in {cluster.root})")  # fmt: skip
     if secure:
-        _print_users(provision(cluster.layout, settings.paths.home))
+        _print_users(provision(cluster.layout, settings.paths.home, (*USERS, *(users or ()))))
+    elif users:
+        raise typer.BadParameter("--user needs --secure")
 
 
 def _print_users(users: list[UserFile]) -> None:

@@ -89,6 +89,12 @@ class KafkaSettings(_Group):
         pattern=_KAFKA_RELEASE,
         description="the Apache Kafka release `dpm broker up` runs: 3.9.2 (default) or a 4.x release",
     )
+    tenancy: str = Field(
+        "shared",
+        validation_alias="DPM_TENANCY",
+        pattern=r"^(shared|topics)$",
+        description="shared: every tenant on the eight topics; topics: each tenant on its own (`dpm tenants add`)",
+    )
     group_protocol: str = Field(
         "classic",
         validation_alias="DPM_GROUP_PROTOCOL",

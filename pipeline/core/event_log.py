@@ -18,6 +18,9 @@ class PositionOutOfRangeError(DpmError):
     """A position names a partition the log does not have, or an offset past the log's end."""
 
 
+RecordId = tuple[str | None, LogPosition]  # topic (None: the only one read) and position
+
+
 @dataclass(frozen=True)
 class RawRecord:
     """A record as stored: its position, key and value bytes (decoding and checks happen later)."""
@@ -27,6 +30,12 @@ class RawRecord:
     value: bytes | None
     timestamp_ms: int | None = None
     headers: tuple[tuple[str, bytes], ...] = ()
+    topic: str | None = None  # where it was read, when the reader spans several topics (a tenant's own)
+
+    @property
+    def where(self) -> RecordId:
+        """The record's identity across the topics a consumer reads: topic and position."""
+        return self.topic, self.position
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ class Role(StrEnum):
 
 
 ROLE_PURPOSE = {
-    Role.PRODUCER: "agents: writes events and triggers, seals them under the case keys",
+    Role.PRODUCER: "agents: writes events and triggers, seals them (tenancy by topic: User:tenant-<t>, per tenant)",
     Role.WORKER: "projection workers: read inputs, publish outputs in transactions",
     Role.BASELINE: "Summ-only baseline: reads inputs, keeps its tables, publishes outputs",
     Role.AUDITOR: "dpm ui, replay and compare: reads everything, writes nothing",
@@ -81,14 +81,33 @@ _WRITE = ("Write", "Describe")
 _READ_WRITE = ("Read", "Write", "Describe")
 
 
-def plan(names: TopicNames, roles: Iterable[Role] = tuple(Role)) -> list[Grant]:
-    """Every grant the `roles` need for the pipeline whose topics are `names`, role by role."""
-    return [grant for role in roles for grant in (*_ROLE_GRANTS[role](names, principal(role)), _readers(role))]
+def tenant_principal(tenant: str) -> str:
+    """With tenancy by topic, the principal of a tenant's agents (its producer): `User:tenant-<tenant>`."""
+    return f"User:tenant-{tenant}"
 
 
-def _readers(role: Role) -> Grant:
+def plan(names: TopicNames, roles: Iterable[Role] = tuple(Role), tenants: Iterable[str] = ()) -> list[Grant]:
+    """Every grant the `roles` need for the pipeline whose topics are `names`, role by role.
+
+    With `tenants` (tenancy by topic), each role's topic grants name every tenant's own topics
+    instead of the shared ones, and the producer role is one principal per tenant, granted its
+    tenant's topics only: writing its inputs, reading its outputs.
+    """
+    scopes = [names.of_tenant(t) for t in tenants] or [names]
+    grants: list[Grant] = []
+    for role in roles:
+        if role is Role.PRODUCER and tenants:
+            grants += [g for scope in scopes for g in _tenant_producer(scope, tenant_principal(scope.tenant or ""))]
+            continue
+        who = principal(role)
+        grants += [g for scope in scopes for g in _TOPIC_GRANTS[role](scope, who)]
+        grants += [*_FIXED_GRANTS[role](names, who), _readers(who)]
+    return grants
+
+
+def _readers(who: str) -> Grant:
     """Every role reads some topic by assigning partitions: its consumers' throwaway groups (admin.reader_group)."""
-    return Grant(principal(role), Resource.GROUP, READER_GROUP_PREFIX, Pattern.PREFIXED, ("Describe",))
+    return Grant(who, Resource.GROUP, READER_GROUP_PREFIX, Pattern.PREFIXED, ("Describe",))
 
 
 def _topics(who: str, topics: Iterable[str], operations: tuple[str, ...]) -> list[Grant]:
@@ -96,70 +115,82 @@ def _topics(who: str, topics: Iterable[str], operations: tuple[str, ...]) -> lis
 
 
 def _producer(names: TopicNames, who: str) -> list[Grant]:
+    return [*_topics(who, (names.events, names.triggers), _WRITE), *_topics(who, (names.keys,), _READ_WRITE)]
+
+
+def _tenant_producer(names: TopicNames, who: str) -> list[Grant]:
+    outputs = (names.views, names.decisions, names.audit, names.dlq)
+    return [*_producer(names, who), *_topics(who, outputs, _READ), _readers(who)]
+
+
+def _worker_topics(names: TopicNames, who: str) -> list[Grant]:
     return [
-        *_topics(who, (names.events, names.triggers), _WRITE),
-        *_topics(who, (names.keys,), _READ_WRITE),
+        *_topics(who, (names.triggers, names.events, names.keys), _READ),
+        *_topics(who, (names.views, names.decisions, names.audit, names.dlq), _WRITE),
+        *_topics(who, (names.segments,), _READ_WRITE),
     ]
 
 
 def _worker(names: TopicNames, who: str) -> list[Grant]:
     group = f"{names.prefix}-projection"
     return [
-        *_topics(who, (names.triggers, names.events, names.keys), _READ),
-        *_topics(who, (names.views, names.decisions, names.audit, names.dlq), _WRITE),
-        *_topics(who, (names.segments,), _READ_WRITE),
         Grant(who, Resource.GROUP, group, Pattern.LITERAL, ("Read",)),
         Grant(who, Resource.TRANSACTIONAL_ID, group, Pattern.PREFIXED, _WRITE),
     ]
 
 
-def _baseline(names: TopicNames, who: str) -> list[Grant]:
-    app_id = f"{names.prefix}-baseline"
+def _baseline_topics(names: TopicNames, who: str) -> list[Grant]:
     return [
         *_topics(who, (names.events, names.triggers, names.keys), _READ),
         *_topics(who, (names.views, names.decisions, names.audit, names.dlq), _WRITE),
+    ]
+
+
+def _baseline(names: TopicNames, who: str) -> list[Grant]:
+    app_id = f"{names.prefix}-baseline"
+    own = ("Read", "Write", "Describe", "Create", "DescribeConfigs")
+    return [
         # Its changelogs, ledger and faust's leader topic, all named after the app (checked, created if missing).
-        Grant(
-            who,
-            Resource.TOPIC,
-            f"{app_id}-",
-            Pattern.PREFIXED,
-            ("Read", "Write", "Describe", "Create", "DescribeConfigs"),
-        ),
+        Grant(who, Resource.TOPIC, f"{app_id}-", Pattern.PREFIXED, own),
         Grant(who, Resource.GROUP, app_id, Pattern.LITERAL, ("Read",)),
         Grant(who, Resource.TRANSACTIONAL_ID, f"{app_id}-publish", Pattern.PREFIXED, _WRITE),  # pipeline.kafka.once
     ]
 
 
-def _auditor(names: TopicNames, who: str) -> list[Grant]:
-    everything = (
-        names.events,
-        names.triggers,
-        names.views,
-        names.decisions,
-        names.audit,
-        names.dlq,
-        names.keys,
-        names.segments,
-    )
+def _auditor_topics(names: TopicNames, who: str) -> list[Grant]:
+    everything = (names.events, names.triggers, names.views, names.decisions, names.audit, names.dlq, names.keys,
+                  names.segments)  # fmt: skip
     return _topics(who, everything, _READ)
 
 
 def _operator(names: TopicNames, who: str) -> list[Grant]:
     every = ("Read", "Write", "Create", "Delete", "Describe", "DescribeConfigs", "AlterConfigs")
     return [
-        Grant(who, Resource.TOPIC, f"{names.prefix}.", Pattern.PREFIXED, every),
+        Grant(who, Resource.TOPIC, f"{names.prefix}.", Pattern.PREFIXED, every),  # every tenant's own topics too
         Grant(who, Resource.TOPIC, f"{names.prefix}-baseline-", Pattern.PREFIXED, every),
         Grant(who, Resource.GROUP, f"{names.prefix}-", Pattern.PREFIXED, ("Describe", "Delete")),
         Grant(who, Resource.CLUSTER, CLUSTER_NAME, Pattern.LITERAL, ("Describe",)),
     ]
 
 
-_ROLE_GRANTS = {
+def _none(names: TopicNames, who: str) -> list[Grant]:
+    del names, who
+    return []
+
+
+# Grants on the topics of one scope (the shared topics, or one tenant's own), and grants made once.
+_TOPIC_GRANTS = {
     Role.PRODUCER: _producer,
+    Role.WORKER: _worker_topics,
+    Role.BASELINE: _baseline_topics,
+    Role.AUDITOR: _auditor_topics,
+    Role.OPERATOR: _none,
+}
+_FIXED_GRANTS = {
+    Role.PRODUCER: _none,
     Role.WORKER: _worker,
     Role.BASELINE: _baseline,
-    Role.AUDITOR: _auditor,
+    Role.AUDITOR: _none,
     Role.OPERATOR: _operator,
 }
 

@@ -22,45 +22,44 @@ _LIB_LOG = logging.getLogger("pipeline.kafka.librdkafka")
 
 
 class LagProbe:
-    """Reports `{partition: lag}` of one topic to `report` every `interval_s`, from its own thread."""
+    """Calls `report(topic, {partition: lag})` for each topic read, every `interval_s`, from its own thread."""
 
     def __init__(
         self,
         client_config: dict[str, str],
-        topic: str,
-        report: Callable[[Mapping[int, int]], None],
+        report: Callable[[str, Mapping[int, int]], None],
         interval_s: float = 5.0,
     ) -> None:
         # A consumer's leader metadata is refreshed as soon as a broker is lost; an AdminClient kept
         # asking the dead leader, one request timeout each time, until its metadata aged out.
         self._config = client_config
         self._consumer = self._connect()
-        self._topic, self._report, self._interval_s = topic, report, interval_s
-        self._positions: dict[int, int] = {}
+        self._report, self._interval_s = report, interval_s
+        self._positions: dict[tuple[str, int], int] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=f"lag-probe-{topic}", daemon=True)
+        self._thread = threading.Thread(target=self._run, name="lag-probe", daemon=True)
 
     def _connect(self) -> Consumer:
         return Consumer({**self._config, "group.id": reader_group("lag-probe")}, logger=_LIB_LOG)
 
-    def track(self, positions: Mapping[int, int]) -> None:
-        """The consumer's next offsets per assigned partition (its whole assignment: others are dropped)."""
+    def track(self, positions: Mapping[tuple[str, int], int]) -> None:
+        """The consumer's next offsets per assigned (topic, partition) (its whole assignment: others are dropped)."""
         with self._lock:
             self._positions = dict(positions)
 
-    def lags(self) -> dict[int, int]:
-        """One probe: the high watermark minus the tracked position of each tracked partition."""
+    def lags(self) -> dict[str, dict[int, int]]:
+        """One probe: per topic, the high watermark minus the tracked position of each tracked partition."""
         with self._lock:
             positions = dict(self._positions)
         if not positions:
             return {}
-        lags: dict[int, int] = {}
+        lags: dict[str, dict[int, int]] = {}
         try:
-            for partition, position in positions.items():
-                tp = TopicPartition(self._topic, partition)
+            for (topic, partition), position in positions.items():
+                tp = TopicPartition(topic, partition)
                 _, high = self._consumer.get_watermark_offsets(tp, timeout=self._interval_s)
-                lags[partition] = max(0, high - position)
+                lags.setdefault(topic, {})[partition] = max(0, high - position)
         except KafkaException as exc:  # brokers unreachable for a moment: keep the last figures
             _LOG.debug("lag unavailable: %s", exc)
             self._consumer = renewed(self._consumer, self._connect)
@@ -77,6 +76,5 @@ class LagProbe:
 
     def _run(self) -> None:
         while not self._stop.wait(self._interval_s):
-            lags = self.lags()
-            if lags:
-                self._report(lags)
+            for topic, lags in self.lags().items():
+                self._report(topic, lags)

@@ -147,7 +147,7 @@ def renewed(consumer: Consumer, make: Callable[[], Consumer]) -> Consumer:
 def raw_record(msg: Message) -> RawRecord:
     """A consumed message as the core's RawRecord: where it was read, its bytes, its timestamp, its headers."""
     return RawRecord(LogPosition(msg.partition() or 0, msg.offset() or 0), msg.key(), msg.value(), msg.timestamp()[1],
-                     header_pairs(msg.headers()))  # fmt: skip
+                     header_pairs(msg.headers()), msg.topic())  # fmt: skip
 
 
 def _release(consumer: Consumer, topic: str, partition: int) -> None:

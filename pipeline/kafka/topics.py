@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Mapping
 from concurrent.futures import Future
@@ -10,49 +11,94 @@ from dataclasses import dataclass, field
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
 
+from pipeline.core.errors import DpmError
 from pipeline.kafka.admin import admin_client, fetch_metadata
 from pipeline.kafka.errors import KafkaAdapterError, TopicConflictError
 
 _KEEP_FOREVER = "-1"
 
 
+# A tenant with topics of its own names them: no dot, so that one tenant's topic prefix
+# (`<prefix>.<tenant>.`, which its ACLs grant) never covers another tenant's topics.
+_TOPIC_TENANT = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+
+
+class TenantNameError(DpmError):
+    """A tenant id that cannot name topics of its own."""
+
+
+def check_topic_tenant(tenant: str) -> str:
+    """Returns `tenant` if it can have topics of its own (letters, digits, `_` and `-`), else raises."""
+    if not _TOPIC_TENANT.match(tenant):
+        raise TenantNameError(f"tenant {tenant!r} cannot have topics of its own: use letters, digits, _ and - "
+                              "(at most 64), no dot")  # fmt: skip
+    return tenant
+
+
 @dataclass(frozen=True)
 class TopicNames:
-    """Concrete topic names under one prefix (tests use a unique prefix each)."""
+    """Concrete topic names under one prefix (tests use a unique prefix each), and one tenant's if it has its own.
+
+    Shared topics are `<prefix>.<topic>`; a tenant's own (tenancy by topic) `<prefix>.<tenant>.<topic>`.
+    """
 
     prefix: str = "dpm"
+    tenant: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.tenant is not None:
+            check_topic_tenant(self.tenant)
+
+    def of_tenant(self, tenant: str) -> TopicNames:
+        """The topics of `tenant`'s own under this prefix."""
+        return TopicNames(self.prefix, tenant)
+
+    @property
+    def scope(self) -> str:
+        """What every topic name of these starts with: `<prefix>.` or `<prefix>.<tenant>.`."""
+        return f"{self.prefix}.{self.tenant}." if self.tenant else f"{self.prefix}."
 
     @property
     def events(self) -> str:
-        return f"{self.prefix}.events"
+        return f"{self.scope}events"
 
     @property
     def triggers(self) -> str:
-        return f"{self.prefix}.triggers"
+        return f"{self.scope}triggers"
 
     @property
     def views(self) -> str:
-        return f"{self.prefix}.views"
+        return f"{self.scope}views"
 
     @property
     def decisions(self) -> str:
-        return f"{self.prefix}.decisions"
+        return f"{self.scope}decisions"
 
     @property
     def audit(self) -> str:
-        return f"{self.prefix}.audit"
+        return f"{self.scope}audit"
 
     @property
     def dlq(self) -> str:
-        return f"{self.prefix}.dlq"
+        return f"{self.scope}dlq"
 
     @property
     def keys(self) -> str:
-        return f"{self.prefix}.keys"
+        return f"{self.scope}keys"
 
     @property
     def segments(self) -> str:
-        return f"{self.prefix}.segments"
+        return f"{self.scope}segments"
+
+    def tenant_triggers_pattern(self) -> str:
+        """A subscription (librdkafka regex) to every tenant's own triggers topic under the prefix."""
+        return f"^{re.escape(self.prefix)}\\.[A-Za-z0-9_-]+\\.triggers$"
+
+    def tenant_of(self, topic: str) -> str | None:
+        """The tenant whose own topic `topic` is (`<prefix>.<tenant>.<name>`), None for a shared topic."""
+        inner = topic.removeprefix(f"{self.prefix}.")
+        tenant, dot, _ = inner.partition(".")
+        return tenant if dot and inner != topic and _TOPIC_TENANT.match(tenant) else None
 
 
 @dataclass(frozen=True)
@@ -283,6 +329,25 @@ def create_pipeline_topics(
     """Creates (or checks) the eight topics; replication defaults to min(3, brokers in the cluster)."""
     factor = replication or min(3, len(fetch_metadata(client_config).broker_ids))
     return ensure_topics(admin_client(client_config), pipeline_topics(names, partitions, erasure), factor)
+
+
+def existing_topics(client_config: dict[str, str], timeout_s: float = 30.0) -> set[str]:
+    """The names of every topic the principal may see on the cluster."""
+    try:
+        return set(admin_client(client_config).list_topics(timeout=timeout_s).topics)
+    except KafkaException as exc:
+        raise KafkaAdapterError(f"listing topics failed: {exc.args[0]}") from exc
+
+
+def delete_topics(client_config: dict[str, str], topics: list[str], timeout_s: float = 30.0) -> None:
+    """Deletes `topics` (and every record on them); waits until the cluster has."""
+    if not topics:
+        return
+    try:
+        for future in admin_client(client_config).delete_topics(topics, operation_timeout=timeout_s).values():
+            future.result(timeout=timeout_s)
+    except KafkaException as exc:
+        raise KafkaAdapterError(f"deleting {', '.join(topics)} failed: {exc}") from exc
 
 
 def remove_pipeline(client_config: dict[str, str], prefix: str, timeout_s: float = 30.0) -> tuple[str, ...]:

@@ -12,8 +12,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
 
-from pipeline.core.event_log import RawRecord
-from pipeline.core.events import LogPosition
+from pipeline.core.event_log import RawRecord, RecordId
 from pipeline.core.model import ModelBackendError
 from pipeline.kafka.errors import KafkaAdapterError
 from pipeline.kafka.range_reads import raw_record
@@ -107,9 +106,9 @@ class TransactionalLoop:
     def __init__(self, client_config: dict[str, str], config: LoopConfig, handler: Handler) -> None:
         self._config = config
         self._handler = handler
-        self._model_attempts: dict[LogPosition, int] = {}
-        self._publish_failures: dict[LogPosition, list[str]] = {}
-        self._alone: dict[int, int] = {}  # partition -> last offset of a failed batch: published record by record
+        self._model_attempts: dict[RecordId, int] = {}
+        self._publish_failures: dict[RecordId, list[str]] = {}
+        self._alone: dict[_Part, int] = {}  # partition -> last offset of a failed batch: published record by record
         self._on_progress: Callable[[], None] = lambda: None
         self._should_stop: Callable[[], bool] = lambda: False
         self._backoff_s = config.retry_backoff_s
@@ -123,6 +122,7 @@ class TransactionalLoop:
                 "isolation.level": "read_committed",
                 "max.poll.interval.ms": config.max_poll_interval_ms,
                 **_membership(config),
+                **_discovery(config),
             },
             logger=_LIB_LOG,
         )
@@ -134,7 +134,7 @@ class TransactionalLoop:
         self._max_record_bytes = max_record_bytes(client_config)
         self._pool = ThreadPoolExecutor(max_workers=config.concurrency, thread_name_prefix="model-call")
         # partition -> offset a rewind sought to, until the partition's next batch shows that it took
-        self._rewound: dict[int, int] = {}
+        self._rewound: dict[_Part, int] = {}
 
     def start(self) -> None:
         """Registers the transactional id and joins the group; waits (with backoff) while Kafka is away."""
@@ -154,8 +154,8 @@ class TransactionalLoop:
             raise KafkaAdapterError(f"worker could not join {self._config.group_id}: {exc}") from exc
 
     def _start(self, record: RawRecord) -> Sequence[Output] | Deferred[Any]:
-        if self._model_attempts.get(record.position, 0) >= self._config.max_model_attempts:
-            attempts = self._model_attempts.pop(record.position)
+        if self._model_attempts.get(record.where, 0) >= self._config.max_model_attempts:
+            attempts = self._model_attempts.pop(record.where)
             return [self._handler.dead_letter(record, Rejection.MODEL_ERROR, f"the model failed {attempts} times")]
         try:
             return self._handler.start(record)
@@ -164,13 +164,13 @@ class TransactionalLoop:
             raise
 
     def _model_failed(self, record: RawRecord) -> None:
-        self._model_attempts[record.position] = self._model_attempts.get(record.position, 0) + 1
+        self._model_attempts[record.where] = self._model_attempts.get(record.where, 0) + 1
 
-    def _rewind(self, batch: Sequence[Message], to: dict[int, int] | None = None) -> None:
+    def _rewind(self, batch: Sequence[Message], to: dict[_Part, int] | None = None) -> None:
         """Seeks each partition of `batch` back to its first record there (or to the offset `to` names)."""
-        for partition, offset in {**_firsts(batch), **(to or {})}.items():
-            self._consumer.seek(TopicPartition(self._config.input_topic, partition, offset))
-            self._rewound[partition] = offset
+        for (topic, partition), offset in {**_firsts(batch), **(to or {})}.items():
+            self._consumer.seek(TopicPartition(topic, partition, offset))
+            self._rewound[topic, partition] = offset
 
     def _rewinds_took(self, batch: list[Message]) -> bool:
         """False, and the batch rewound again, when a partition's records resume past where a rewind sought.
@@ -194,17 +194,17 @@ class TransactionalLoop:
     def _forget_rewinds(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
         """A (re)assigned or revoked partition restarts from its committed offset: earlier rewinds no longer apply."""
         for tp in partitions:
-            self._rewound.pop(tp.partition, None)
+            self._rewound.pop((tp.topic, tp.partition), None)
 
     def _one_at_a_time(self, batch: list[Message]) -> list[Message]:
         """A batch whose publication failed for an unknown reason is published record by record until past it."""
         first = batch[0]
-        partition, offset = first.partition() or 0, first.offset() or 0
-        last = self._alone.get(partition)
+        part, offset = _part(first), first.offset() or 0
+        last = self._alone.get(part)
         if last is None:
             return batch
         if offset > last:
-            del self._alone[partition]
+            del self._alone[part]
             return batch
         if len(batch) > 1:
             self._rewind(batch[1:])
@@ -276,18 +276,18 @@ class TransactionalLoop:
             raise failure
         outputs: list[Sequence[Output]] = []
         for started in taken:
-            self._model_attempts.pop(started.record.position, None)
+            self._model_attempts.pop(started.record.where, None)
             outputs.append(started.finished())
             self._on_progress()
         return outputs
 
     def _publishable(self, record: RawRecord, outputs: Sequence[Output]) -> Sequence[Output]:
         """`outputs`, or what replaces them once they proved unpublishable: the dead letter, then nothing."""
-        failures = self._publish_failures.get(record.position, [])
+        failures = self._publish_failures.get(record.where, [])
         too_large = oversized(outputs, self._max_record_bytes)
         if too_large is not None and len(failures) < PUBLISH_ATTEMPTS:
             detail = f"an output to {too_large.topic} of {too_large.size()} bytes exceeds the record limit"
-            failures = self._publish_failures[record.position] = [detail] * PUBLISH_ATTEMPTS
+            failures = self._publish_failures[record.where] = [detail] * PUBLISH_ATTEMPTS
         if len(failures) < PUBLISH_ATTEMPTS:
             return outputs
         if len(failures) < 2 * PUBLISH_ATTEMPTS:
@@ -299,14 +299,14 @@ class TransactionalLoop:
 
     def _publish_failed(self, records: Sequence[RawRecord], detail: str) -> None:
         for record in records:
-            self._publish_failures.setdefault(record.position, []).append(detail)
+            self._publish_failures.setdefault(record.where, []).append(detail)
 
     def _commit(self, done: list[Message], outputs: list[Sequence[Output]]) -> None:
         started = time.perf_counter()
-        next_offsets: dict[int, int] = {}
+        next_offsets: dict[_Part, int] = {}
         for msg in done:
-            next_offsets[msg.partition() or 0] = (msg.offset() or 0) + 1
-        offsets = [TopicPartition(self._config.input_topic, p, o) for p, o in next_offsets.items()]
+            next_offsets[_part(msg)] = (msg.offset() or 0) + 1
+        offsets = [TopicPartition(topic, p, o) for (topic, p), o in next_offsets.items()]
         flat = [out for outs in outputs for out in outs]
         try:
             self._producer.publish(flat, offsets, self._consumer.consumer_group_metadata())
@@ -314,7 +314,7 @@ class TransactionalLoop:
             self.stats.producers_replaced = self._producer.stats.replaced
         records = [raw_record(m) for m in done]
         for record, outs in zip(records, outputs, strict=True):
-            if self._publish_failures.pop(record.position, None) is not None:
+            if self._publish_failures.pop(record.where, None) is not None:
                 self.stats.publish_failures += 1
                 self.stats.dropped += int(not outs)
         self._handler.committed(records)
@@ -390,11 +390,11 @@ class TransactionalLoop:
         """Outputs the broker refused: each failure counts against the record that made them."""
         self.stats.aborts += 1
         owners: list[RawRecord] = [r for r, outs in zip(records, outputs, strict=True) for _ in outs]
-        culprits = {owners[i].position: detail for i, detail in exc.refused.items()}
+        culprits = {owners[i].where: detail for i, detail in exc.refused.items()}
         _LOG.warning("outputs of %d record(s) refused by Kafka (%s); consumed again", len(culprits), exc)
         for record in records:
-            if record.position in culprits:
-                self._publish_failed([record], culprits[record.position])
+            if record.where in culprits:
+                self._publish_failed([record], culprits[record.where])
         self._rewind(done)
 
     def _unpublishable(self, done: list[Message], records: list[RawRecord], detail: str) -> None:
@@ -405,8 +405,7 @@ class TransactionalLoop:
             self._publish_failed(records, detail)
         else:
             for msg in done:
-                partition = msg.partition() or 0
-                self._alone[partition] = max(self._alone.get(partition, -1), msg.offset() or 0)
+                self._alone[_part(msg)] = max(self._alone.get(_part(msg), -1), msg.offset() or 0)
         self._rewind(done)
 
     @staticmethod
@@ -417,14 +416,14 @@ class TransactionalLoop:
             return False
         return True
 
-    def positions(self) -> dict[int, int]:
-        """This member's next offset per assigned partition that has one (call on the loop's thread)."""
+    def positions(self) -> dict[tuple[str, int], int]:
+        """This member's next offset per assigned (topic, partition) that has one (call on the loop's thread)."""
         try:
             assigned = self._consumer.position(self._consumer.assignment())
         except KafkaException as exc:
             _LOG.debug("positions unavailable: %s", exc)
             return {}
-        return {tp.partition: tp.offset for tp in assigned if tp.offset >= 0}
+        return {(tp.topic, tp.partition): tp.offset for tp in assigned if tp.offset >= 0}
 
     def run(self, should_stop: Callable[[], bool], on_progress: Callable[[], None] | None = None) -> None:
         """Runs batches until `should_stop()`; then leaves the group cleanly.
@@ -452,6 +451,15 @@ class TransactionalLoop:
         self._producer.close()
 
 
+# A subscription by pattern (every tenant's own triggers topic) sees a topic created since within this.
+PATTERN_REFRESH_MS = 10_000
+
+
+def _discovery(config: LoopConfig) -> dict[str, int]:
+    """A pattern is matched against metadata, which librdkafka refreshes every 5 minutes by default: too late."""
+    return {"topic.metadata.refresh.interval.ms": PATTERN_REFRESH_MS} if config.input_topic.startswith("^") else {}
+
+
 def _membership(config: LoopConfig) -> dict[str, str | int]:
     """How the consumer takes part in its group.
 
@@ -465,9 +473,16 @@ def _membership(config: LoopConfig) -> dict[str, str | int]:
             "heartbeat.interval.ms": max(500, config.session_timeout_ms // 5)}  # fmt: skip
 
 
-def _firsts(batch: Sequence[Message]) -> dict[int, int]:
+_Part = tuple[str, int]  # an input partition: topic (one, or a tenant's own each) and partition
+
+
+def _part(msg: Message) -> _Part:
+    return msg.topic() or "", msg.partition() or 0
+
+
+def _firsts(batch: Sequence[Message]) -> dict[_Part, int]:
     """Each partition's first (lowest) offset in a batch, which holds each partition's records in order."""
-    firsts: dict[int, int] = {}
+    firsts: dict[_Part, int] = {}
     for msg in batch:
-        firsts.setdefault(msg.partition() or 0, msg.offset() or 0)
+        firsts.setdefault(_part(msg), msg.offset() or 0)
     return firsts

@@ -16,6 +16,7 @@ from pipeline.kafka.producer import EventProducer
 from pipeline.kafka.range_reads import read_topic
 from pipeline.kafka.topics import TopicNames
 from pipeline.keys.store import Rotation
+from pipeline.services.tenants import topics_of
 from pipeline.wire.record_keys import names_case, names_tenant
 from pipeline.wire.segment import case_prefix
 
@@ -52,33 +53,39 @@ def records_of(config: dict[str, str], topic: str, named: Names) -> list[tuple[b
     return [where for where, live in latest.items() if live]
 
 
+def _tenant(subject: CaseRef | str) -> str:
+    return subject if isinstance(subject, str) else subject.tenant
+
+
 def _tombstone_events(settings: Settings, subject: CaseRef | str) -> int:
     """Tombstones every live record of the events topic that names the case (or any case of the tenant)."""
-    names = TopicNames(settings.kafka.topic_prefix)
+    names = topics_of(settings, _tenant(subject))
     config = settings.kafka.client_config()
     if isinstance(subject, CaseRef):
         found = records_of(config, names.events, partial(_case_named, subject))
     else:
         found = records_of(config, names.events, partial(_tenant_named, subject))
-    return _tombstone(settings, subject, names.events, found)
+    return _tombstone(settings, names, subject, names.events, found)
 
 
 def _tombstone_segment_views(settings: Settings, subject: CaseRef | str) -> int:
     """Tombstones every segment view of the case (or the tenant's cases), found by the keys workers give them."""
-    names = TopicNames(settings.kafka.topic_prefix)
+    names = topics_of(settings, _tenant(subject))
     prefix = case_prefix(subject) if isinstance(subject, CaseRef) else f"{subject}/".encode()
     if not topic_exists(settings.kafka.client_config(), names.segments):
         return 0  # topics created before segment views existed: there are none to erase
     found = records_of(settings.kafka.client_config(), names.segments, partial(_keyed_under, prefix))
-    return _tombstone(settings, subject, names.segments, found)
+    return _tombstone(settings, names, subject, names.segments, found)
 
 
-def _tombstone(settings: Settings, subject: CaseRef | str, topic: str, found: list[tuple[bytes, int]]) -> int:
+def _tombstone(
+    settings: Settings, names: TopicNames, subject: CaseRef | str, topic: str, found: list[tuple[bytes, int]]
+) -> int:
     if not found:
         return 0
-    producer = EventProducer(settings.kafka.client_config(), TopicNames(settings.kafka.topic_prefix))
+    producer = EventProducer(settings.kafka.client_config(), names)
     try:
-        return producer.erase(subject if isinstance(subject, str) else subject.tenant, found, topic)
+        return producer.erase(_tenant(subject), found, topic)
     finally:
         producer.close()
 
@@ -102,7 +109,7 @@ def erase_case(settings: Settings, case: CaseRef) -> Erasure:
     From the key's tombstone on, every reader treats the case as erased; compaction removes the
     events (and the key record) within the topics' erasure bound.
     """
-    with closing(case_keys_from(settings)) as keys:
+    with closing(case_keys_from(settings, names=topics_of(settings, case.tenant))) as keys:
         had_key = keys.erase_case(case)
     tombstones = _tombstone_events(settings, case)
     views = _tombstone_segment_views(settings, case)
@@ -113,7 +120,7 @@ def erase_case(settings: Settings, case: CaseRef) -> Erasure:
 
 def erase_tenant(settings: Settings, tenant: str) -> Erasure:
     """Destroys every key-encryption key of the tenant and tombstones each of its cases' data keys and events."""
-    with closing(case_keys_from(settings)) as keys:
+    with closing(case_keys_from(settings, names=topics_of(settings, tenant))) as keys:
         cases = keys.erase_tenant(tenant)
     tombstones = _tombstone_events(settings, tenant)  # one pass over the topic for all the tenant's cases
     views = _tombstone_segment_views(settings, tenant)
@@ -124,5 +131,5 @@ def erase_tenant(settings: Settings, tenant: str) -> Erasure:
 
 def rotate_tenant_key(settings: Settings, tenant: str) -> Rotation:
     """A new key-encryption key for the tenant: every data key wrapped again, the old versions destroyed."""
-    with closing(case_keys_from(settings)) as keys:
+    with closing(case_keys_from(settings, names=topics_of(settings, tenant))) as keys:
         return keys.rotate(tenant)

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, closing, contextmanager
 from dataclasses import dataclass
+from itertools import groupby
 from statistics import fmean
 from typing import Any
 
@@ -18,7 +19,7 @@ from pipeline.core.events import CaseRef, Event, LogPosition
 from pipeline.core.task import Architecture, TaskSpec, resolve_budget
 from pipeline.kafka.keystore import case_keys_from
 from pipeline.kafka.producer import EventProducer
-from pipeline.kafka.topics import TopicNames
+from pipeline.services.tenants import topics_of
 from pipeline.wire.event import CaseOpening
 from pipeline.wire.trigger import DecisionRequest
 
@@ -56,29 +57,44 @@ def read_manifest(data: bytes) -> list[ManifestEntry]:
 
 
 @contextmanager
-def _producer(settings: Settings) -> Iterator[EventProducer]:
-    """A producer that seals events under their cases' data keys unless DPM_ENCRYPTION is off."""
+def _producers(settings: Settings) -> Iterator[Callable[[str], EventProducer]]:
+    """`tenant -> producer` for the tenant's topics (its own, or the shared ones), each made on first use.
+
+    Each seals events under their cases' data keys unless DPM_ENCRYPTION is off.
+    """
     with ExitStack() as stack:
-        keys = stack.enter_context(closing(case_keys_from(settings))) if settings.keys.encryption else None
-        producer = EventProducer(settings.kafka.client_config(), TopicNames(settings.kafka.topic_prefix), keys)
-        stack.callback(producer.close)
-        yield producer
+        made: dict[str, EventProducer] = {}  # by topic scope: one for the shared topics, or one per tenant
+
+        def producer_for(tenant: str) -> EventProducer:
+            topics = topics_of(settings, tenant)
+            if topics.scope not in made:
+                keys = (stack.enter_context(closing(case_keys_from(settings, names=topics)))
+                        if settings.keys.encryption else None)  # fmt: skip
+                made[topics.scope] = stack.enter_context(closing(EventProducer(settings.kafka.client_config(), topics,
+                                                                               keys)))  # fmt: skip
+            return made[topics.scope]
+
+        yield producer_for
 
 
 def produce_cases(settings: Settings, cases: Sequence[Case], summ_budgets: tuple[int, ...]) -> list[ManifestEntry]:
     """Appends every case's events (its task and the baseline's budgets ride on seq 1)."""
-    with _producer(settings) as producer:
+    with _producers(settings) as producer_for:
         return [
             ManifestEntry(case.ref, case.task, case.label, case.trajectory.char_length,
-                          tuple(producer.append(case.trajectory.events, CaseOpening(case.task, summ_budgets))))
+                          tuple(producer_for(case.ref.tenant).append(case.trajectory.events,
+                                                                     CaseOpening(case.task, summ_budgets))))
             for case in cases
         ]  # fmt: skip
 
 
 def produce_events(settings: Settings, events: Sequence[Event]) -> list[LogPosition]:
-    """Appends loose events (no case opening); returns their positions."""
-    with _producer(settings) as producer:
-        return producer.append(events)
+    """Appends loose events (no case opening); returns their positions, in the order given."""
+    with _producers(settings) as producer_for:
+        positions: list[LogPosition] = []
+        for tenant, run in groupby(events, key=lambda e: e.case.tenant):  # one batch per run of one tenant's events
+            positions += producer_for(tenant).append(list(run))
+        return positions
 
 
 def manifest_requests(
@@ -106,7 +122,7 @@ def case_request(
 
 
 def send_triggers(settings: Settings, requests: Sequence[DecisionRequest]) -> None:
-    """Publishes each request on the triggers topic, in order."""
-    with _producer(settings) as producer:
+    """Publishes each request on its tenant's triggers topic (the shared one, or its own), in order."""
+    with _producers(settings) as producer_for:
         for request in requests:
-            producer.trigger(request)
+            producer_for(request.case.tenant).trigger(request)

@@ -31,6 +31,18 @@ def check_case_key(key: bytes | None, case: CaseRef, what: str) -> None:
         raise RejectedError(Rejection.KEY_MISMATCH, f"key {_shown(key)} but the {what} is for {case.key}")
 
 
+def check_topic_tenant(topic_tenant: str | None, case: CaseRef) -> None:
+    """Raises RejectedError(TENANT_MISMATCH) for a record on a tenant's own topic whose value names another tenant.
+
+    With tenancy by topic the broker authorizes who may write a tenant's topics, so the topic is what
+    says whose a record is; a body naming another tenant was written by a principal of the topic's
+    tenant trying to act for another.
+    """
+    if topic_tenant is not None and case.tenant != topic_tenant:
+        raise RejectedError(Rejection.TENANT_MISMATCH,
+                            f"on a topic of tenant {topic_tenant!r} but the value is for {case.key}")  # fmt: skip
+
+
 def check_partition(partition: int, case: CaseRef, expected: int) -> None:
     """Raises RejectedError(KEY_MISMATCH) for a record stored in another partition than its case's.
 

@@ -23,6 +23,7 @@ class Rejection(StrEnum):
     ERASED = "erased"
     SUPERSEDED = "superseded"
     KEY_MISMATCH = "key-mismatch"
+    TENANT_MISMATCH = "tenant-mismatch"
     DUPLICATE = "duplicate"
     MODEL_ERROR = "model-error"
     INTERNAL = "internal-error"

@@ -11,7 +11,7 @@ from typing import NamedTuple, TypeVar
 
 from cachetools import LRUCache
 
-from pipeline.core.event_log import EventLog, PositionOutOfRangeError, RawRecord, ReadDeadlineError
+from pipeline.core.event_log import EventLog, PositionOutOfRangeError, RawRecord, ReadDeadlineError, RecordId
 from pipeline.core.events import CaseRef, LogPosition, Trajectory
 from pipeline.core.model import ModelBackend, ModelBackendError
 from pipeline.core.run import RunResult, run_dpm
@@ -26,7 +26,7 @@ from pipeline.observability.tracing import PassThroughTracing, Tracing
 from pipeline.wire.decision import PositionsSource, Provenance
 from pipeline.wire.headers import Headers, trace_context
 from pipeline.wire.limits import MAX_TRAJECTORY_CHARS
-from pipeline.wire.record_keys import check_case_key
+from pipeline.wire.record_keys import check_case_key, check_topic_tenant
 from pipeline.wire.rejection import RejectedError, Rejection
 from pipeline.wire.run_records import run_records
 from pipeline.wire.sealing import CaseCipher
@@ -52,12 +52,26 @@ class _Projected(NamedTuple):
     segment_views: list[Output]
 
 
+@dataclass(frozen=True)
+class CaseTopics:
+    """Where a trigger's case is read and answered: its topics, its events, its case keys, its segment views.
+
+    One for every tenant with the shared topics; one per tenant with tenancy by topic.
+    """
+
+    names: TopicNames
+    log: EventLog
+    cipher: CaseCipher | None = None
+    segment_views: SegmentViews | None = None
+
+
 class _CaseRead(NamedTuple):
-    """A trigger's case as read: its trajectory, the positions it came from, and who listed them."""
+    """A trigger's case as read: its trajectory, the positions it came from, who listed them, and its topics."""
 
     trajectory: Trajectory
     positions: tuple[LogPosition, ...]
     source: PositionsSource
+    topics: CaseTopics
 
 
 @dataclass
@@ -76,7 +90,7 @@ class ProjectionHandler:
     seal: bool = False
     # Metric observations of handled records, made only once their outputs are committed: a batch
     # that is aborted or consumed again must not count twice.
-    _on_commit: dict[LogPosition, Callable[[], None]] = field(default_factory=dict, init=False, repr=False)
+    _on_commit: dict[RecordId, Callable[[], None]] = field(default_factory=dict, init=False, repr=False)
     recent_decisions: int = RECENT_DECISIONS
     # Spans of each trigger when tracing is on; either way its trace context goes on to its outputs.
     tracing: Tracing = field(default_factory=PassThroughTracing)
@@ -84,19 +98,21 @@ class ProjectionHandler:
     window: Window | None = None
     # Where segment views are kept for reuse by later decisions of the case; None: every view computed.
     segment_views: SegmentViews | None = None
+    # Tenancy by topic: a tenant's own topics and readers, by tenant (the shared ones above are then unused).
+    tenant_topics: Callable[[str], CaseTopics] | None = None
     # Keyed by tenant too: one tenant's trigger ids never refuse another's.
     _decided: LRUCache[tuple[str, DecisionId], None] = field(init=False, repr=False)
-    _deciding: dict[LogPosition, tuple[str, DecisionId]] = field(default_factory=dict, init=False, repr=False)
+    _deciding: dict[RecordId, tuple[str, DecisionId]] = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self._decided = LRUCache(maxsize=self.recent_decisions)
 
     def committed(self, records: Sequence[RawRecord]) -> None:
         for record in records:
-            observe = self._on_commit.get(record.position)
+            observe = self._on_commit.get(record.where)
             if observe is not None:
                 observe()
-            decided = self._deciding.get(record.position)
+            decided = self._deciding.get(record.where)
             if decided is not None:
                 self._decided[decided] = None
         # What is left belongs to records consumed again: they will be handled again.
@@ -109,22 +125,33 @@ class ProjectionHandler:
 
     def start(self, record: RawRecord) -> Step:
         """Validates, claims and reads on the caller's thread; the model calls are deferred."""
-        self._on_commit.pop(record.position, None)
-        self._deciding.pop(record.position, None)
+        self._on_commit.pop(record.where, None)
+        self._deciding.pop(record.where, None)
         return self._guarded(record, partial(self._prepare, record))
+
+    def topics_of(self, record: RawRecord) -> CaseTopics:
+        """The topics and readers of the record's tenant: the shared ones, or those of the tenant its topic names."""
+        if self.tenant_topics is None:
+            return CaseTopics(self.names, self.log, self.cipher, self.segment_views)
+        tenant = self.names.tenant_of(record.topic or "")
+        if tenant is None:  # the subscription pattern admits tenants' own topics only
+            raise RejectedError(Rejection.SCHEMA, f"topic {record.topic} is not a tenant's own")
+        return self.tenant_topics(tenant)
 
     def _prepare(self, record: RawRecord) -> Step:
         request = DecisionRequest.decode(record.value, limits=self.limits)
         check_case_key(record.key, request.case, "trigger")  # for every architecture: the baseline leaves it to us
+        topics = self.topics_of(record)
+        check_topic_tenant(topics.names.tenant, request.case)
         if Architecture.DPM not in request.architectures:
             return []
-        self._claim((request.case.tenant, request.decision_id(Architecture.DPM)), record.position)
+        self._claim((request.case.tenant, request.decision_id(Architecture.DPM)), record.where)
         trace = self.tracing.trigger(record.headers, {"dpm.decision_id": str(request.decision_id(Architecture.DPM)),
                                                       "dpm.tenant": request.case.tenant})  # fmt: skip
         try:
-            self._refuse_if_erased(request.case)
+            self._refuse_if_erased(topics.cipher, request.case)
             with trace.span("dpm.read"):
-                read = self._read(request)
+                read = self._read(topics, request)
         except BaseException as exc:
             trace.end(exc)
             raise
@@ -132,7 +159,7 @@ class ProjectionHandler:
         def slow() -> _Projected | Exception:
             try:
                 with trace.span("dpm.project_and_decide"):
-                    return self._project(request, read.trajectory)
+                    return self._project(topics, request, read.trajectory)
             except BaseException as exc:  # the batch is consumed again: this attempt's trace ends here
                 trace.end(exc)
                 raise
@@ -160,59 +187,63 @@ class ProjectionHandler:
             _LOG.exception("trigger at %s broke the handler", record.position, extra={"worker_id": self.worker_id})
             return [self._refuse(record, Rejection.INTERNAL, f"{type(exc).__name__}: {exc}")]
 
-    def _claim(self, key: tuple[str, DecisionId], position: LogPosition) -> None:
+    def _claim(self, key: tuple[str, DecisionId], where: RecordId) -> None:
         """Refuses a decision id committed recently or taken by an earlier record of this batch."""
         if key in self._decided or key in self._deciding.values():
             raise RejectedError(Rejection.DUPLICATE, f"trigger {key[1].trigger_id!r} was decided already")
-        self._deciding[position] = key
+        self._deciding[where] = key
 
     def _refuse(self, record: RawRecord, reason: Rejection, detail: str) -> Output:
         metrics = self.metrics
         if metrics is not None:
-            self._on_commit[record.position] = lambda: metrics.observe_rejection(reason)
+            self._on_commit[record.where] = lambda: metrics.observe_rejection(reason)
         return self._dead_letter(record, reason, detail)
 
     def dead_letter(self, record: RawRecord, reason: Rejection, detail: str) -> Output:
         return self._refuse(record, reason, detail)
 
     def _dead_letter(self, record: RawRecord, reason: Rejection, detail: str) -> Output:
-        letter = dead_letter(
-            self.names, record, source_topic=self.names.triggers, reason=reason, detail=detail, worker_id=self.worker_id
-        )
+        try:
+            names = self.topics_of(record).names
+        except RejectedError:  # not a tenant's own topic: the shared dead-letter topic takes it
+            names = self.names
+        letter = dead_letter(names, record, source_topic=record.topic or names.triggers, reason=reason, detail=detail,
+                             worker_id=self.worker_id)  # fmt: skip
         return replace(letter, headers=(*letter.headers, *trace_context(record.headers)))
 
-    def _refuse_if_erased(self, case: CaseRef) -> None:
+    @staticmethod
+    def _refuse_if_erased(cipher: CaseCipher | None, case: CaseRef) -> None:
         """Refuses a trigger for an erased case (an erasure published before it is seen by it).
 
         Its events may still be stored, in clear if they were written so, until compaction removes them.
         """
-        if self.cipher is None:
+        if cipher is None:
             return
-        self.cipher.sync()
-        if self.cipher.erased(case):
+        cipher.sync()
+        if cipher.erased(case):
             raise RejectedError(Rejection.ERASED, f"{case.key}: its data key is destroyed")
 
-    def _read(self, request: DecisionRequest) -> _CaseRead:
+    def _read(self, topics: CaseTopics, request: DecisionRequest) -> _CaseRead:
         deadline = time.monotonic() + self.read_deadline_s
         try:
             if request.positions is not None:
-                read, source = self.log.read(request.positions, deadline), PositionsSource.TRIGGER
+                read, source = topics.log.read(request.positions, deadline), PositionsSource.TRIGGER
             else:
-                read, source = self.log.scan(request.case, deadline), PositionsSource.SCAN
+                read, source = topics.log.scan(request.case, deadline), PositionsSource.SCAN
         except ReadDeadlineError as exc:
             raise RejectedError(Rejection.DEADLINE, f"{exc} (limit {self.read_deadline_s:g} s)") from exc
         except PositionOutOfRangeError as exc:
             raise RejectedError(Rejection.SCHEMA, str(exc)) from exc
         trajectory, positions = assemble(request.case, read, request.events_count, self.max_trajectory_chars,
-                                         self.cipher)  # fmt: skip
-        return _CaseRead(trajectory, positions, source)
+                                         topics.cipher)  # fmt: skip
+        return _CaseRead(trajectory, positions, source, topics)
 
-    def _project(self, request: DecisionRequest, trajectory: Trajectory) -> _Projected | Exception:
+    def _project(self, topics: CaseTopics, request: DecisionRequest, trajectory: Trajectory) -> _Projected | Exception:
         """The projection and the decision (the model calls; on a pool thread when the loop runs concurrently).
 
         A bug is returned rather than raised, so `finish` turns it into this trigger's dead letter.
         """
-        store = None if self.segment_views is None else self.segment_views.for_case(request.case)
+        store = None if topics.segment_views is None else topics.segment_views.for_case(request.case)
         try:
             result = run_dpm(trajectory, request.task, Budget(request.budget_chars), self.backend, window=self.window,
                              store=store)  # fmt: skip
@@ -244,7 +275,7 @@ class ProjectionHandler:
                                 provenance=provenance)  # fmt: skip
         metrics = self.metrics
         if metrics is not None:
-            self._on_commit[record.position] = lambda: observe_published(metrics, result, published,
+            self._on_commit[record.where] = lambda: observe_published(metrics, result, published,
                                                                          triggered_ms=record.timestamp_ms)  # fmt: skip
-        outputs = run_outputs(published, self.names, self.cipher if self.seal else None, trace_context)
+        outputs = run_outputs(published, read.topics.names, read.topics.cipher if self.seal else None, trace_context)
         return [*outputs, *projected.segment_views]

@@ -8,6 +8,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 
 from pipeline.config.settings import Settings
+from pipeline.core.memory_log import InMemoryEventLog
 from pipeline.core.task import Architecture
 from pipeline.kafka.keystore import case_keys_from
 from pipeline.kafka.lag import LagProbe
@@ -21,7 +22,8 @@ from pipeline.observability.metrics import Liveness, PipelineMetrics
 from pipeline.observability.tracing import tracing_from
 from pipeline.wire.trigger import TriggerLimits
 from pipeline.workers.lifecycle import run_until_stopped
-from pipeline.workers.projection.handler import ProjectionHandler
+from pipeline.workers.projection.handler import CaseTopics, ProjectionHandler
+from pipeline.workers.projection.tenants import Opened, TenantTopics
 from pipeline.workers.publishing import worker_source
 
 _LOG = logging.getLogger("pipeline.workers")
@@ -46,28 +48,31 @@ def build_projection_worker(
     settings.worker.check_timing(settings.model)
     names = TopicNames(settings.kafka.topic_prefix)
     client = settings.kafka.client_config()
+    source = worker_source(Architecture.DPM, options.worker_id)
     resources = ExitStack()
-    log = KafkaEventLog(client, names.events)
-    resources.callback(log.close)
-    keys = case_keys_from(settings)
-    resources.callback(keys.close)
+    by_topic = settings.kafka.tenancy == "topics"
+    if by_topic:  # every tenant's own triggers topic; a tenant's readers are opened on its first trigger
+        tenant_topics = TenantTopics(lambda tenant: _open_topics(settings, names.of_tenant(tenant), source))
+        resources.callback(tenant_topics.close)
+        shared = CaseTopics(names, InMemoryEventLog(partitions=0))  # never read: topics_of refuses a shared topic
+    else:
+        shared, close = _open_topics(settings, names, source)
+        resources.callback(close)
     limits = TriggerLimits.of(settings.worker.max_trigger_positions, settings.worker.domains)
     tracing = tracing_from(settings.tracing.mode, settings.tracing.otlp_endpoint, service="dpm-worker")
     resources.callback(tracing.shutdown)  # exports the spans still buffered
     backend = make_backend(settings.model)
-    segment_views = SegmentViews(client, names.segments, keys, seal=settings.keys.encryption,
-                                 source=worker_source(Architecture.DPM, options.worker_id))  # fmt: skip
-    resources.callback(segment_views.close)
-    handler = ProjectionHandler(names, log, tracing.traced(backend), options.worker_id,
+    handler = ProjectionHandler(names, shared.log, tracing.traced(backend), options.worker_id,
                                 max_trajectory_chars=settings.worker.max_case_chars, metrics=metrics, limits=limits,
-                                read_deadline_s=settings.worker.trigger_deadline_s, cipher=keys,
+                                read_deadline_s=settings.worker.trigger_deadline_s, cipher=shared.cipher,
                                 seal=settings.keys.encryption, tracing=tracing,
                                 window=context_window(settings.model, backend),
-                                segment_views=segment_views)  # fmt: skip
+                                segment_views=shared.segment_views,
+                                tenant_topics=tenant_topics if by_topic else None)  # fmt: skip
     group = options.group(settings)
     config = LoopConfig(
         group_id=group,
-        input_topic=names.triggers,
+        input_topic=names.tenant_triggers_pattern() if by_topic else names.triggers,
         transactional_id=f"{group}-{options.worker_id}",
         batch_size=options.batch_size,
         session_timeout_ms=settings.worker.session_timeout_ms,
@@ -80,6 +85,19 @@ def build_projection_worker(
     return TransactionalLoop(client, config, handler), resources
 
 
+def _open_topics(settings: Settings, names: TopicNames, source: str) -> Opened:
+    """The readers of one set of topics (the shared ones, or a tenant's own), and what closes them."""
+    client = settings.kafka.client_config()
+    opened = ExitStack()
+    log = KafkaEventLog(client, names.events)
+    opened.callback(log.close)
+    keys = case_keys_from(settings, names=names)
+    opened.callback(keys.close)
+    views = SegmentViews(client, names.segments, keys, seal=settings.keys.encryption, source=source)
+    opened.callback(views.close)
+    return CaseTopics(names, log, keys, views), opened.close
+
+
 def serve_projection(settings: Settings, options: WorkerOptions, stop: threading.Event) -> None:
     """Runs the projection worker (and its /metrics and /healthz endpoint) until `stop` is set."""
     metrics = PipelineMetrics(settings.metrics.tenants)
@@ -87,9 +105,9 @@ def serve_projection(settings: Settings, options: WorkerOptions, stop: threading
     loop, resources = build_projection_worker(settings, options, metrics)
     server = (metrics.serve(settings.metrics.port, settings.metrics.addr, health=liveness.check)
               if settings.metrics.port >= 0 else None)  # fmt: skip
-    group, topic = options.group(settings), TopicNames(settings.kafka.topic_prefix).triggers
+    group = options.group(settings)
     # The lag gauge is reported from the probe's thread, so it keeps moving during a long model call.
-    probe = LagProbe(settings.kafka.client_config(), topic, lambda lags: metrics.observe_lag(group, topic, lags))
+    probe = LagProbe(settings.kafka.client_config(), lambda topic, lags: metrics.observe_lag(group, topic, lags))
 
     def progressed() -> None:  # on the loop's thread, after every record and every turn
         liveness.turned()

@@ -1,0 +1,170 @@
+"""Tenancy by topic on the secured broker: each tenant's principal is refused the other's topics by the broker.
+
+Tenants acme and globex are onboarded with `dpm tenants add` (as the operator) and granted the ACL
+plan for their own topics (as the admin); each tenant's agents write as `tenant-<t>`. One projection
+worker, granted every tenant's topics, decides both tenants' cases, and picks a tenant onboarded
+while it runs up without a restart.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import orjson
+import pytest
+from confluent_kafka import KafkaError
+
+from pipeline.config.settings import keys_folder
+from pipeline.core.task import Architecture
+from pipeline.kafka.acl_plan import Role, plan, tenant_principal
+from pipeline.kafka.acls import apply_grants
+from pipeline.kafka.errors import NotAuthorizedError
+from pipeline.kafka.keystore import kafka_case_keys
+from pipeline.kafka.producer import EventProducer
+from pipeline.kafka.range_reads import read_topic
+from pipeline.kafka.topics import TopicNames
+from pipeline.keys.providers import LocalFileKeyProvider
+from pipeline.keys.store import CaseKeys
+from pipeline.services.cluster import pipeline_processes
+from pipeline.services.read_outputs import PublishedOutputs, await_decisions, load_outputs
+from pipeline.wire.event import CaseOpening
+from pipeline.wire.trigger import DecisionRequest
+from tests.kafka_support import unique_prefix
+from tests.pipeline_support import small_cases, worker_env
+from tests.secured_support import Secured, code, produce_error
+
+pytestmark = pytest.mark.integration
+
+BUDGET = 900
+_LOG = logging.getLogger(__name__)
+TENANTS = ("acme", "globex")
+
+
+@dataclass(frozen=True)
+class Tenanted:
+    secured: Secured
+    names: TopicNames
+
+    def user(self, tenant: str) -> str:
+        return tenant_principal(tenant).removeprefix("User:")
+
+    def onboard(self, tenant: str) -> None:
+        """The plan's grants on the tenant's topics (as the admin; ACLs may precede their topics), then
+        `dpm tenants add` as the operator."""
+        apply_grants(self.secured.config("admin"), plan(self.names, tenants=[tenant]))
+        added = self.secured.dpm(Role.OPERATOR.value, "tenants", "add", tenant, "--partitions", "3",
+                                 DPM_TOPIC_PREFIX=self.names.prefix, DPM_TENANCY="topics")  # fmt: skip
+        assert added.returncode == 0, added.stderr[-2000:]
+
+    def keys(self, user: str, tenant: str) -> CaseKeys:
+        folder = keys_folder(Path(os.environ["DPM_KEYS_DIR"]), self.names.prefix)
+        return kafka_case_keys(self.secured.config(user), self.names.of_tenant(tenant).keys,
+                               LocalFileKeyProvider(folder))  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def tenanted(secured: Secured) -> Tenanted:
+    tenanted = Tenanted(secured, TopicNames(unique_prefix("ten")))
+    for tenant in TENANTS:
+        tenanted.onboard(tenant)
+    return tenanted
+
+
+def test_a_tenant_principal_is_refused_every_topic_of_another_tenant(tenanted: Tenanted) -> None:
+    acme = tenanted.secured.config(tenanted.user("acme"))
+    own, other = tenanted.names.of_tenant("acme"), tenanted.names.of_tenant("globex")
+    assert produce_error(acme, own.events) is None
+    assert produce_error(acme, own.triggers) is None
+    for topic in (other.events, other.triggers, other.keys):
+        assert code(produce_error(acme, topic)) == KafkaError.TOPIC_AUTHORIZATION_FAILED, topic
+    for topic in (other.decisions, other.views, other.audit, other.keys):
+        with pytest.raises(NotAuthorizedError):
+            next(read_topic(acme, topic))
+    list(read_topic(acme, own.decisions))  # its own outputs are readable
+    assert code(produce_error(acme, own.decisions)) == KafkaError.TOPIC_AUTHORIZATION_FAILED  # written by workers only
+    listed = tenanted.secured.dpm(Role.OPERATOR.value, "tenants", "list", DPM_TOPIC_PREFIX=tenanted.names.prefix,
+                                  DPM_TENANCY="topics")  # fmt: skip
+    assert "acme: 8 topic(s), complete" in listed.stdout
+    assert "globex: 8 topic(s), complete" in listed.stdout
+
+
+def _produce(tenanted: Tenanted, tenant: str, offset: int) -> list[DecisionRequest]:
+    """Two cases of `tenant`, written and triggered by its own principal on its own topics."""
+    names, user = tenanted.names.of_tenant(tenant), tenanted.user(tenant)
+    cases = small_cases(per_domain=1, tenant=tenant)[offset : offset + 2]
+    keys = tenanted.keys(user, tenant)
+    producer = EventProducer(tenanted.secured.config(user), names, cipher=keys)
+    positions = {c.ref: tuple(producer.append(c.trajectory.events, CaseOpening(c.task, (BUDGET,)))) for c in cases}
+    requests = [DecisionRequest(f"{tenant}-{n}", c.ref, c.task, BUDGET, (Architecture.DPM,), positions[c.ref],
+                                len(positions[c.ref])) for n, c in enumerate(cases)]  # fmt: skip
+    producer.triggers(requests)
+    producer.close()
+    keys.close()
+    return requests
+
+
+def test_one_worker_decides_each_tenant_on_its_own_topics_and_picks_up_a_new_tenant(
+    tenanted: Tenanted, tmp_path: Path
+) -> None:
+    requests = {tenant: _produce(tenanted, tenant, 2 * n) for n, tenant in enumerate(TENANTS)}
+    # acme's principal writes, on acme's own triggers topic, a trigger naming a globex case: the topic says whose it is.
+    forged_case = requests["globex"][0].case
+    forged = DecisionRequest("forged", forged_case, requests["globex"][0].task, BUDGET, (Architecture.DPM,))
+    writer = EventProducer(tenanted.secured.config(tenanted.user("acme")), tenanted.names.of_tenant("acme"))
+    writer.trigger(forged)
+    writer.close()
+    env = {**worker_env(tenanted.secured.cluster.bootstrap, tenanted.names, tmp_path), "DPM_TENANCY": "topics",
+           "DPM_KAFKA_CONFIG": str(tenanted.secured.properties(Role.WORKER.value))}  # fmt: skip
+    auditor = tenanted.secured.config(Role.AUDITOR.value)
+    with pipeline_processes([["worker"]], env, tmp_path / "worker"):
+        for tenant in TENANTS:
+            _decided_once(tenanted, tenant, requests[tenant], auditor)
+        assert _awaited_letter(auditor, tenanted.names.of_tenant("acme").dlq, "forged") == "tenant-mismatch"
+        tenanted.onboard("initech")  # while the worker runs
+        onboarded = time.monotonic()
+        late = _produce(tenanted, "initech", 0)
+        _decided_once(tenanted, "initech", late, auditor)
+        picked_up_s = time.monotonic() - onboarded
+    _LOG.info("a tenant onboarded while the worker ran was decided %.1f s later", picked_up_s)
+    assert picked_up_s < 60, f"a tenant onboarded while the worker ran was decided after {picked_up_s:.0f} s"
+    for tenant in TENANTS:  # nothing of one tenant on another's topics
+        other = next(t for t in TENANTS if t != tenant)
+        ids = {r.trigger_id for r in requests[other]}
+        decided = _outputs(tenanted, tenant, auditor).decisions
+        assert not {k for k in decided if k.decision_id.trigger_id in ids}
+
+
+def _awaited_letter(auditor: dict[str, str], dlq: str, trigger_id: str, timeout_s: float = 60) -> str:
+    """The reason of the dead letter of trigger `trigger_id` (the first test left a not-JSON one beside it)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for record in read_topic(auditor, dlq):
+            letter = orjson.loads(record.value or b"")
+            if trigger_id.encode() in base64.b64decode(letter["original_value_b64"]):
+                return str(letter["reason"])
+        time.sleep(0.5)
+    raise AssertionError(f"no dead letter for {trigger_id} on {dlq}")
+
+
+def _outputs(tenanted: Tenanted, tenant: str, auditor: dict[str, str]) -> PublishedOutputs:
+    keys = tenanted.keys(Role.AUDITOR.value, tenant)
+    try:
+        return load_outputs(auditor, tenanted.names.of_tenant(tenant), cipher=keys)
+    finally:
+        keys.close()
+
+
+def _decided_once(tenanted: Tenanted, tenant: str, requests: list[DecisionRequest], auditor: dict[str, str]) -> None:
+    keys = tenanted.keys(Role.AUDITOR.value, tenant)
+    try:
+        await_decisions(auditor, tenanted.names.of_tenant(tenant), len(requests), timeout_s=120, cipher=keys)
+    finally:
+        keys.close()
+    outputs = _outputs(tenanted, tenant, auditor)
+    assert set(outputs.decisions) == {r.decision_key(Architecture.DPM) for r in requests}
+    assert outputs.duplicates == 0
