@@ -169,6 +169,15 @@ def _settle(stage: Stage, outcome: Outcome, expected: set[DecisionKey], since: f
                                    for r in read_topic(stage.config, stage.names.dlq))  # fmt: skip
     if outcome.lost:
         _diagnose(stage, outcome.scenario, sorted(str(d) for d in expected - present))
+    _report_stalls(stage, outcome.scenario)
+
+
+def _report_stalls(stage: Stage, scenario: str) -> None:
+    """Prints every input partition a baseline member found stalled and read again (app._look_for_stalls)."""
+    for log in sorted(stage.logs.glob("*.log")):
+        for line in log.read_text(errors="replace").splitlines():
+            if "made no progress" in line:
+                print(f"  {scenario} {log.name}: {line[:600]}", flush=True)
 
 
 def _diagnose(stage: Stage, scenario: str, lost: list[str]) -> None:

@@ -54,7 +54,7 @@ from pipeline.workers.baseline.dispatch import CaseOrdered, ordering_key
 from pipeline.workers.baseline.durable import DurableTable, collect_writes, delivered
 from pipeline.workers.baseline.folding import Folding
 from pipeline.workers.baseline.outcome import Outcome, PartitionRevoked
-from pipeline.workers.baseline.stalls import FetchStalls
+from pipeline.workers.baseline.stalls import Stalls
 from pipeline.workers.publishing import dead_letter, worker_source
 
 _LOG = logging.getLogger("pipeline.workers.baseline")
@@ -65,7 +65,7 @@ _MODEL_ATTEMPTS = 3
 _RETRY_BACKOFF_S = 2.0
 _MAX_BACKOFF_S = 10.0  # waiting for Kafka: doubling pauses up to this
 _PUBLISH_ATTEMPTS = 3  # outputs the broker refuses: tries, then the dead letter's tries, then nothing
-_STALL_AFTER_S = 30.0  # an input partition not fetched for this long, records waiting and none in flight
+_STALL_AFTER_S = 30.0  # an input partition with no progress for this long, records waiting and none in flight
 
 
 @dataclass(frozen=True)
@@ -134,7 +134,7 @@ class Baseline:
         self._waiting_for_kafka = 0  # handlings now waiting for Kafka to answer (see waiting_for_kafka)
         self._handled_at: dict[tuple[str, int], float] = {}  # (topic, partition): when its last record was handled
         self._acks: InOrderAcks[Any] = InOrderAcks()  # faust's events, acknowledged in offset order (acking.py)
-        self._stalls: FetchStalls[TP] = FetchStalls(_STALL_AFTER_S)
+        self._stalls: Stalls[TP] = Stalls(_STALL_AFTER_S)
         # Model calls: one thread per call in flight (cases run concurrently, see _consume). Kafka and
         # the key topic: one thread, so the event loop never blocks and the keys are used in order.
         self.calls = ThreadPoolExecutor(max_workers=options.concurrency, thread_name_prefix="summ-call")
@@ -251,20 +251,37 @@ class Baseline:
             self.metrics.observe_lag(self.app.conf.id, topic, lags)
 
     async def _look_for_stalls(self) -> None:
-        """Logs, with faust's view of it, an input partition not fetched although records wait (stalls.py)."""
+        """Finds input partitions that make no progress although records wait (stalls.py); reads them again.
+
+        The committed offset and the end are asked of faust's records and of the broker: a partition
+        this member never fetched has no end in the fetcher's cache.
+        """
         consumer = cast(Consumer, self.app.consumer)
+        if self.app.in_recovery or not consumer.flow_active:
+            return  # a rebalance under way: partitions are paused and read again from their commits by design
         inputs = {self.names.events, self.names.triggers}
         assigned = {tp for tp in consumer.assignment() if tp.topic in inputs}
         self._stalls.keep_only(assigned)
         generation = self.app.consumer_generation_id
         for tp in assigned:
-            position = await consumer.position(tp)
-            stalled_for = self._stalls.observe(tp, position, consumer.highwater(tp),
-                                               self._acks.unfinished(tp, generation), time.monotonic())  # fmt: skip
+            try:
+                end = (await consumer.highwaters(tp)).get(tp)
+                committed = consumer._committed_offset.get(tp)  # faust keeps no public view of it
+                if committed is None:
+                    committed = (await consumer.earliest_offsets(tp)).get(tp, 0)
+            except Exception as exc:  # noqa: BLE001 - aiokafka's errors while the broker is away: look again later
+                _LOG.debug("no look at %s: %s", tp, exc)
+                continue
+            stalled_for = self._stalls.observe(tp, committed, end, self._acks.unfinished(tp, generation),
+                                               time.monotonic())  # fmt: skip
             if stalled_for:
-                _LOG.error("%s[%d] has not been fetched for %.0f s at position %s of %s, nothing of it in flight: %s",
-                           tp.topic, tp.partition, stalled_for, position, consumer.highwater(tp),
-                           _fetch_state(consumer, tp), extra={"worker_id": self.options.worker_id})  # fmt: skip
+                position = await consumer.position(tp)
+                _LOG.warning("%s[%d] made no progress for %.0f s from offset %d to its end %s (fetch position %s), "
+                           "nothing of it in flight: %s; reading it again from offset %d", tp.topic, tp.partition,
+                           stalled_for, committed, end, position, _fetch_state(consumer, tp), committed,
+                           extra={"worker_id": self.options.worker_id})  # fmt: skip
+                consumer.resume_partitions({tp})
+                await consumer.seek(tp, committed)
 
     def _raw_topic(self, name: str) -> Any:  # noqa: ANN401 - faust's TopicT
         return self.app.topic(

@@ -1,10 +1,13 @@
-"""Finds input partitions whose fetching has stopped while records wait for them on the broker.
+"""Finds input partitions that make no progress although records wait for them and none is in flight.
 
-A partition is stalled when its fetch position has not moved for a while although the broker holds
-records past it, and none of its records is in flight in this member (a record in flight, a slow
-model call say, holds a partition back by design). A healthy member never stays in that state: the
-fetcher moves the position as soon as a record is there. So a stall is a fault of the consumer's
-own bookkeeping, which the baseline reports with what faust believes of the partition.
+A partition is stalled when its committed offset has not moved for a while although the broker holds
+records past it, and none of its records is in flight in this member (a record in flight, a slow model
+call or a trigger waiting for its events, holds a partition back by design). A healthy member never
+stays in that state: what is fetched is handled, acknowledged and committed within seconds. So a stall
+is a fault in the consumer's own bookkeeping (a record fetched but never delivered to the stream, a
+fetch position past records never handled); the baseline reports it with what faust believes of the
+partition and reads the partition again from its committed offset, which loses nothing: records
+handled already are found in the published ledger and not published twice.
 """
 
 from __future__ import annotations
@@ -17,34 +20,36 @@ _P = TypeVar("_P")
 
 @dataclass
 class _Still:
-    position: int
+    committed: int
     since: float
-    reported_at: float | None = None
+    reported: bool = False
 
 
-class FetchStalls(Generic[_P]):
-    """Remembers, per partition, since when its position has not moved; says which have stalled for `after_s`."""
+class Stalls(Generic[_P]):
+    """Remembers, per partition, since when its committed offset has not moved; says which stalled for `after_s`."""
 
     def __init__(self, after_s: float) -> None:
         self.after_s = after_s
         self._still: dict[_P, _Still] = {}
 
-    def observe(self, partition: _P, position: int | None, end: int | None, in_flight: int, now: float) -> float:
+    def observe(self, partition: _P, committed: int, end: int | None, in_flight: int, now: float) -> float:
         """Notes one look at `partition`; returns how long it has been stalled when that is news, else 0.0.
 
-        News is a stall reaching `after_s`, and then once per `after_s` while it lasts.
+        `committed` is the next offset to handle (the log's start when nothing was committed). News is
+        a stall reaching `after_s`, once per committed offset: a partition whose last records are
+        transaction markers (nothing left to handle, yet its end lies past its commit) is reported once.
         """
-        if position is None or end is None or end <= position or in_flight:
+        if end is None or end <= committed or in_flight:
             self._still.pop(partition, None)
             return 0.0
         still = self._still.get(partition)
-        if still is None or still.position != position:
-            self._still[partition] = _Still(position, now)
+        if still is None or still.committed != committed:
+            self._still[partition] = _Still(committed, now)
             return 0.0
         stalled_for = now - still.since
-        if stalled_for < self.after_s or (still.reported_at is not None and now - still.reported_at < self.after_s):
+        if stalled_for < self.after_s or still.reported:
             return 0.0
-        still.reported_at = now
+        still.reported = True
         return stalled_for
 
     def keep_only(self, partitions: set[_P]) -> None:
