@@ -16,9 +16,11 @@ Scenarios (loopback only, bounded in count and time):
 
 It prints one table: injected, dead-lettered by reason, decided exactly once, lost, duplicated,
 crashes and seconds to recover; and exits 1 if anything was lost or duplicated or crashed.
-`--reduced` runs smaller counts (the CI run).
+`--reduced` runs smaller counts (the CI run). `--secure` runs every scenario on secured clusters
+(TLS, SCRAM users per role, the ACL plan and nothing more): workers and baseline members connect as
+their own roles, the harness as the admin.
 
-    python benchmarks/chaos.py [--reduced]        # or: make chaos
+    python benchmarks/chaos.py [--reduced] [--secure]        # or: make chaos
 """
 
 from __future__ import annotations
@@ -44,11 +46,14 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from pipeline.bench.generate import GenerationSpec, generate_cases
-from pipeline.config.settings import Settings, keys_folder
+from pipeline.config.settings import Settings, keys_folder, read_properties
 from pipeline.core.case import Case
 from pipeline.core.events import CaseRef, Event, LogPosition
 from pipeline.core.task import Architecture
 from pipeline.kafka import local_broker
+from pipeline.kafka.acl_plan import plan
+from pipeline.kafka.acls import apply_grants
+from pipeline.kafka.credentials import credentials_dir, provision
 from pipeline.kafka.errors import KafkaAdapterError
 from pipeline.kafka.keystore import kafka_case_keys
 from pipeline.kafka.partitioning import case_partition
@@ -95,6 +100,31 @@ class Stage:
     names: TopicNames
     env: dict[str, str]
     logs: Path
+    credentials: Path | None = None  # a secured cluster's users' properties files
+
+    def env_for(self, command: list[str]) -> dict[str, str]:
+        """The environment of `python -m pipeline <command>`: on a secured cluster, as its role's user."""
+        if self.credentials is None:
+            return self.env
+        return {**self.env, "DPM_KAFKA_CONFIG": str(self.credentials / f"{command[0]}.properties")}
+
+
+# Secured clusters (--secure) by bootstrap servers: where their users' properties files are.
+_SECURED: dict[str, Path] = {}
+
+
+@contextmanager
+def _cluster(settings: Settings, home: Path, nodes: int, *, secure: bool) -> Iterator[local_broker.RunningCluster]:
+    """A private cluster for a scenario; secured ones get their users (credentials.provision)."""
+    with private_cluster(settings, home, nodes=nodes, secure=secure) as running:
+        if secure:
+            _secure(running, home)
+        yield running
+
+
+def _secure(running: local_broker.RunningCluster, home: Path) -> None:
+    provision(running.layout, home)
+    _SECURED[running.bootstrap] = credentials_dir(home)
 
 
 def _cases(count: int) -> list[Case]:
@@ -106,13 +136,17 @@ def _cases(count: int) -> list[Case]:
 def _stage(bootstrap: str, scenario: str, work: Path, replication: int = 1, **env: str) -> Iterator[Stage]:
     stamp = dt.datetime.now(tz=dt.UTC).strftime("%H%M%S%f")
     names = TopicNames(f"chaos-{scenario}-{stamp}")
+    credentials = _SECURED.get(bootstrap)
     config = {"bootstrap.servers": bootstrap}
+    if credentials is not None:  # the harness acts as the admin; the processes it starts as their roles
+        config = read_properties(credentials / "admin.properties")
+        apply_grants(config, plan(names))
     create_pipeline_topics(config, names, partitions=3, replication=replication)
     home = work / scenario
     home.mkdir(parents=True, exist_ok=True)
     settings = {"DPM_HOME": str(home), "DPM_KEYS_DIR": str(home / "keys"), "DPM_SESSION_TIMEOUT_MS": "6000",
                 "DPM_BACKEND": "extractive", **env}  # fmt: skip
-    yield Stage(config, names, child_env(bootstrap, names.prefix, **settings), home / "logs")
+    yield Stage(config, names, child_env(bootstrap, names.prefix, **settings), home / "logs", credentials)
 
 
 def _append(stage: Stage, cases: list[Case]) -> dict[CaseRef, tuple[LogPosition, ...]]:
@@ -275,7 +309,7 @@ def fuzz(bootstrap: str, work: Path, records: int, valid: int) -> Outcome:
         cases = _cases(8)
         positions = _append(stage, cases)
         requests = _requests(cases, positions, valid, "ok", (Architecture.DPM, Architecture.SUMM))
-        with pipeline_processes([["worker"], ["worker"], ["baseline", "--trigger-wait", "30"]], stage.env,
+        with pipeline_processes([["worker"], ["worker"], ["baseline", "--trigger-wait", "30"]], stage.env_for,
                                 stage.logs) as procs:  # fmt: skip
             event = EventRecord(Event(cases[0].ref, 1, "doc", "text")).to_wire()
             _fuzz(stage, random.Random(SEED), records, requests[0].to_wire(), event)
@@ -298,7 +332,7 @@ def kills(bootstrap: str, work: Path, triggers: int, kill_count: int, *, baselin
     with _stage(bootstrap, name, work) as stage:
         cases = _cases(8)
         positions = _append(stage, cases)
-        with pipeline_processes([command] * (2 if baseline else 3), stage.env, stage.logs) as procs:
+        with pipeline_processes([command] * (2 if baseline else 3), stage.env_for, stage.logs) as procs:
             expected = _trigger(stage, _requests(cases, positions, triggers, "k", (architecture,)))
             killed: set[int] = set()
             for k in range(kill_count):
@@ -316,7 +350,7 @@ def kills(bootstrap: str, work: Path, triggers: int, kill_count: int, *, baselin
 def _spawn(stage: Stage, command: list[str], name: str) -> subprocess.Popen[bytes]:
     stage.logs.mkdir(parents=True, exist_ok=True)
     log = (stage.logs / f"{name}.log").open("wb")
-    return subprocess.Popen([sys.executable, "-m", "pipeline", *command], env=stage.env, stdout=log,
+    return subprocess.Popen([sys.executable, "-m", "pipeline", *command], env=stage.env_for(command), stdout=log,
                             stderr=subprocess.STDOUT)  # fmt: skip
 
 
@@ -329,10 +363,10 @@ def _await_count(stage: Stage, count: int, timeout_s: float) -> None:
         time.sleep(0.5)
 
 
-def node_loss(work: Path, triggers: int) -> Outcome:
+def node_loss(work: Path, triggers: int, *, secure: bool = False) -> Outcome:
     outcome = Outcome("node-loss", injected=1)
     home = work / "node-loss-cluster"
-    with private_cluster(Settings.from_env({}), home, nodes=3) as running:
+    with _cluster(Settings.from_env({}), home, 3, secure=secure) as running:
         stage_context = _stage(running.bootstrap, "node-loss", work, replication=3)
         with stage_context as stage, _pipeline(stage, [["worker"], ["worker"]]) as procs:
             cases = _cases(8)
@@ -347,7 +381,7 @@ def node_loss(work: Path, triggers: int) -> Outcome:
 
 
 def _pipeline(stage: Stage, commands: list[list[str]]) -> Any:  # noqa: ANN401 - a context manager
-    return pipeline_processes(commands, stage.env, stage.logs)
+    return pipeline_processes(commands, stage.env_for, stage.logs)
 
 
 # --- the broker away -----------------------------------------------------------------------------
@@ -355,14 +389,14 @@ def _pipeline(stage: Stage, commands: list[list[str]]) -> Any:  # noqa: ANN401 -
 DRAIN_S = 10.0  # the processes' drain deadline in the outage scenario (DPM_DRAIN_S)
 
 
-def outage(work: Path, triggers: int, away_s: float) -> Outcome:
+def outage(work: Path, triggers: int, away_s: float, *, secure: bool = False) -> Outcome:
     """The only broker stopped for `away_s` while triggers flow, then started again on the same port and data."""
     outcome = Outcome("outage", injected=1, recover_limit_s=60.0)
     home = work / "outage-cluster"
     settings = Settings.from_env()
     commands = [["worker"], ["worker"], ["baseline", "--budgets", str(BUDGET)]]
     with (
-        private_cluster(settings, home, nodes=1) as running,
+        _cluster(settings, home, 1, secure=secure) as running,
         _stage(running.bootstrap, "outage", work, DPM_DRAIN_S=str(DRAIN_S)) as stage,
     ):
         cases = _cases(8)
@@ -374,7 +408,9 @@ def outage(work: Path, triggers: int, away_s: float) -> Outcome:
             _await_count(stage, len(before), 180)
             local_broker.stop(home)
             time.sleep(away_s)
-            local_broker.start(home, settings.paths.cache_dir, settings.kafka.version, nodes=1, port=running.port)
+            local_broker.start(
+                home, settings.paths.cache_dir, settings.kafka.version, nodes=1, port=running.port, secure=secure
+            )  # its users and ACLs are in its metadata: they come back with it
             since = time.monotonic()
             expected |= _trigger(stage, after)
             _settle(stage, outcome, expected, since, timeout_s=180)
@@ -408,7 +444,7 @@ def poison(bootstrap: str, work: Path) -> Outcome:
         positions = _append(stage, cases)
         far_apart = tuple(LogPosition(0, 1_000 * n) for n in range(10_000))
         bad = DecisionRequest("poison", cases[0].ref, cases[0].task, BUDGET, (Architecture.DPM,), far_apart)
-        with pipeline_processes([["worker"]], stage.env, stage.logs) as procs:
+        with pipeline_processes([["worker"]], stage.env_for, stage.logs) as procs:
             _trigger(stage, [bad])
             since = time.monotonic()
             expected = _trigger(stage, _requests(cases, positions, 5, "p", (Architecture.DPM,)))
@@ -425,7 +461,7 @@ def oversize(bootstrap: str, work: Path) -> Outcome:
         producer.append([Event(big.ref, 1, "document", "Scanned appendix. " * 28_000)])
         producer.close()
         positions = _append(stage, [later])
-        with pipeline_processes([["baseline", "--trigger-wait", "30"]], stage.env, stage.logs) as procs:
+        with pipeline_processes([["baseline", "--trigger-wait", "30"]], stage.env_for, stage.logs) as procs:
             since = time.monotonic()
             expected = _trigger(stage, _requests([later], positions, 1, "o", (Architecture.SUMM,)))
             _settle(stage, outcome, expected, since, timeout_s=120)
@@ -461,8 +497,7 @@ def big_records(bootstrap: str, work: Path) -> Outcome:
         for request, size in ((header_900k, _BIG), (header_1m, 1_040_000 - len(header_1m.encode()))):
             raw.produce(stage.names.triggers, key=case.ref.key.encode(), value=request.encode(), partition=partition,
                         headers=[("traceparent", b"0" * size)])  # fmt: skip
-        raw.flush(60)
-        with pipeline_processes([["worker"], ["baseline", "--budgets", str(BUDGET)]], stage.env, stage.logs) as procs:
+        with _pipeline(stage, [["worker"], ["baseline", "--budgets", str(BUDGET)]]) as procs:
             since = time.monotonic()
             expected = _trigger(stage, later) | {r.decision_key(a) for r in (header_900k, header_1m) for a in both}
             _settle(stage, outcome, expected, since, timeout_s=180)
@@ -492,7 +527,7 @@ def _row(o: Outcome) -> str:
             f"{o.duplicated} | {o.crashes} | {recover} |")  # fmt: skip
 
 
-def _scenarios(big: bool) -> dict[str, Callable[[str, Path], Outcome]]:
+def _scenarios(big: bool, secure: bool = False) -> dict[str, Callable[[str, Path], Outcome]]:
     """Every scenario by name; each takes the shared cluster's bootstrap servers (some start their own) and a folder."""
     return {
         "fuzz": lambda b, w: fuzz(b, w, records=2_000 if big else 400, valid=20 if big else 10),
@@ -503,29 +538,43 @@ def _scenarios(big: bool) -> dict[str, Callable[[str, Path], Outcome]]:
         "poison": poison,
         "oversize": oversize,
         "big-records": big_records,
-        "node-loss": lambda _, w: node_loss(w, triggers=100 if big else 40),
-        "outage": lambda _, w: outage(w, triggers=100 if big else 40, away_s=60 if big else 30),
+        "node-loss": lambda _, w: node_loss(w, triggers=100 if big else 40, secure=secure),
+        "outage": lambda _, w: outage(w, triggers=100 if big else 40, away_s=60 if big else 30, secure=secure),
     }
+
+
+@contextmanager
+def _shared_cluster(work: Path, secure: bool) -> Iterator[str]:
+    """The cluster most scenarios share: the local broker (started if need be), or a secured one of the run's own."""
+    if not secure:
+        with cluster(Settings.from_env(), print) as bootstrap:
+            yield bootstrap
+        return
+    with _cluster(Settings.from_env(), work / "secured-cluster", 1, secure=True) as running:
+        print(f"secured Kafka started at {running.bootstrap}", flush=True)
+        yield running.bootstrap
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--reduced", action="store_true", help="smaller counts, for CI")
     parser.add_argument("--only", action="append", default=[], help="run only this scenario (repeatable)")
+    parser.add_argument("--secure", action="store_true", help="on secured clusters, each process as its role")
     args = parser.parse_args()
     big = not args.reduced
-    scenarios = _scenarios(big)
+    scenarios = _scenarios(big, args.secure)
     unknown = sorted(set(args.only) - set(scenarios))
     if unknown:
         parser.error(f"unknown scenario(s) {', '.join(unknown)}; known: {', '.join(scenarios)}")
     chosen = [name for name in scenarios if not args.only or name in args.only]
     outcomes = []
     started = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="dpm-chaos-") as tmp, cluster(Settings.from_env(), print) as bootstrap:
+    with tempfile.TemporaryDirectory(prefix="dpm-chaos-") as tmp, _shared_cluster(Path(tmp), args.secure) as bootstrap:
         for name in chosen:
             outcomes.append(scenarios[name](bootstrap, Path(tmp)))
             print(_row(outcomes[-1]), flush=True)
-    print(f"\nchaos suite ({'full' if big else 'reduced'}), {time.monotonic() - started:.0f} s\n")
+    print(f"\nchaos suite ({'full' if big else 'reduced'}{', secured' if args.secure else ''}), "
+          f"{time.monotonic() - started:.0f} s\n")  # fmt: skip
     for outcome in outcomes:
         for broken in outcome.broken:
             print(f"{outcome.scenario}: {broken}")

@@ -124,10 +124,11 @@ def _tenant_producer(names: TopicNames, who: str) -> list[Grant]:
 
 
 def _worker_topics(names: TopicNames, who: str) -> list[Grant]:
+    # The keys topic is written too: sealing a case whose events came in clear makes its data key.
     return [
-        *_topics(who, (names.triggers, names.events, names.keys), _READ),
+        *_topics(who, (names.triggers, names.events), _READ),
         *_topics(who, (names.views, names.decisions, names.audit, names.dlq), _WRITE),
-        *_topics(who, (names.segments,), _READ_WRITE),
+        *_topics(who, (names.segments, names.keys), _READ_WRITE),
     ]
 
 
@@ -141,8 +142,9 @@ def _worker(names: TopicNames, who: str) -> list[Grant]:
 
 def _baseline_topics(names: TopicNames, who: str) -> list[Grant]:
     return [
-        *_topics(who, (names.events, names.triggers, names.keys), _READ),
+        *_topics(who, (names.events, names.triggers), _READ),
         *_topics(who, (names.views, names.decisions, names.audit, names.dlq), _WRITE),
+        *_topics(who, (names.keys,), _READ_WRITE),  # as the worker's
     ]
 
 

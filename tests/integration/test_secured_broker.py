@@ -142,7 +142,10 @@ def test_worker_and_baseline_on_their_plan_alone_decide_every_trigger_once(share
                               LocalFileKeyProvider(keys_folder(keys_dir, names.prefix)))  # fmt: skip
     cases = small_cases(per_domain=1)[:2]
     producer = EventProducer(shared.config(Role.PRODUCER.value), names, cipher=sealing)
-    positions = {c.ref: tuple(producer.append(c.trajectory.events, CaseOpening(c.task, (BUDGET,)))) for c in cases}
+    clear = EventProducer(shared.config(Role.PRODUCER.value), names)  # the workers make this case's key
+    positions = {c.ref: tuple((producer if n else clear).append(c.trajectory.events, CaseOpening(c.task, (BUDGET,))))
+                 for n, c in enumerate(cases)}  # fmt: skip
+    clear.close()
     requests = [DecisionRequest(f"s{n}", c.ref, c.task, BUDGET, (Architecture.DPM, Architecture.SUMM),
                                 positions[c.ref], len(positions[c.ref])) for n, c in enumerate(cases)]  # fmt: skip
     producer.triggers(requests)
