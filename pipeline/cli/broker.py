@@ -100,7 +100,7 @@ def status() -> None:
         _out.print(f"{len(down)} of {len(nodes)} node(s) down: {down}")
         raise typer.Exit(2)
     try:
-        info = fetch_metadata({"bootstrap.servers": cluster.bootstrap})
+        info = fetch_metadata(cluster.layout.node_admin_config())
     except BrokerUnavailableError as exc:
         _out.print(f"local broker processes {list(cluster.pids)} run but do not answer: {exc}")
         raise typer.Exit(2) from exc

@@ -7,7 +7,9 @@ users come from `dpm broker up --secure`'s provisioning, their ACLs from `dpm ac
 from __future__ import annotations
 
 import os
-import threading
+import time
+import urllib.request
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,6 +32,7 @@ from pipeline.services.cluster import pipeline_processes
 from pipeline.services.read_outputs import await_decisions, load_outputs
 from pipeline.wire.event import CaseOpening
 from pipeline.wire.trigger import DecisionRequest
+from tests.conftest import free_port
 from tests.kafka_support import unique_prefix
 from tests.pipeline_support import small_cases, worker_env
 from tests.secured_support import Secured, code, command_lines, produce_error
@@ -151,28 +154,47 @@ def test_worker_and_baseline_on_their_plan_alone_decide_every_trigger_once(share
     producer.triggers(requests)
     producer.close()
     sealing.close()
-    env = worker_env(shared.secured.cluster.bootstrap, names, tmp_path)
-    worker_env_of = {
-        role: {**env, "DPM_KAFKA_CONFIG": str(shared.secured.properties(role))} for role in ("worker", "baseline")
-    }
+    port = free_port()
+    env = {**worker_env(shared.secured.cluster.bootstrap, names, tmp_path), "DPM_UI_REFRESH_S": "0.5",
+           "DPM_UI_ADMIN_TOKEN": f"admin-{uuid.uuid4().hex}"}  # fmt: skip
+    roles = {"worker": "worker", "baseline": "baseline", "ui": "auditor"}
+
+    def as_role(command: list[str]) -> dict[str, str]:
+        return {**env, "DPM_KAFKA_CONFIG": str(shared.secured.properties(roles[command[0]]))}
+
     auditor = shared.config(Role.AUDITOR.value)
     reading = kafka_case_keys(auditor, names.keys, LocalFileKeyProvider(keys_folder(keys_dir, names.prefix)))
-    seen: list[str] = []
-    with pipeline_processes([["worker"]], worker_env_of["worker"], tmp_path / "worker") as workers, \
-            pipeline_processes([["baseline", "--budgets", str(BUDGET)]], worker_env_of["baseline"],
-                               tmp_path / "baseline") as baselines:  # fmt: skip
-        watcher = threading.Thread(target=lambda: seen.extend(command_lines([p.pid for p in workers + baselines])))
-        watcher.start()
+    commands = [["worker"], ["baseline", "--budgets", str(BUDGET)], ["ui", "--port", str(port)]]
+    with pipeline_processes(commands, as_role, tmp_path / "logs") as procs:
+        seen = command_lines([p.pid for p in procs])
         await_decisions(auditor, names, 2 * len(requests), timeout_s=180, cipher=reading)
-        watcher.join()
+        assert _indexed_by_ui(f"http://127.0.0.1:{port}", 2 * len(requests)), "the UI did not read the decisions"
     outputs = load_outputs(auditor, names, cipher=reading)
     reading.close()
     assert set(outputs.decisions) == {r.decision_key(a) for r in requests for a in (Architecture.DPM,
                                                                                     Architecture.SUMM)}  # fmt: skip
     assert outputs.duplicates == 0
-    passwords = [shared.config(user)["sasl.password"] for user in ("worker", "baseline")]
+    replayed = shared.secured.dpm(Role.AUDITOR.value, "replay", "--all", DPM_TOPIC_PREFIX=names.prefix)
+    assert replayed.returncode == 0, replayed.stdout[-2000:] + replayed.stderr[-2000:]  # every decision MATCH
+    compared = shared.secured.dpm(Role.AUDITOR.value, "compare", DPM_TOPIC_PREFIX=names.prefix)
+    assert "agreement" in compared.stdout, compared.stderr[-2000:]
+    passwords = [shared.config(user)["sasl.password"] for user in ("worker", "baseline", "auditor")]
     logs = "".join(p.read_text(errors="replace") for p in tmp_path.rglob("*.log"))
     for password in passwords:  # never on a command line, never in a log
-        assert password not in logs
+        assert password not in logs + replayed.stdout + replayed.stderr
         assert all(password not in line for line in seen)
-    assert seen, "the processes' command lines were not read"
+    assert len(seen) == len(commands), "the processes' command lines were not read"
+
+
+def _indexed_by_ui(base: str, count: int, timeout_s: float = 60) -> bool:
+    """Whether `dpm ui`'s /healthz reports `count` decisions indexed within `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(f"{base}/healthz", timeout=5) as answer:  # noqa: S310 - loopback
+                if int(answer.read().decode().split()[1]) >= count:
+                    return True
+        except OSError:
+            pass
+        time.sleep(0.5)
+    return False

@@ -38,7 +38,8 @@ def test_manifests_parse_and_use_known_settings() -> None:
                 kinds[f"{doc['kind']}/{doc['metadata']['name']}"] = doc
     assert set(kinds) == {"ConfigMap/dpm-settings", "Secret/dpm-secrets", "PersistentVolumeClaim/dpm-keys",
                           "Deployment/dpm-worker", "Deployment/dpm-baseline", "ScaledObject/dpm-worker",
-                          "Deployment/dpm-ui", "Service/dpm-ui", "Secret/dpm-ui-tokens"}  # fmt: skip
+                          "Deployment/dpm-ui", "Service/dpm-ui", "Secret/dpm-ui-tokens", "Secret/dpm-kafka-worker",
+                          "Secret/dpm-kafka-baseline", "Secret/dpm-kafka-auditor"}  # fmt: skip
     config = kinds["ConfigMap/dpm-settings"]["data"]
     secret = kinds["Secret/dpm-secrets"]["stringData"]
     assert set(config) | set(secret) <= set(ENVIRONMENT)
@@ -56,12 +57,32 @@ def test_manifests_parse_and_use_known_settings() -> None:
         assert {"/var/lib/dpm", "/tmp"} <= mounts
         assert pod["securityContext"]["runAsNonRoot"] is True
     _check_ui(kinds)
+    _check_principals(kinds)
     scaled = kinds["ScaledObject/dpm-worker"]["spec"]
     assert scaled["scaleTargetRef"]["name"] == "dpm-worker"
     trigger = scaled["triggers"][0]["metadata"]
     assert (trigger["consumerGroup"], trigger["topic"]) == ("dpm-projection", "dpm.triggers")
     listed = yaml.safe_load((K8S / "kustomization.yaml").read_text())["resources"]
     assert sorted(listed) == sorted(p.name for p in K8S.glob("*.yaml") if p.name != "kustomization.yaml")
+
+
+def _check_principals(kinds: dict[str, dict[str, Any]]) -> None:
+    """Each Deployment connects as its own role's principal, from a Secret mounted read-only, never a literal."""
+    for deployment, role in (("dpm-worker", "worker"), ("dpm-baseline", "baseline"), ("dpm-ui", "auditor")):
+        pod = kinds[f"Deployment/{deployment}"]["spec"]["template"]["spec"]
+        container = pod["containers"][0]
+        config = next(e["value"] for e in container["env"] if e["name"] == "DPM_KAFKA_CONFIG")
+        assert ((K8S / f"{deployment.removeprefix('dpm-')}-deployment.yaml").read_text().count("\n          env:")
+                == 1), "one env list per container (YAML keeps the last of two silently)"  # fmt: skip
+        mount = next(m for m in container["volumeMounts"] if m["name"] == "kafka-credentials")
+        assert mount["readOnly"] is True
+        assert config == f"{mount['mountPath']}/client.properties"
+        volume = next(v for v in pod["volumes"] if v["name"] == "kafka-credentials")
+        secret = kinds[f"Secret/{volume['secret']['secretName']}"]["stringData"]
+        properties = dict(line.split("=", 1) for line in secret["client.properties"].splitlines())
+        assert properties["sasl.username"] == role
+        assert properties["sasl.password"] == "replace-me"  # a placeholder, never a real credential
+        assert properties["ssl.ca.location"] == f"{mount['mountPath']}/ca.crt"
 
 
 def _check_ui(kinds: dict[str, dict[str, Any]]) -> None:

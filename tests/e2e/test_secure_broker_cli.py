@@ -1,0 +1,48 @@
+"""`dpm broker up --secure` from the command line: users and their files, status, a refused anonymous client."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from pipeline.config.settings import read_properties
+from pipeline.kafka.admin import fetch_metadata
+from pipeline.kafka.errors import BrokerUnavailableError
+from pipeline.kafka.local_broker import free_cluster_port
+from tests.processes import dpm_cli
+
+pytestmark = pytest.mark.e2e
+
+
+def test_a_secured_broker_is_started_with_a_user_per_role_and_reported_on(private_home: Path) -> None:
+    env = {"DPM_HOME": str(private_home)}
+    port = free_cluster_port(1, secure=True)
+    started = dpm_cli("broker", "up", "--secure", "--port", str(port), "--user", "tenant-acme", env=env)
+    try:
+        assert started.returncode == 0, started.stdout + started.stderr
+        listed = dict(re.findall(r"^\s+([\w-]+)\s+(\S+\.properties)$", started.stdout, re.MULTILINE))
+        assert set(listed) == {"admin", "producer", "worker", "baseline", "auditor", "operator", "tenant-acme"}
+        for user, path in listed.items():
+            props = read_properties(Path(path))
+            assert props["sasl.username"] == user
+            assert props["security.protocol"] == "SASL_SSL"
+            assert Path(path).stat().st_mode & 0o777 == 0o600
+            assert props["sasl.password"] not in started.stdout + started.stderr
+        assert fetch_metadata(read_properties(Path(listed["worker"]))).broker_ids == (1,)
+        with pytest.raises(BrokerUnavailableError):
+            fetch_metadata({"bootstrap.servers": f"127.0.0.1:{port}"}, timeout_s=3)
+        status = dpm_cli("broker", "status", env=env)
+        assert status.returncode == 0, status.stdout + status.stderr
+        assert "up" in status.stdout
+        password = read_properties(Path(listed["worker"]))["sasl.password"]
+        again = dpm_cli("broker", "up", "--secure", "--port", str(port), env=env)  # reports it; users are kept
+        assert again.returncode == 0, again.stderr
+        assert "already running" in again.stdout
+        assert read_properties(Path(listed["worker"]))["sasl.password"] == password
+        plain = dpm_cli("broker", "up", "--port", str(port), env=env)
+        assert plain.returncode != 0
+        assert "secured" in plain.stdout + plain.stderr
+    finally:
+        dpm_cli("broker", "down", env=env)
