@@ -224,16 +224,19 @@ class Baseline:
         Records in flight at a rebalance are dropped unacknowledged (check_owned) and must be
         fetched again; faust seeks a partition back only to a committed offset above 0, so a
         partition kept through a rebalance before anything of it was committed went on from
-        where its fetching had got to, and the dropped records were never handled.
+        where its fetching had got to, and the dropped records were never handled. The seek is
+        faust's own, never only the client's: faust drops a fetched record below the last offset it
+        delivered (its read offset), and this runs while recovery may have delivered records of the
+        new generation already; a client-only seek back then had every record up to there dropped.
         """
         consumer = cast(Consumer, self.app.consumer)  # faust's transport consumer: ConsumerT lacks seek_to_committed
         inputs = {self.names.events, self.names.triggers}
         committed = await consumer.seek_to_committed()
-        never = [tp for tp in consumer.assignment() if tp.topic in inputs and not committed.get(tp)]
-        if never:
-            starts = await consumer.earliest_offsets(*never)
-            for tp in never:
-                await consumer.seek(tp, starts[tp])
+        assigned = [tp for tp in consumer.assignment() if tp.topic in inputs]
+        never = [tp for tp in assigned if not committed.get(tp)]
+        starts = await consumer.earliest_offsets(*never) if never else {}
+        for tp in assigned:
+            await consumer.seek(tp, committed.get(tp) or starts[tp])
 
     async def _report_lag(self) -> None:
         """Exports this member's lag on the events and triggers topics (highwater minus position)."""
@@ -263,23 +266,26 @@ class Baseline:
         assigned = {tp for tp in consumer.assignment() if tp.topic in inputs}
         self._stalls.keep_only(assigned)
         generation = self.app.consumer_generation_id
+        try:  # one request each for every partition: a look must end well within the 5 s between looks
+            ends = await consumer.highwaters(*assigned)
+            unknown = [tp for tp in assigned if consumer._committed_offset.get(tp) is None]  # faust keeps no view
+            starts = await consumer.earliest_offsets(*unknown) if unknown else {}
+        except Exception as exc:  # noqa: BLE001 - aiokafka's errors while the broker is away: look again later
+            _LOG.debug("no look at the input partitions: %s", exc)
+            return
         for tp in assigned:
-            try:
-                end = (await consumer.highwaters(tp)).get(tp)
-                committed = consumer._committed_offset.get(tp)  # faust keeps no public view of it
-                if committed is None:
-                    committed = (await consumer.earliest_offsets(tp)).get(tp, 0)
-            except Exception as exc:  # noqa: BLE001 - aiokafka's errors while the broker is away: look again later
-                _LOG.debug("no look at %s: %s", tp, exc)
-                continue
+            end = ends.get(tp)
+            committed = consumer._committed_offset.get(tp)
+            if committed is None:
+                committed = starts.get(tp, 0)
             stalled_for = self._stalls.observe(tp, committed, end, self._acks.unfinished(tp, generation),
                                                time.monotonic())  # fmt: skip
             if stalled_for:
                 position = await consumer.position(tp)
                 _LOG.warning("%s[%d] made no progress for %.0f s from offset %d to its end %s (fetch position %s), "
-                           "nothing of it in flight: %s; reading it again from offset %d", tp.topic, tp.partition,
-                           stalled_for, committed, end, position, _fetch_state(consumer, tp), committed,
-                           extra={"worker_id": self.options.worker_id})  # fmt: skip
+                             "nothing of it in flight: %s; reading it again from offset %d", tp.topic, tp.partition,
+                             stalled_for, committed, end, position, _fetch_state(consumer, tp), committed,
+                             extra={"worker_id": self.options.worker_id})  # fmt: skip
                 consumer.resume_partitions({tp})
                 await consumer.seek(tp, committed)
 
