@@ -19,10 +19,10 @@ from pipeline.core.errors import DpmError
 from pipeline.core.verification import ReplayStatus
 from pipeline.kafka.keystore import case_keys_from
 from pipeline.kafka.reader import KafkaEventLog
-from pipeline.kafka.topics import TopicNames
 from pipeline.services.compare import compare as compare_outputs
-from pipeline.services.read_outputs import load_outputs
-from pipeline.services.replay import registry_backends, replay_many, select_decisions, select_erased
+from pipeline.services.read_outputs import PublishedOutputs, load_outputs
+from pipeline.services.replay import ReplayLine, registry_backends, replay_many, select_decisions, select_erased
+from pipeline.services.tenants import topic_scopes
 
 _out = output_console()
 
@@ -30,9 +30,10 @@ _out = output_console()
 def compare(as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table.")) -> None:
     """Compare DPM and Summ-only on the triggers both decided: agreement, accuracy, calls, tokens, latency, cost."""
     settings = broker_settings()
-    with closing(case_keys_from(settings)) as keys:
-        outputs = load_outputs(settings.kafka.client_config(), TopicNames(settings.kafka.topic_prefix), cipher=keys,
-                               with_audits=False)  # fmt: skip
+    outputs = PublishedOutputs()
+    for scope in topic_scopes(settings):  # the shared topics, or every tenant's own
+        with closing(case_keys_from(settings, names=scope)) as keys:
+            outputs.absorb(load_outputs(settings.kafka.client_config(), scope, cipher=keys, with_audits=False))
     result = compare_outputs(outputs.decisions, outputs.triggers)
     erased = sorted({c.key for c in outputs.erased.values()})
     if as_json:
@@ -59,17 +60,21 @@ def replay(
 ) -> None:
     """Re-read each decision's recorded offsets, re-derive its view and report MATCH, DRIFT, LOG-CHANGED or ERASED."""
     settings = broker_settings()
-    names = TopicNames(settings.kafka.topic_prefix)
-    with closing(case_keys_from(settings)) as keys, closing(KafkaEventLog(settings.kafka.client_config(),
-                                                                          names.events)) as log:  # fmt: skip
-        outputs = load_outputs(settings.kafka.client_config(), names, cipher=keys)
-        records = select_decisions(outputs.decisions.values(), decision=decision, tenant=tenant, case_id=case_id,
+    backends = registry_backends(settings.model, backend)
+    lines: list[ReplayLine] = []
+    for scope in topic_scopes(settings):  # each decision is replayed against the events topic it was read from
+        with closing(case_keys_from(settings, names=scope)) as keys, closing(KafkaEventLog(
+                settings.kafka.client_config(), scope.events)) as log:  # fmt: skip
+            outputs = load_outputs(settings.kafka.client_config(), scope, cipher=keys)
+            records = select_decisions(outputs.decisions.values(), decision=decision, tenant=tenant, case_id=case_id,
+                                       every=all_decisions)  # fmt: skip
+            erased = select_erased(outputs.erased, decision=decision, tenant=tenant, case_id=case_id,
                                    every=all_decisions)  # fmt: skip
-        erased = select_erased(outputs.erased, decision=decision, tenant=tenant, case_id=case_id, every=all_decisions)
-        if not records and not erased:
-            raise DpmError("no published decision matches")
-        lines = replay_many(records, outputs.views, outputs.audits, log, registry_backends(settings.model, backend),
-                            recorded_only=verify_recorded, cipher=keys, erased=erased)  # fmt: skip
+            if records or erased:
+                lines += replay_many(records, outputs.views, outputs.audits, log, backends,
+                                     recorded_only=verify_recorded, cipher=keys, erased=erased)  # fmt: skip
+    if not lines:
+        raise DpmError("no published decision matches")
     if as_json:
         print_json(replays_json(lines))
     else:

@@ -343,8 +343,9 @@ def delete_topics(client_config: dict[str, str], topics: list[str], timeout_s: f
     """Deletes `topics` (and every record on them); waits until the cluster has."""
     if not topics:
         return
+    admin = admin_client(client_config)  # kept referenced until the futures are done: they fail once it is gone
     try:
-        for future in admin_client(client_config).delete_topics(topics, operation_timeout=timeout_s).values():
+        for future in admin.delete_topics(topics, operation_timeout=timeout_s).values():
             future.result(timeout=timeout_s)
     except KafkaException as exc:
         raise KafkaAdapterError(f"deleting {', '.join(topics)} failed: {exc}") from exc

@@ -42,6 +42,18 @@ class PublishedOutputs:
     duplicates: int = 0
     unreadable: int = 0
 
+    def absorb(self, other: PublishedOutputs) -> None:
+        """Adds what another set of topics published (a tenant's own, with tenancy by topic); keys never collide."""
+        self.decisions |= other.decisions
+        self.views |= other.views
+        for key, audits in other.audits.items():
+            self.audits[key].extend(audits)
+        self.triggers |= other.triggers
+        self.erased |= other.erased
+        self.erased_ms |= other.erased_ms
+        self.duplicates += other.duplicates
+        self.unreadable += other.unreadable
+
     def decision_ids(self) -> set[DecisionId]:
         """The ids decided, whatever their tenant (for a reader of one tenant's pipeline)."""
         return {key.decision_id for key in self.decisions}

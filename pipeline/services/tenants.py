@@ -32,6 +32,14 @@ def topics_of(settings: Settings, tenant: str) -> TopicNames:
     return names.of_tenant(tenant) if settings.kafka.tenancy == "topics" else names
 
 
+def topic_scopes(settings: Settings) -> list[TopicNames]:
+    """Every set of topics outputs are on: the shared ones, or each tenant's own (those it has now)."""
+    names = TopicNames(settings.kafka.topic_prefix)
+    if settings.kafka.tenancy != "topics":
+        return [names]
+    return [names.of_tenant(t.tenant) for t in list_tenants(settings)]
+
+
 def _require_topics_mode(settings: Settings) -> TopicNames:
     if settings.kafka.tenancy != "topics":
         raise DpmError("tenants have topics of their own only with DPM_TENANCY=topics (the shared topics need none)")

@@ -132,6 +132,17 @@ def test_one_worker_decides_each_tenant_on_its_own_topics_and_picks_up_a_new_ten
         picked_up_s = time.monotonic() - onboarded
     _LOG.info("a tenant onboarded while the worker ran was decided %.1f s later", picked_up_s)
     assert picked_up_s < 60, f"a tenant onboarded while the worker ran was decided after {picked_up_s:.0f} s"
+    as_auditor = {"DPM_TOPIC_PREFIX": tenanted.names.prefix, "DPM_TENANCY": "topics"}
+    replayed = tenanted.secured.dpm(Role.AUDITOR.value, "replay", "--all", **as_auditor)
+    assert replayed.returncode == 0, replayed.stdout[-3000:] + replayed.stderr[-2000:]  # every tenant's, MATCH
+    assert all(r.trigger_id in replayed.stdout for rs in (*requests.values(), late) for r in rs)
+    compared = tenanted.secured.dpm(Role.AUDITOR.value, "compare", **as_auditor)
+    assert compared.returncode == 0, compared.stderr[-2000:]
+    removed = tenanted.secured.dpm(Role.OPERATOR.value, "tenants", "remove", "initech", "--yes", **as_auditor)
+    assert "initech: 2 case key(s) destroyed, 8 topic(s) deleted" in removed.stdout, removed.stderr[-2000:]
+    listed = tenanted.secured.dpm(Role.OPERATOR.value, "tenants", "list", **as_auditor).stdout
+    assert "initech" not in listed
+    assert "acme: 8 topic(s), complete" in listed
     for tenant in TENANTS:  # nothing of one tenant on another's topics
         other = next(t for t in TENANTS if t != tenant)
         ids = {r.trigger_id for r in requests[other]}
