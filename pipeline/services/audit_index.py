@@ -201,8 +201,12 @@ class LiveIndex:
     no key to destroy; content then stays until the process restarts.)
     """
 
-    def __init__(self, client_config: dict[str, str], names: TopicNames, keys: CaseKeys | None, capacity: int) -> None:
-        self.index = DecisionIndex(capacity)
+    def __init__(
+        self, client_config: dict[str, str], names: TopicNames, keys: CaseKeys | None, index: DecisionIndex
+    ) -> None:
+        """Follows `names`' output topics into `index`, which the output topics of other tenants may fill too."""
+        self.index = index
+        self._tenant = names.tenant  # a tenant's own topics: its keys know its cases only
         self._keys = keys
         self._decisions = TopicFollower(client_config, names.decisions)
         self._views = TopicFollower(client_config, names.views)
@@ -223,7 +227,7 @@ class LiveIndex:
             self.index.add_erased(key, case, sink.erased_ms.get(key, 0))
         if self._keys is not None:
             for case in self.index.sealed_cases():
-                if not self._keys.knows(case):
+                if (self._tenant is None or case.tenant == self._tenant) and not self._keys.knows(case):
                     self.index.erase_case(case)
 
     def _decoded(self, follower: TopicFollower, decode: Callable[[Mapping[str, Any]], OutputRecord],

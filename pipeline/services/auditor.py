@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import logging
+import math
 import queue
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -19,6 +21,7 @@ from pipeline.kafka.reader import KafkaEventLog
 from pipeline.kafka.topics import TopicNames
 from pipeline.services.audit_index import DecisionIndex, IndexedDecision, LiveIndex, read_audits
 from pipeline.services.replay import LogChangedError, read_recorded_events, registry_backends, replay_one
+from pipeline.services.tenants import topic_scopes
 from pipeline.wire.audit import AuditRecord
 
 _LOG = logging.getLogger("pipeline.services.auditor")
@@ -65,36 +68,77 @@ class PooledLog:
             reader.close()
 
 
+class _Scope:
+    """One set of output topics (the shared ones, or a tenant's own), followed into the index, and its readers."""
+
+    def __init__(self, settings: Settings, names: TopicNames, index: DecisionIndex, readers: int) -> None:
+        config = settings.kafka.client_config()
+        self.names = names
+        self.keys = case_keys_from(settings, client_config=config, names=names)
+        self.live = LiveIndex(config, names, self.keys, index)
+        self.events = PooledLog([KafkaEventLog(config, names.events) for _ in range(readers)])
+        self.audit_log = PooledLog([KafkaEventLog(config, names.audit) for _ in range(readers)])
+
+    def close(self) -> None:
+        self.live.close()
+        self.events.close()
+        self.audit_log.close()
+        self.keys.close()
+
+
 class KafkaAuditor:
     """The index, followed live from the output topics, and reads by offset for one decision at a time.
 
     Reads go through pools of DPM_UI_CONCURRENCY Kafka readers (one for events, one for audit
     records): that many pages read at once, and a page holds a reader only while it reads. The case keys are
     thread-safe; the index has its own lock and is refreshed by one thread. List pages read the
-    index only.
+    index only. With tenancy by topic every tenant's own topics are followed into the one index
+    (tenants onboarded later are found at the next look, every TENANTS_EVERY_S); each tenant then
+    has one reader of each kind, since its readers hold consumers.
     """
 
+    TENANTS_EVERY_S = 10.0
+
     def __init__(self, settings: Settings, names: TopicNames | None = None) -> None:
-        config = settings.kafka.client_config()
+        self._settings = settings
+        self._by_topic = settings.kafka.tenancy == "topics" and names is None
         self.names = names or TopicNames(settings.kafka.topic_prefix)
-        self._keys = case_keys_from(settings, client_config=config, names=self.names)
-        self._live = LiveIndex(config, self.names, self._keys, settings.ui.max_decisions)
-        count = settings.ui.concurrency
-        self._events = PooledLog([KafkaEventLog(config, self.names.events) for _ in range(count)])
-        self._audit_log = PooledLog([KafkaEventLog(config, self.names.audit) for _ in range(count)])
+        self._index = DecisionIndex(settings.ui.max_decisions)
+        self._scopes: dict[str | None, _Scope] = {}
+        if not self._by_topic:
+            self._scopes[None] = _Scope(settings, self.names, self._index, settings.ui.concurrency)
+        self._tenants_looked_at = -math.inf
         self._backends = registry_backends(settings.model, None)
         self._refresh_lock = threading.Lock()
+        self._scopes_lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.refresh_failures = 0
 
     @property
     def index(self) -> DecisionIndex:
-        return self._live.index
+        return self._index
 
     def refresh(self) -> None:
         with self._refresh_lock:
-            self._live.refresh()
+            if self._by_topic and time.monotonic() - self._tenants_looked_at >= self.TENANTS_EVERY_S:
+                self._add_new_tenants()
+            with self._scopes_lock:
+                scopes = list(self._scopes.values())
+            for scope in scopes:
+                scope.live.refresh()
+
+    def _add_new_tenants(self) -> None:
+        self._tenants_looked_at = time.monotonic()
+        for scope in topic_scopes(self._settings):
+            if scope.tenant not in self._scopes:
+                opened = _Scope(self._settings, scope, self._index, readers=1)
+                with self._scopes_lock:
+                    self._scopes[scope.tenant] = opened
+
+    def _scope(self, item: IndexedDecision) -> _Scope:
+        with self._scopes_lock:
+            return self._scopes[item.case.tenant if self._by_topic else None]
 
     def start(self, interval_s: float) -> None:
         """Reads every output so far (failing loudly), then follows new ones every `interval_s`."""
@@ -111,14 +155,16 @@ class KafkaAuditor:
                 _LOG.warning("new outputs could not be read (next try in %.1f s): %s", interval_s, exc)
 
     def events(self, item: IndexedDecision) -> CaseEvents:
+        scope = self._scope(item)
         try:
-            trajectory = read_recorded_events(item.record, self._events, self._keys)
+            trajectory = read_recorded_events(item.record, scope.events, scope.keys)
         except LogChangedError as exc:
             return CaseEvents(None, f"the recorded offsets now hold other records: {exc.detail}")
         return CaseEvents(trajectory, None if trajectory is not None else "erased: the case's data key is destroyed")
 
     def audits(self, item: IndexedDecision) -> list[AuditRecord]:
-        return read_audits(item, self._audit_log, self._keys, self.names.audit)
+        scope = self._scope(item)
+        return read_audits(item, scope.audit_log, scope.keys, scope.names.audit)
 
     def replay(self, item: IndexedDecision, audits: list[AuditRecord]) -> ReplayReport:
         """Re-reads the recorded offsets and re-runs the recorded backend, as `dpm replay --decision` does.
@@ -127,15 +173,15 @@ class KafkaAuditor:
         run (the broker or the model unreachable). Other pages are served meanwhile: only the read
         holds a Kafka reader, not the model calls.
         """
-        return replay_one(item.record, item.view, audits, self._events, self._backends, recorded_only=False,
-                          cipher=self._keys)  # fmt: skip
+        scope = self._scope(item)
+        return replay_one(item.record, item.view, audits, scope.events, self._backends, recorded_only=False,
+                          cipher=scope.keys)  # fmt: skip
 
     def close(self) -> None:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(30)
-        with self._refresh_lock:
-            self._live.close()
-        self._events.close()
-        self._audit_log.close()
-        self._keys.close()
+        with self._refresh_lock, self._scopes_lock:
+            for scope in self._scopes.values():
+                scope.close()
+            self._scopes.clear()

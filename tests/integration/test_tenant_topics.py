@@ -12,6 +12,8 @@ import base64
 import logging
 import os
 import time
+import urllib.request
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,6 +36,7 @@ from pipeline.services.cluster import pipeline_processes
 from pipeline.services.read_outputs import PublishedOutputs, await_decisions, load_outputs
 from pipeline.wire.event import CaseOpening
 from pipeline.wire.trigger import DecisionRequest
+from tests.conftest import free_port
 from tests.kafka_support import unique_prefix
 from tests.pipeline_support import small_cases, worker_env
 from tests.secured_support import Secured, code, produce_error
@@ -118,10 +121,16 @@ def test_one_worker_decides_each_tenant_on_its_own_topics_and_picks_up_a_new_ten
     writer = EventProducer(tenanted.secured.config(tenanted.user("acme")), tenanted.names.of_tenant("acme"))
     writer.trigger(forged)
     writer.close()
+    port, admin_token = free_port(), f"admin-{uuid.uuid4().hex}"
     env = {**worker_env(tenanted.secured.cluster.bootstrap, tenanted.names, tmp_path), "DPM_TENANCY": "topics",
-           "DPM_KAFKA_CONFIG": str(tenanted.secured.properties(Role.WORKER.value))}  # fmt: skip
+           "DPM_UI_REFRESH_S": "0.5", "DPM_UI_ADMIN_TOKEN": admin_token}  # fmt: skip
+
+    def as_role(command: list[str]) -> dict[str, str]:
+        role = Role.WORKER if command[0] == "worker" else Role.AUDITOR
+        return {**env, "DPM_KAFKA_CONFIG": str(tenanted.secured.properties(role.value))}
+
     auditor = tenanted.secured.config(Role.AUDITOR.value)
-    with pipeline_processes([["worker"]], env, tmp_path / "worker"):
+    with pipeline_processes([["worker"], ["ui", "--port", str(port)]], as_role, tmp_path / "logs"):
         for tenant in TENANTS:
             _decided_once(tenanted, tenant, requests[tenant], auditor)
         assert _awaited_letter(auditor, tenanted.names.of_tenant("acme").dlq, "forged") == "tenant-mismatch"
@@ -130,6 +139,7 @@ def test_one_worker_decides_each_tenant_on_its_own_topics_and_picks_up_a_new_ten
         late = _produce(tenanted, "initech", 0)
         _decided_once(tenanted, "initech", late, auditor)
         picked_up_s = time.monotonic() - onboarded
+        _ui_shows_every_tenant(f"http://127.0.0.1:{port}", admin_token, [*requests["acme"], *requests["globex"], *late])
     _LOG.info("a tenant onboarded while the worker ran was decided %.1f s later", picked_up_s)
     assert picked_up_s < 60, f"a tenant onboarded while the worker ran was decided after {picked_up_s:.0f} s"
     as_auditor = {"DPM_TOPIC_PREFIX": tenanted.names.prefix, "DPM_TENANCY": "topics"}
@@ -148,6 +158,26 @@ def test_one_worker_decides_each_tenant_on_its_own_topics_and_picks_up_a_new_ten
         ids = {r.trigger_id for r in requests[other]}
         decided = _outputs(tenanted, tenant, auditor).decisions
         assert not {k for k in decided if k.decision_id.trigger_id in ids}
+
+
+def _ui_shows_every_tenant(base: str, token: str, requests: list[DecisionRequest], timeout_s: float = 60) -> None:
+    """`dpm ui` indexes every tenant's own output topics, and a decision's page reads its tenant's events."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        with urllib.request.urlopen(f"{base}/healthz", timeout=5) as answer:  # noqa: S310 - loopback
+            if int(answer.read().decode().split()[1]) >= len(requests):
+                break
+        assert time.monotonic() < deadline, "the UI did not index every tenant's decisions"
+        time.sleep(0.5)
+    for request in (requests[0], requests[-1]):  # acme's, and the tenant onboarded while the UI ran
+        decision = request.decision_id(Architecture.DPM)
+        url = f"{base}/decision?tenant={request.case.tenant}&id={decision}"
+        page = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"})  # noqa: S310 - loopback
+        with urllib.request.urlopen(page, timeout=30) as answer:  # noqa: S310 - loopback
+            html = answer.read().decode()
+        assert str(decision) in html
+        for problem in ("could not be read", "data key is destroyed", "now hold other records"):
+            assert problem not in html  # its events were read from its tenant's topic and opened with its keys
 
 
 def _awaited_letter(auditor: dict[str, str], dlq: str, trigger_id: str, timeout_s: float = 60) -> str:
