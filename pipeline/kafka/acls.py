@@ -16,7 +16,7 @@ from confluent_kafka.admin import (
 )
 
 from pipeline.kafka.acl_plan import CLUSTER_NAME, Grant, Pattern, Resource
-from pipeline.kafka.admin import admin_client
+from pipeline.kafka.admin import admin_client, admin_request
 from pipeline.kafka.errors import KafkaAdapterError
 
 _TIMEOUT_S = 30.0
@@ -61,15 +61,8 @@ def apply_grants(admin_config: dict[str, str], grants: Iterable[Grant]) -> int:
     wanted = bindings(grants)
     if not wanted:
         return 0
-    admin = admin_client(admin_config)
-    try:
-        for binding, future in admin.create_acls(wanted, request_timeout=_TIMEOUT_S).items():
-            try:
-                future.result(timeout=_TIMEOUT_S)
-            except KafkaException as exc:
-                raise KafkaAdapterError(f"the cluster refused the ACL {binding}: {exc.args[0]}") from exc
-    except KafkaException as exc:
-        raise KafkaAdapterError(f"could not apply ACLs: {exc.args[0]}") from exc
+    admin_request(admin_config, lambda admin: admin.create_acls(wanted, request_timeout=_TIMEOUT_S),
+                  failed="could not apply ACLs", refused=lambda binding: f"the ACL {binding}")  # fmt: skip
     return len(wanted)
 
 

@@ -5,7 +5,10 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, TopicMetadata
@@ -28,6 +31,35 @@ READER_GROUP_PREFIX = "dpm-reader-"
 def reader_group(purpose: str) -> str:
     """A fresh group id for a consumer that assigns partitions itself and never joins the group."""
     return f"{READER_GROUP_PREFIX}{purpose}-{uuid.uuid4().hex}"
+
+
+_K = TypeVar("_K")
+
+
+def admin_request(
+    client_config: dict[str, str],
+    start: Callable[[AdminClient], Mapping[_K, Future[Any]]],
+    *,
+    failed: str,
+    refused: Callable[[_K], str],
+    timeout_s: float = 30.0,
+) -> None:
+    """Sends one admin request (`start(admin)`) and waits for each of its items; failures raise KafkaAdapterError.
+
+    `failed` says what a request failing as a whole was ("could not apply ACLs"), `refused(key)`
+    what a refused item was ("the ACL ..."). The client is kept referenced until every future is
+    done: its futures fail with _DESTROY once it is gone.
+    """
+    admin = admin_client(client_config)
+    try:
+        futures = start(admin)
+    except KafkaException as exc:
+        raise KafkaAdapterError(f"{failed}: {exc.args[0]}") from exc
+    for key, future in futures.items():
+        try:
+            future.result(timeout=timeout_s)
+        except KafkaException as exc:
+            raise KafkaAdapterError(f"the cluster refused {refused(key)}: {exc.args[0]}") from exc
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,6 @@ import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
-from confluent_kafka import KafkaException
 from confluent_kafka.admin import (
     ScramCredentialInfo,
     ScramMechanism,
@@ -23,8 +22,7 @@ from confluent_kafka.admin import (
 
 from pipeline.config.settings import read_properties
 from pipeline.kafka.acl_plan import Role
-from pipeline.kafka.admin import admin_client
-from pipeline.kafka.errors import KafkaAdapterError
+from pipeline.kafka.admin import admin_request
 from pipeline.kafka.local_broker import ADMIN_USER, ClusterLayout
 
 _ITERATIONS = 8192  # SCRAM-SHA-512 iterations (Kafka's minimum is 4096)
@@ -53,15 +51,10 @@ def provision(layout: ClusterLayout, home: Path, users: tuple[str, ...] = USERS)
     upserts: list[UserScramCredentialAlteration] = [
         UserScramCredentialUpsertion(user, mechanism, password.encode()) for user, password in passwords.items()
     ]
-    admin = admin_client(layout.node_admin_config())
-    try:
-        for user, future in admin.alter_user_scram_credentials(upserts, request_timeout=_TIMEOUT_S).items():
-            try:
-                future.result(timeout=_TIMEOUT_S)
-            except KafkaException as exc:
-                raise KafkaAdapterError(f"the cluster refused the credential of {user}: {exc.args[0]}") from exc
-    except KafkaException as exc:
-        raise KafkaAdapterError(f"could not create the cluster's users: {exc.args[0]}") from exc
+    admin_request(layout.node_admin_config(),
+                  lambda admin: admin.alter_user_scram_credentials(upserts, request_timeout=_TIMEOUT_S),
+                  failed="could not create the cluster's users",
+                  refused=lambda user: f"the credential of {user}")  # fmt: skip
     return [UserFile(user, _write_properties(folder, layout, user, password)) for user, password in passwords.items()]
 
 

@@ -12,7 +12,7 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
 
 from pipeline.core.errors import DpmError
-from pipeline.kafka.admin import admin_client, fetch_metadata
+from pipeline.kafka.admin import admin_client, admin_request, fetch_metadata
 from pipeline.kafka.errors import KafkaAdapterError, TopicConflictError
 
 _KEEP_FOREVER = "-1"
@@ -343,12 +343,9 @@ def delete_topics(client_config: dict[str, str], topics: list[str], timeout_s: f
     """Deletes `topics` (and every record on them); waits until the cluster has."""
     if not topics:
         return
-    admin = admin_client(client_config)  # kept referenced until the futures are done: they fail once it is gone
-    try:
-        for future in admin.delete_topics(topics, operation_timeout=timeout_s).values():
-            future.result(timeout=timeout_s)
-    except KafkaException as exc:
-        raise KafkaAdapterError(f"deleting {', '.join(topics)} failed: {exc}") from exc
+    admin_request(client_config, lambda admin: admin.delete_topics(topics, operation_timeout=timeout_s),
+                  failed=f"deleting {', '.join(topics)} failed", refused=lambda topic: f"to delete {topic}",
+                  timeout_s=timeout_s)  # fmt: skip
 
 
 def remove_pipeline(client_config: dict[str, str], prefix: str, timeout_s: float = 30.0) -> tuple[str, ...]:
