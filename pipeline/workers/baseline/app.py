@@ -65,7 +65,7 @@ _MODEL_ATTEMPTS = 3
 _RETRY_BACKOFF_S = 2.0
 _MAX_BACKOFF_S = 10.0  # waiting for Kafka: doubling pauses up to this
 _PUBLISH_ATTEMPTS = 3  # outputs the broker refuses: tries, then the dead letter's tries, then nothing
-_STALL_AFTER_S = 30.0  # an input partition with no progress for this long, records waiting and none in flight
+_STALL_AFTER_S = 15.0  # an input partition with no progress for this long, records waiting and none in flight
 
 
 @dataclass(frozen=True)
