@@ -30,8 +30,10 @@ class Secured:
 
     def dpm(self, user: str, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
         """`python -m pipeline ARGS` as `user` (its properties file in DPM_KAFKA_CONFIG)."""
+        # The properties file names the cluster: a DPM_BOOTSTRAP naming another (CI's broker) is refused.
+        inherited = {k: v for k, v in os.environ.items() if k != "DPM_BOOTSTRAP"}
         return subprocess.run([sys.executable, "-m", "pipeline", *args], check=False, capture_output=True, text=True,
-                              env={**os.environ, "DPM_HOME": str(self.home), **env,
+                              env={**inherited, "DPM_HOME": str(self.home), **env,
                                    "DPM_KAFKA_CONFIG": str(self.properties(user))}, timeout=180)  # fmt: skip
 
 

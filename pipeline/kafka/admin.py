@@ -20,6 +20,9 @@ _LIBRDKAFKA_LOG = logging.getLogger("pipeline.kafka.librdkafka")
 # Library chatter (retries while a coordinator loads) reaches a worker's log through the root handler,
 # but never the terminal of a one-shot command that configured no logging.
 _LIBRDKAFKA_LOG.addHandler(logging.NullHandler())
+_PROBE_LOG = logging.getLogger("pipeline.kafka.librdkafka.metadata")  # the metadata probe's (fetch_metadata)
+_PROBE_LOG.propagate = False
+_PROBE_LOG.addHandler(logging.NullHandler())
 
 
 # librdkafka requires a group id of every consumer, and looks its coordinator up even when the
@@ -83,7 +86,9 @@ def fetch_metadata(client_config: dict[str, str], timeout_s: float = 5.0) -> Clu
     KafkaAdapterError saying so, with librdkafka's reason, which never holds the secret.
     """
     errors: list[KafkaError] = []
-    admin = AdminClient({**client_config, "error_cb": errors.append}, logger=_LIBRDKAFKA_LOG)  # type: ignore[dict-item]
+    # Its own quiet logger: serving error_cb below serves the library's queued log lines too, and a
+    # refused connection must reach the user as this function's one error, not as log lines first.
+    admin = AdminClient({**client_config, "error_cb": errors.append}, logger=_PROBE_LOG)  # type: ignore[dict-item]
     try:
         metadata = admin.list_topics(timeout=timeout_s)
     except KafkaException as exc:
