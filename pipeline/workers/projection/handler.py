@@ -203,10 +203,10 @@ class ProjectionHandler:
         return self._refuse(record, reason, detail)
 
     def _dead_letter(self, record: RawRecord, reason: Rejection, detail: str) -> Output:
-        try:
-            names = self.topics_of(record).names
-        except RejectedError:  # not a tenant's own topic: the shared dead-letter topic takes it
-            names = self.names
+        # The record's tenant's own dead-letter topic (named, not opened: a refusal needs no readers),
+        # else the shared one.
+        tenant = self.names.tenant_of(record.topic or "") if self.tenant_topics is not None else None
+        names = self.names.of_tenant(tenant) if tenant is not None else self.names
         letter = dead_letter(names, record, source_topic=record.topic or names.triggers, reason=reason, detail=detail,
                              worker_id=self.worker_id)  # fmt: skip
         return replace(letter, headers=(*letter.headers, *trace_context(record.headers)))
