@@ -11,7 +11,7 @@ from pipeline.cli.render import output_console
 from pipeline.config.settings import Settings
 from pipeline.kafka.acl_plan import ROLE_PURPOSE, Role, kafka_acls_commands, plan, strimzi_users, strimzi_yaml
 from pipeline.kafka.acls import apply_grants
-from pipeline.kafka.topics import TopicNames, check_topic_tenant
+from pipeline.kafka.topics import TopicNames
 
 app = typer.Typer(help="Least-privilege ACLs per role (producer, worker, baseline, auditor, operator).",
                   no_args_is_help=True)  # fmt: skip
@@ -34,9 +34,7 @@ def _tenants(settings: Settings, tenants: list[str] | None) -> list[str]:
         return []
     if not tenants:
         raise typer.BadParameter("with DPM_TENANCY=topics, name the tenants whose topics to grant: --tenant T")
-    for tenant in tenants:
-        check_topic_tenant(tenant)
-    return tenants
+    return tenants  # each is checked as it names topics (TopicNames.of_tenant)
 
 
 @app.command("plan")
@@ -53,9 +51,10 @@ def plan_command(
     if output is Format.STRIMZI:
         typer.echo(strimzi_yaml(strimzi_users(plan(names, chosen, scoped), strimzi_cluster)), nl=False)
         return
-    for role in chosen:
+    plans = {role: plan(names, [role], scoped) for role in chosen}  # every tenant checked before anything prints
+    for role, grants in plans.items():
         typer.echo(f"# {role.value}: {ROLE_PURPOSE[role]}")
-        for command in kafka_acls_commands(plan(names, [role], scoped)):
+        for command in kafka_acls_commands(grants):
             typer.echo(command)
 
 

@@ -12,7 +12,7 @@ This module only describes; pipeline.kafka.acls applies a plan through the admin
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -86,7 +86,7 @@ def tenant_principal(tenant: str) -> str:
     return f"User:tenant-{tenant}"
 
 
-def plan(names: TopicNames, roles: Iterable[Role] = tuple(Role), tenants: Iterable[str] = ()) -> list[Grant]:
+def plan(names: TopicNames, roles: Iterable[Role] = tuple(Role), tenants: Sequence[str] = ()) -> list[Grant]:
     """Every grant the `roles` need for the pipeline whose topics are `names`, role by role.
 
     With `tenants` (tenancy by topic), each role's topic grants name every tenant's own topics

@@ -1,14 +1,11 @@
-"""Applies an ACL plan (acl_plan.py) through the admin API, and reads back what the cluster holds."""
+"""Applies an ACL plan (acl_plan.py) through the admin API."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
 
-from confluent_kafka import KafkaException
 from confluent_kafka.admin import (
     AclBinding,
-    AclBindingFilter,
     AclOperation,
     AclPermissionType,
     ResourcePatternType,
@@ -16,8 +13,7 @@ from confluent_kafka.admin import (
 )
 
 from pipeline.kafka.acl_plan import CLUSTER_NAME, Grant, Pattern, Resource
-from pipeline.kafka.admin import admin_client, admin_request
-from pipeline.kafka.errors import KafkaAdapterError
+from pipeline.kafka.admin import admin_request
 
 _TIMEOUT_S = 30.0
 _TYPE = {
@@ -64,17 +60,3 @@ def apply_grants(admin_config: dict[str, str], grants: Iterable[Grant]) -> int:
     admin_request(admin_config, lambda admin: admin.create_acls(wanted, request_timeout=_TIMEOUT_S),
                   failed="could not apply ACLs", refused=lambda binding: f"the ACL {binding}")  # fmt: skip
     return len(wanted)
-
-
-def principal_bindings(admin_config: dict[str, str], principal: str) -> list[AclBinding]:
-    """Every ACL binding the cluster holds for `principal`."""
-    any_name: Any = None  # the filter's "match any" (confluent-kafka's stubs type names and hosts as str)
-    query = AclBindingFilter(ResourceType.ANY, any_name, ResourcePatternType.ANY, principal, any_name,
-                             AclOperation.ANY, AclPermissionType.ANY)  # fmt: skip
-    try:
-        found: list[AclBinding] = (
-            admin_client(admin_config).describe_acls(query, request_timeout=_TIMEOUT_S).result(timeout=_TIMEOUT_S)
-        )
-    except KafkaException as exc:
-        raise KafkaAdapterError(f"could not list the ACLs of {principal}: {exc.args[0]}") from exc
-    return found

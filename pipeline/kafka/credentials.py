@@ -37,7 +37,7 @@ class UserFile:
 
 
 def credentials_dir(home: Path) -> Path:
-    """Where the users' passwords and properties files live."""
+    """Where the users' properties files (with their passwords) live."""
     return home / "credentials"
 
 

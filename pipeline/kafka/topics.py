@@ -355,17 +355,16 @@ def remove_pipeline(client_config: dict[str, str], prefix: str, timeout_s: float
     (`<prefix>-baseline-*`) and both groups (`<prefix>-projection`, `<prefix>-baseline`); a pipeline
     whose prefix merely starts the same is left alone.
     """
-    admin = admin_client(client_config)
     mine = (f"{prefix}.", f"{prefix}-baseline-")
     groups_of = {f"{prefix}-projection", f"{prefix}-baseline"}
+    topics = tuple(sorted(t for t in existing_topics(client_config, timeout_s=10) if t.startswith(mine)))
+    delete_topics(client_config, list(topics), timeout_s)
+    admin = admin_client(client_config)
     try:
-        topics = tuple(sorted(t for t in admin.list_topics(timeout=10).topics if t.startswith(mine)))
-        for future in admin.delete_topics(list(topics), operation_timeout=timeout_s).values() if topics else ():
-            future.result(timeout=timeout_s)
         groups = [g.group_id for g in admin.list_consumer_groups().result(timeout=10).valid
                   if g.group_id in groups_of]  # fmt: skip
         for future in admin.delete_consumer_groups(groups).values() if groups else ():
             future.result(timeout=timeout_s)
     except KafkaException as exc:
-        raise KafkaAdapterError(f"removing the topics of {prefix} failed: {exc}") from exc
+        raise KafkaAdapterError(f"removing the consumer groups of {prefix} failed: {exc}") from exc
     return topics

@@ -31,7 +31,7 @@ def check_case_key(key: bytes | None, case: CaseRef, what: str) -> None:
         raise RejectedError(Rejection.KEY_MISMATCH, f"key {_shown(key)} but the {what} is for {case.key}")
 
 
-def check_topic_tenant(topic_tenant: str | None, case: CaseRef) -> None:
+def check_tenant_of_topic(topic_tenant: str | None, case: CaseRef) -> None:
     """Raises RejectedError(TENANT_MISMATCH) for a record on a tenant's own topic whose value names another tenant.
 
     With tenancy by topic the broker authorizes who may write a tenant's topics, so the topic is what

@@ -230,13 +230,17 @@ class Baseline:
         new generation already; a client-only seek back then had every record up to there dropped.
         """
         consumer = cast(Consumer, self.app.consumer)  # faust's transport consumer: ConsumerT lacks seek_to_committed
-        inputs = {self.names.events, self.names.triggers}
         committed = await consumer.seek_to_committed()
-        assigned = [tp for tp in consumer.assignment() if tp.topic in inputs]
+        assigned = self._input_partitions()
         never = [tp for tp in assigned if not committed.get(tp)]
         starts = await consumer.earliest_offsets(*never) if never else {}
         for tp in assigned:
             await consumer.seek(tp, committed.get(tp) or starts[tp])
+
+    def _input_partitions(self) -> list[TP]:
+        """The events and triggers partitions this member is assigned (not its tables' changelogs)."""
+        inputs = {self.names.events, self.names.triggers}
+        return [tp for tp in self.app.consumer.assignment() if tp.topic in inputs]
 
     async def _report_lag(self) -> None:
         """Exports this member's lag on the events and triggers topics (highwater minus position)."""
@@ -262,9 +266,8 @@ class Baseline:
         consumer = cast(Consumer, self.app.consumer)
         if self.app.in_recovery or not consumer.flow_active:
             return  # a rebalance under way: partitions are paused and read again from their commits by design
-        inputs = {self.names.events, self.names.triggers}
-        assigned = {tp for tp in consumer.assignment() if tp.topic in inputs}
-        self._stalls.keep_only(assigned)
+        assigned = self._input_partitions()
+        self._stalls.keep_only(set(assigned))
         generation = self.app.consumer_generation_id
         try:  # one request each for every partition: a look must end well within the 5 s between looks
             ends = await consumer.highwaters(*assigned)

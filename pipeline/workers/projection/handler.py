@@ -26,7 +26,7 @@ from pipeline.observability.tracing import PassThroughTracing, Tracing
 from pipeline.wire.decision import PositionsSource, Provenance
 from pipeline.wire.headers import Headers, trace_context
 from pipeline.wire.limits import MAX_TRAJECTORY_CHARS
-from pipeline.wire.record_keys import check_case_key, check_topic_tenant
+from pipeline.wire.record_keys import check_case_key, check_tenant_of_topic
 from pipeline.wire.rejection import RejectedError, Rejection
 from pipeline.wire.run_records import run_records
 from pipeline.wire.sealing import CaseCipher
@@ -142,7 +142,7 @@ class ProjectionHandler:
         request = DecisionRequest.decode(record.value, limits=self.limits)
         check_case_key(record.key, request.case, "trigger")  # for every architecture: the baseline leaves it to us
         topics = self.topics_of(record)
-        check_topic_tenant(topics.names.tenant, request.case)
+        check_tenant_of_topic(topics.names.tenant, request.case)
         if Architecture.DPM not in request.architectures:
             return []
         self._claim((request.case.tenant, request.decision_id(Architecture.DPM)), record.where)
