@@ -21,7 +21,7 @@ from pipeline.services.cluster import pipeline_processes as processes
 from pipeline.services.read_outputs import await_decisions
 from pipeline.services.replay import registry_backends, replay_many
 from pipeline.wire.trigger import DecisionId, DecisionRequest
-from tests.pipeline_support import create_topics, small_cases, worker_env
+from tests.pipeline_support import committed_records, create_topics, small_cases, worker_env
 from tests.processes import dpm_cli
 
 TRIGGERS = 200
@@ -50,9 +50,9 @@ def _assert_exactly_once(
     published = [orjson.loads(r.value or b"")["decision_id"] for r in read_topic(config, names.decisions)]
     assert sorted(published) == sorted(ids), "every trigger has exactly one committed decision"
     assert outputs.duplicates == 0
-    views = [orjson.loads(r.value or b"")["decision_id"] for r in read_topic(config, names.views)]
+    views = [orjson.loads(r.value or b"")["decision_id"] for r in committed_records(config, names.views, len(ids))]
     assert sorted(views) == sorted(ids)
-    audits = [orjson.loads(r.value or b"")["decision_id"] for r in read_topic(config, names.audit)]
+    audits = [orjson.loads(r.value or b"")["decision_id"] for r in committed_records(config, names.audit, 2 * len(ids))]
     assert len(audits) == 2 * len(ids), "two model calls, two audit records, per DPM decision"
 
 

@@ -13,13 +13,13 @@ from pipeline.core.memory_log import InMemoryEventLog
 from pipeline.core.task import Architecture
 from pipeline.kafka.broker_runtime import KafkaRelease
 from pipeline.kafka.producer import EventProducer
-from pipeline.kafka.range_reads import read_topic
 from pipeline.kafka.topics import TopicNames
 from pipeline.kafka.transactions import LoopConfig, TransactionalLoop
 from pipeline.llm.extractive.backend import ExtractiveBackend
 from pipeline.wire.trigger import DecisionRequest
 from pipeline.workers.projection.handler import ProjectionHandler
 from tests.integration.test_transactional_loop import _logged_fixture
+from tests.pipeline_support import committed_records
 
 pytestmark = pytest.mark.skipif(
     KafkaRelease(Settings.from_env().kafka.version).major < 4,
@@ -50,5 +50,6 @@ def test_two_workers_on_the_consumer_protocol_decide_every_trigger_once(
         committed += sum(loop.run_once(timeout_s=0.5) for loop in loops)
     for loop in loops:
         loop.close()
-    decisions = [orjson.loads(r.value or b"")["decision_id"] for r in read_topic(kafka_config, topic_names.decisions)]
+    decisions = [orjson.loads(r.value or b"")["decision_id"]
+                 for r in committed_records(kafka_config, topic_names.decisions, 6)]  # fmt: skip
     assert sorted(decisions) == [f"k{n}:dpm" for n in range(6)]

@@ -10,11 +10,11 @@ from confluent_kafka import Producer
 from pipeline.core.events import LogPosition
 from pipeline.kafka.admin import admin_client
 from pipeline.kafka.once import OncePublisher
-from pipeline.kafka.range_reads import read_topic
 from pipeline.kafka.steps import Output
 from pipeline.kafka.topics import TopicSpec, ensure_topics
 from pipeline.kafka.txn_producer import TransientPublishError
 from pipeline.wire.ledger import PublishedLedger
+from tests.pipeline_support import committed_records
 
 INPUT = "in.triggers"
 
@@ -66,7 +66,7 @@ def test_each_offset_is_published_once_whoever_publishes_it(
     third = _publisher(kafka_config, ledger, prefix)  # its registration aborts the open transaction
     assert not third.published(INPUT, LogPosition(1, 8))
     assert _published(third, 8, outputs)
-    values = sorted(r.value or b"" for r in read_topic(kafka_config, outputs))  # read_committed
+    values = sorted(r.value or b"" for r in committed_records(kafka_config, outputs, 4))  # read_committed
     assert values == [b"v5", b"v6", b"v7", b"v8"]
     for publisher in (first, second, third):
         publisher.close()

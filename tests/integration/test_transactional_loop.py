@@ -34,7 +34,7 @@ from pipeline.wire.event import append_events
 from pipeline.wire.trigger import DecisionRequest
 from pipeline.workers.projection.handler import ProjectionHandler
 from tests.cases import load_fixture
-from tests.pipeline_support import create_topics
+from tests.pipeline_support import committed_records, create_topics
 
 
 class _Overloaded(ExtractiveBackend):
@@ -90,8 +90,7 @@ def test_a_model_that_keeps_failing_is_retried_then_dead_lettered(
     assert _run_until_committed(loop) == 1
     assert _Overloaded.calls == 3
     assert (loop.stats.retries, loop.stats.aborts) == (3, 0)  # the model fails before any transaction begins
-    letters = [orjson.loads(r.value or b"") for r in read_topic(kafka_config, topic_names.dlq)]
-    assert [letter["reason"] for letter in letters] == ["model-error"]
+    assert _reasons(kafka_config, topic_names, 1) == ["model-error"]
     assert list(read_topic(kafka_config, topic_names.decisions)) == []
 
 
@@ -108,8 +107,7 @@ def test_a_fenced_producer_is_replaced_and_the_batch_consumed_again(
     _trigger(kafka_config, topic_names, "t-fenced", case, positions)
     assert _run_until_committed(loop) == 1
     assert loop.stats.producers_replaced == 1
-    decisions = [orjson.loads(r.value or b"")["decision_id"] for r in read_topic(kafka_config, topic_names.decisions)]
-    assert decisions == ["t-fenced:dpm"]
+    assert _decisions(kafka_config, topic_names, 1) == ["t-fenced:dpm"]
 
 
 class _InFlight:
@@ -169,7 +167,7 @@ def test_a_batch_calls_the_model_concurrently_and_commits_what_sequential_work_w
     loop.close()
     assert 2 <= backend.peak <= 4  # concurrent, and never above the setting
     assert handler.finished == sorted(handler.finished)  # outputs are finished in trigger order
-    views = {r.key: r.value for r in read_topic(kafka_config, topic_names.views)}
+    views = {r.key: r.value for r in committed_records(kafka_config, topic_names.views, 8)}
     sequential = ProjectionHandler(topic_names, log, ExtractiveBackend(), "w")
     for trigger in read_topic(kafka_config, topic_names.triggers):
         expected = {o.key: o.value for o in sequential.handle(trigger) if o.topic == topic_names.views}
@@ -224,8 +222,7 @@ def test_a_rewind_that_does_not_take_is_made_again_and_no_trigger_is_skipped(
     loop.close()
     assert consumer.lost == 1
     assert loop.stats.reseeks == 1  # offset 2 came after the lost rewind to 1: sought again, not committed
-    decisions = [orjson.loads(r.value or b"")["decision_id"] for r in read_topic(kafka_config, topic_names.decisions)]
-    assert sorted(decisions) == ["s0:dpm", "s1:dpm", "s2:dpm"]
+    assert sorted(_decisions(kafka_config, topic_names, 3)) == ["s0:dpm", "s1:dpm", "s2:dpm"]
 
 
 def _loop(kafka_config: dict[str, str], topic_names: TopicNames, handler: ProjectionHandler, **config: Any
@@ -247,12 +244,14 @@ def _committed(loop: TransactionalLoop, count: int, turns: int = 90) -> int:
     return committed
 
 
-def _decisions(config: dict[str, str], names: TopicNames) -> list[str]:
-    return [orjson.loads(r.value or b"")["decision_id"] for r in read_topic(config, names.decisions)]
+def _decisions(config: dict[str, str], names: TopicNames, count: int) -> list[str]:
+    """The decision ids committed, once `count` are readable (or the time is up)."""
+    return [orjson.loads(r.value or b"")["decision_id"] for r in committed_records(config, names.decisions, count)]
 
 
-def _reasons(config: dict[str, str], names: TopicNames) -> list[str]:
-    return [orjson.loads(r.value or b"")["reason"] for r in read_topic(config, names.dlq)]
+def _reasons(config: dict[str, str], names: TopicNames, count: int) -> list[str]:
+    """The dead-letter reasons committed, once `count` are readable (or the time is up)."""
+    return [orjson.loads(r.value or b"")["reason"] for r in committed_records(config, names.dlq, count)]
 
 
 class _HangsOnce(Producer):
@@ -279,7 +278,7 @@ def test_a_transactional_call_that_hangs_gives_way_to_a_new_producer(
     assert _committed(loop, 1) == 1
     assert _HangsOnce.hung == 1
     assert loop.stats.producers_replaced == 1
-    assert _decisions(kafka_config, topic_names) == ["t-hang:dpm"]
+    assert _decisions(kafka_config, topic_names, 1) == ["t-hang:dpm"]
 
 
 class _Oversized(ProjectionHandler):
@@ -304,8 +303,8 @@ def test_outputs_too_large_to_publish_give_way_to_their_dead_letter(
         _trigger(kafka_config, topic_names, trigger_id, case, positions)
     loop = _loop(kafka_config, topic_names, _Oversized(topic_names, log, ExtractiveBackend(), "w"), batch_size=1)
     assert _committed(loop, 2) == 2
-    assert _decisions(kafka_config, topic_names) == ["after:dpm"]
-    assert _reasons(kafka_config, topic_names) == ["oversize"]
+    assert _decisions(kafka_config, topic_names, 1) == ["after:dpm"]
+    assert _reasons(kafka_config, topic_names, 1) == ["oversize"]
     assert loop.stats.publish_failures == 1
 
 
@@ -326,8 +325,8 @@ def test_a_batch_that_fails_for_an_unknown_reason_is_published_record_by_record(
 
     loop._producer.publish = refuses_poison  # type: ignore[method-assign]
     assert _committed(loop, 3) == 3
-    assert sorted(_decisions(kafka_config, topic_names)) == ["first:dpm", "last:dpm"]
-    assert _reasons(kafka_config, topic_names) == ["unpublishable"]
+    assert sorted(_decisions(kafka_config, topic_names, 2)) == ["first:dpm", "last:dpm"]
+    assert _reasons(kafka_config, topic_names, 1) == ["unpublishable"]
 
 
 def test_the_loop_keeps_turning_while_it_waits_for_the_model(
