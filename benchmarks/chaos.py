@@ -18,9 +18,11 @@ It prints one table: injected, dead-lettered by reason, decided exactly once, lo
 crashes and seconds to recover; and exits 1 if anything was lost or duplicated or crashed.
 `--reduced` runs smaller counts (the CI run). `--secure` runs every scenario on secured clusters
 (TLS, SCRAM users per role, the ACL plan and nothing more): workers and baseline members connect as
-their own roles, the harness as the admin.
+their own roles, the harness as the admin. `--tenancy topics` puts the cases' tenant on topics of its
+own (DPM_TENANCY=topics): workers find it by pattern, the baseline by listing, each record's tenant
+is its topic's.
 
-    python benchmarks/chaos.py [--reduced] [--secure]        # or: make chaos
+    python benchmarks/chaos.py [--reduced] [--secure] [--tenancy topics]   # or: make chaos
 """
 
 from __future__ import annotations
@@ -97,7 +99,8 @@ class Stage:
     """A cluster, fresh topics on it and the environment of the processes a scenario starts."""
 
     config: dict[str, str]
-    names: TopicNames
+    names: TopicNames  # the pipeline's: its prefix names the groups and the baseline's own topics
+    scope: TopicNames  # the topics the cases' records are on: the shared ones, or their tenant's own
     env: dict[str, str]
     logs: Path
     credentials: Path | None = None  # a secured cluster's users' properties files
@@ -111,6 +114,8 @@ class Stage:
 
 # Secured clusters (--secure) by bootstrap servers: where their users' properties files are.
 _SECURED: dict[str, Path] = {}
+TENANT = "chaos"  # every generated case's tenant
+_TENANCY = ["shared"]  # --tenancy: "shared", or "topics" (the tenant on topics of its own)
 
 
 @contextmanager
@@ -128,7 +133,7 @@ def _secure(running: local_broker.RunningCluster, home: Path) -> None:
 
 
 def _cases(count: int) -> list[Case]:
-    spec = GenerationSpec(per_domain=(count + 3) // 4, events=(24, 30), chars=(6_000, 7_500), tenant="chaos")
+    spec = GenerationSpec(per_domain=(count + 3) // 4, events=(24, 30), chars=(6_000, 7_500), tenant=TENANT)
     return generate_cases(spec)[:count]
 
 
@@ -136,28 +141,31 @@ def _cases(count: int) -> list[Case]:
 def _stage(bootstrap: str, scenario: str, work: Path, replication: int = 1, **env: str) -> Iterator[Stage]:
     stamp = dt.datetime.now(tz=dt.UTC).strftime("%H%M%S%f")
     names = TopicNames(f"chaos-{scenario}-{stamp}")
+    by_topic = _TENANCY[0] == "topics"
+    scope = names.of_tenant(TENANT) if by_topic else names
     credentials = _SECURED.get(bootstrap)
     config = {"bootstrap.servers": bootstrap}
     if credentials is not None:  # the harness acts as the admin; the processes it starts as their roles
         config = read_properties(credentials / "admin.properties")
-        apply_grants(config, plan(names))
-    create_pipeline_topics(config, names, partitions=3, replication=replication)
+        apply_grants(config, plan(names, tenants=[TENANT] if by_topic else []))
+    create_pipeline_topics(config, scope, partitions=3, replication=replication)
     home = work / scenario
     home.mkdir(parents=True, exist_ok=True)
     settings = {"DPM_HOME": str(home), "DPM_KEYS_DIR": str(home / "keys"), "DPM_SESSION_TIMEOUT_MS": "6000",
-                "DPM_BACKEND": "extractive", **env}  # fmt: skip
-    yield Stage(config, names, child_env(bootstrap, names.prefix, **settings), home / "logs", credentials)
+                "DPM_BACKEND": "extractive", "DPM_TENANCY": _TENANCY[0], "DPM_TENANT_PARTITIONS": "3",
+                **env}  # fmt: skip
+    yield Stage(config, names, scope, child_env(bootstrap, names.prefix, **settings), home / "logs", credentials)
 
 
 def _append(stage: Stage, cases: list[Case]) -> dict[CaseRef, tuple[LogPosition, ...]]:
-    producer = EventProducer(stage.config, stage.names)
+    producer = EventProducer(stage.config, stage.scope)
     positions = {c.ref: tuple(producer.append(c.trajectory.events, CaseOpening(c.task, (BUDGET,)))) for c in cases}
     producer.close()
     return positions
 
 
 def _trigger(stage: Stage, requests: list[DecisionRequest]) -> set[DecisionKey]:
-    producer = EventProducer(stage.config, stage.names)
+    producer = EventProducer(stage.config, stage.scope)
     for request in requests:
         producer.trigger(request)
     producer.close()
@@ -174,9 +182,9 @@ def _requests(cases: list[Case], positions: dict[CaseRef, tuple[LogPosition, ...
 def _outputs(stage: Stage) -> PublishedOutputs | None:
     """The published outputs, or None while the cluster cannot answer (a leader just died)."""
     folder = keys_folder(Path(stage.env["DPM_KEYS_DIR"]), stage.names.prefix)
-    keys = kafka_case_keys(stage.config, stage.names.keys, LocalFileKeyProvider(folder))
+    keys = kafka_case_keys(stage.config, stage.scope.keys, LocalFileKeyProvider(folder))
     try:
-        return load_outputs(stage.config, stage.names, cipher=keys, with_audits=False)
+        return load_outputs(stage.config, stage.scope, cipher=keys, with_audits=False)
     except KafkaAdapterError:
         return None
     finally:
@@ -200,7 +208,7 @@ def _settle(stage: Stage, outcome: Outcome, expected: set[DecisionKey], since: f
     outcome.duplicated = outputs.duplicates
     outcome.recover_s = round(time.monotonic() - since, 1) if not outcome.lost else None
     outcome.dead_letters = Counter(json.loads(r.value or b"{}").get("reason", "?")
-                                   for r in read_topic(stage.config, stage.names.dlq))  # fmt: skip
+                                   for r in read_topic(stage.config, stage.scope.dlq))  # fmt: skip
     if outcome.lost:
         _diagnose(stage, outcome.scenario, sorted(str(d) for d in expected - present))
     _report_stalls(stage, outcome.scenario)
@@ -224,7 +232,7 @@ def _diagnose(stage: Stage, scenario: str, lost: list[str]) -> None:
     for group in (f"{stage.names.prefix}-projection", f"{stage.names.prefix}-baseline"):
         reader = Consumer({**stage.config, "group.id": group, "enable.auto.commit": False})
         try:
-            partitions = [TopicPartition(topic, p) for topic in (stage.names.events, stage.names.triggers)
+            partitions = [TopicPartition(topic, p) for topic in (stage.scope.events, stage.scope.triggers)
                           for p in range(3)]  # fmt: skip
             for tp in reader.committed(partitions, timeout=10):
                 _, end = reader.get_watermark_offsets(tp, timeout=10)
@@ -294,7 +302,7 @@ def _fuzz(stage: Stage, rng: random.Random, count: int, trigger: dict[str, Any],
     for n in range(count):
         on_triggers = n % 2 == 0
         valid = {**trigger, "trigger_id": f"fz-{n}"} if on_triggers else {**event, "case_id": f"fz-{n}"}
-        topic = stage.names.triggers if on_triggers else stage.names.events
+        topic = stage.scope.triggers if on_triggers else stage.scope.events
         # Keyed and placed as the record was before its value was fuzzed, as a real producer would have.
         case = CaseRef(valid["tenant"], valid["case_id"])
         key = case.key if on_triggers else f"{case.key}/{valid['seq']:08d}"
@@ -457,7 +465,7 @@ def oversize(bootstrap: str, work: Path) -> Outcome:
     outcome = Outcome("oversize", injected=1)
     with _stage(bootstrap, "oversize", work) as stage:
         big, later = _cases(2)
-        producer = EventProducer(stage.config, stage.names)
+        producer = EventProducer(stage.config, stage.scope)
         producer.append([Event(big.ref, 1, "document", "Scanned appendix. " * 28_000)])
         producer.close()
         positions = _append(stage, [later])
@@ -490,12 +498,12 @@ def big_records(bootstrap: str, work: Path) -> Outcome:
         later = _requests([case], positions, 4, "after-big", both)
         partition = case_partition(case.ref, 3)
         raw = Producer({**stage.config, "message.max.bytes": 1_048_000})
-        raw.produce(stage.names.triggers, key=case.ref.key.encode(), value=b"\x00" * _BIG, partition=partition)
+        raw.produce(stage.scope.triggers, key=case.ref.key.encode(), value=b"\x00" * _BIG, partition=partition)
         event = EventRecord(Event(huge.ref, 1, "document", "Scanned appendix. " * (_BIG // 18))).encode()
-        raw.produce(stage.names.events, key=f"{huge.ref.key}/00000001".encode(), value=event,
+        raw.produce(stage.scope.events, key=f"{huge.ref.key}/00000001".encode(), value=event,
                     partition=case_partition(huge.ref, 3))  # fmt: skip
         for request, size in ((header_900k, _BIG), (header_1m, 1_040_000 - len(header_1m.encode()))):
-            raw.produce(stage.names.triggers, key=case.ref.key.encode(), value=request.encode(), partition=partition,
+            raw.produce(stage.scope.triggers, key=case.ref.key.encode(), value=request.encode(), partition=partition,
                         headers=[("traceparent", b"0" * size)])  # fmt: skip
         with _pipeline(stage, [["worker"], ["baseline", "--budgets", str(BUDGET)]]) as procs:
             since = time.monotonic()
@@ -509,7 +517,7 @@ def big_records(bootstrap: str, work: Path) -> Outcome:
 def _oversized_outputs(stage: Stage) -> list[str]:
     """Output or dead-letter records over 400 KB, or carrying a trace header that is not W3C trace context."""
     found = []
-    for topic in (stage.names.views, stage.names.decisions, stage.names.audit, stage.names.dlq):
+    for topic in (stage.scope.views, stage.scope.decisions, stage.scope.audit, stage.scope.dlq):
         for record in read_topic(stage.config, topic):
             size = len(record.value or b"") + sum(len(v) for _, v in record.headers)
             if size > 400_000 or any(name == "traceparent" and len(value) != 55 for name, value in record.headers):
@@ -560,7 +568,10 @@ def main() -> int:
     parser.add_argument("--reduced", action="store_true", help="smaller counts, for CI")
     parser.add_argument("--only", action="append", default=[], help="run only this scenario (repeatable)")
     parser.add_argument("--secure", action="store_true", help="on secured clusters, each process as its role")
+    parser.add_argument("--tenancy", choices=("shared", "topics"), default="shared",
+                        help="topics: the cases' tenant on topics of its own (DPM_TENANCY)")  # fmt: skip
     args = parser.parse_args()
+    _TENANCY[0] = args.tenancy
     big = not args.reduced
     scenarios = _scenarios(big, args.secure)
     unknown = sorted(set(args.only) - set(scenarios))
@@ -573,7 +584,8 @@ def main() -> int:
         for name in chosen:
             outcomes.append(scenarios[name](bootstrap, Path(tmp)))
             print(_row(outcomes[-1]), flush=True)
-    print(f"\nchaos suite ({'full' if big else 'reduced'}{', secured' if args.secure else ''}), "
+    print(f"\nchaos suite ({'full' if big else 'reduced'}{', secured' if args.secure else ''}, "
+          f"tenancy {args.tenancy}), "
           f"{time.monotonic() - started:.0f} s\n")  # fmt: skip
     for outcome in outcomes:
         for broken in outcome.broken:

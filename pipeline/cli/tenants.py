@@ -15,11 +15,17 @@ _out = output_console()
 @app.command()
 def add(
     tenant: str = typer.Argument(..., help="Letters, digits, _ and - (it names topics)."),
-    partitions: int = typer.Option(6, "--partitions", min=1, help="Partitions of each of its topics."),
+    partitions: int | None = typer.Option(
+        None,
+        "--partitions",
+        min=1,
+        help="Partitions of each of its topics. Default: DPM_TENANT_PARTITIONS (6), which the baseline's tables need.",
+    ),
     replication: int | None = typer.Option(None, "--replication", min=1, help="Default: min(3, brokers)."),
 ) -> None:
-    """Create the tenant's eight topics (idempotent); workers pick it up within 10 s, without a restart."""
-    report = add_tenant(broker_settings(), tenant, partitions, replication)
+    """Create the tenant's eight topics (idempotent); workers pick it up within 10 s, the baseline within 30 s."""
+    settings = broker_settings()
+    report = add_tenant(settings, tenant, partitions or settings.kafka.tenant_partitions, replication)
     for name in report.created:
         _out.print(f"created {name}")
     for name in report.existing:

@@ -95,6 +95,13 @@ class KafkaSettings(_Group):
         pattern=r"^(shared|topics)$",
         description="shared: every tenant on the eight topics; topics: each tenant on its own (`dpm tenants add`)",
     )
+    tenant_partitions: int = Field(
+        6,
+        validation_alias="DPM_TENANT_PARTITIONS",
+        ge=1,
+        description="with DPM_TENANCY=topics: partitions of each tenant's topics (`dpm tenants add`) and of the "
+        "baseline's tables, which must agree",
+    )
     group_protocol: str = Field(
         "classic",
         validation_alias="DPM_GROUP_PROTOCOL",

@@ -15,7 +15,7 @@ from pipeline.kafka.partitioning import case_partition
 from pipeline.kafka.topics import TopicNames
 from pipeline.keys.providers import KeyProvider, LocalFileKeyProvider, shared_layout
 from pipeline.keys.ring import KeyRing
-from pipeline.keys.store import CaseKeys
+from pipeline.keys.store import CaseKeys, TenantCaseKeys
 from pipeline.wire.headers import standard_headers
 from pipeline.wire.key import KeyRecord
 from pipeline.wire.rejection import RejectedError
@@ -101,3 +101,8 @@ def case_keys_from(
             f"in {root}/<topic prefix>: move them into {settings.keys_dir(names.prefix)} (DPM_KEYS_DIR)"
         )
     return kafka_case_keys(config, names.keys, LocalFileKeyProvider(settings.keys_dir(names.prefix)))
+
+
+def tenant_case_keys(settings: Settings, names: TopicNames) -> TenantCaseKeys:
+    """With tenancy by topic: every tenant's case keys, each from its own key topic, opened on first use."""
+    return TenantCaseKeys(lambda tenant: case_keys_from(settings, names=names.of_tenant(tenant)))

@@ -333,10 +333,16 @@ def create_pipeline_topics(
 
 def existing_topics(client_config: dict[str, str], timeout_s: float = 30.0) -> set[str]:
     """The names of every topic the principal may see on the cluster."""
+    return set(partition_counts(client_config, timeout_s))
+
+
+def partition_counts(client_config: dict[str, str], timeout_s: float = 30.0) -> dict[str, int]:
+    """Every topic the principal may see on the cluster, with its number of partitions."""
     try:
-        return set(admin_client(client_config).list_topics(timeout=timeout_s).topics)
+        topics = admin_client(client_config).list_topics(timeout=timeout_s).topics
     except KafkaException as exc:
         raise KafkaAdapterError(f"listing topics failed: {exc.args[0]}") from exc
+    return {name: len(meta.partitions) for name, meta in topics.items()}
 
 
 def delete_topics(client_config: dict[str, str], topics: list[str], timeout_s: float = 30.0) -> None:

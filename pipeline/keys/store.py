@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -168,3 +168,48 @@ class MemoryKeyTopic:
 
     def close(self) -> None:
         pass
+
+
+class TenantCaseKeys:
+    """A CaseCipher over tenants' own key topics (tenancy by topic): each tenant's CaseKeys, opened on first use.
+
+    `sync` marks every tenant's keys stale and each is read on at its next use, so a process that
+    serves many tenants does not read every tenant's key topic for each record of one of them, and
+    an erasure still takes effect from the next call.
+    """
+
+    def __init__(self, open_tenant: Callable[[str], CaseKeys]) -> None:
+        self._open_tenant = open_tenant
+        self._opened: dict[str, CaseKeys] = {}
+        self._stale: set[str] = set()
+        self._lock = threading.Lock()
+
+    def _keys(self, tenant: str) -> CaseKeys:
+        with self._lock:
+            keys = self._opened.get(tenant)
+            if keys is None:
+                keys = self._opened[tenant] = self._open_tenant(tenant)
+                keys.sync()
+            elif tenant in self._stale:
+                keys.sync()
+            self._stale.discard(tenant)
+            return keys
+
+    def sync(self) -> None:
+        with self._lock:
+            self._stale = set(self._opened)
+
+    def seal(self, case: CaseRef, plaintext: bytes, aad: bytes) -> dict[str, str]:
+        return self._keys(case.tenant).seal(case, plaintext, aad)
+
+    def open(self, case: CaseRef, sealed: Mapping[str, Any], aad: bytes) -> bytes:
+        return self._keys(case.tenant).open(case, sealed, aad)
+
+    def erased(self, case: CaseRef) -> bool:
+        return self._keys(case.tenant).erased(case)
+
+    def close(self) -> None:
+        with self._lock:
+            for keys in self._opened.values():
+                keys.close()
+            self._opened.clear()

@@ -2,8 +2,8 @@
 
 Tenants acme and globex are onboarded with `dpm tenants add` (as the operator) and granted the ACL
 plan for their own topics (as the admin); each tenant's agents write as `tenant-<t>`. One projection
-worker, granted every tenant's topics, decides both tenants' cases, and picks a tenant onboarded
-while it runs up without a restart.
+worker and one Summ-only baseline, granted every tenant's topics, decide both tenants' cases, and
+pick a tenant onboarded while they run up without a restart.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import os
 import time
 import urllib.request
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import orjson
@@ -103,7 +103,7 @@ def _produce(tenanted: Tenanted, tenant: str, offset: int) -> list[DecisionReque
     keys = tenanted.keys(user, tenant)
     producer = EventProducer(tenanted.secured.config(user), names, cipher=keys)
     positions = {c.ref: tuple(producer.append(c.trajectory.events, CaseOpening(c.task, (BUDGET,)))) for c in cases}
-    requests = [DecisionRequest(f"{tenant}-{n}", c.ref, c.task, BUDGET, (Architecture.DPM,), positions[c.ref],
+    requests = [DecisionRequest(f"{tenant}-{n}", c.ref, c.task, BUDGET, tuple(Architecture), positions[c.ref],
                                 len(positions[c.ref])) for n, c in enumerate(cases)]  # fmt: skip
     producer.triggers(requests)
     producer.close()
@@ -111,7 +111,7 @@ def _produce(tenanted: Tenanted, tenant: str, offset: int) -> list[DecisionReque
     return requests
 
 
-def test_one_worker_decides_each_tenant_on_its_own_topics_and_picks_up_a_new_tenant(
+def test_a_worker_and_the_baseline_decide_each_tenant_on_its_own_topics_and_pick_up_a_new_tenant(
     tenanted: Tenanted, tmp_path: Path
 ) -> None:
     requests = {tenant: _produce(tenanted, tenant, 2 * n) for n, tenant in enumerate(TENANTS)}
@@ -120,28 +120,33 @@ def test_one_worker_decides_each_tenant_on_its_own_topics_and_picks_up_a_new_ten
     forged = DecisionRequest("forged", forged_case, requests["globex"][0].task, BUDGET, (Architecture.DPM,))
     writer = EventProducer(tenanted.secured.config(tenanted.user("acme")), tenanted.names.of_tenant("acme"))
     writer.trigger(forged)
+    # ... and an event naming a globex case: the baseline, which folds events, refuses it.
+    writer.append([replace(small_cases(per_domain=1, tenant="globex")[0].trajectory.events[0], seq=99)])
     writer.close()
     port, admin_token = free_port(), f"admin-{uuid.uuid4().hex}"
     env = {**worker_env(tenanted.secured.cluster.bootstrap, tenanted.names, tmp_path), "DPM_TENANCY": "topics",
-           "DPM_UI_REFRESH_S": "0.5", "DPM_UI_ADMIN_TOKEN": admin_token}  # fmt: skip
+           "DPM_TENANT_PARTITIONS": "3", "DPM_UI_REFRESH_S": "0.5", "DPM_UI_ADMIN_TOKEN": admin_token}  # fmt: skip
+    roles = {"worker": Role.WORKER, "baseline": Role.BASELINE, "ui": Role.AUDITOR}
 
     def as_role(command: list[str]) -> dict[str, str]:
-        role = Role.WORKER if command[0] == "worker" else Role.AUDITOR
-        return {**env, "DPM_KAFKA_CONFIG": str(tenanted.secured.properties(role.value))}
+        return {**env, "DPM_KAFKA_CONFIG": str(tenanted.secured.properties(roles[command[0]].value))}
 
     auditor = tenanted.secured.config(Role.AUDITOR.value)
-    with pipeline_processes([["worker"], ["ui", "--port", str(port)]], as_role, tmp_path / "logs"):
+    commands = [["worker"], ["baseline", "--budgets", str(BUDGET)], ["ui", "--port", str(port)]]
+    with pipeline_processes(commands, as_role, tmp_path / "logs"):
         for tenant in TENANTS:
             _decided_once(tenanted, tenant, requests[tenant], auditor)
-        assert _awaited_letter(auditor, tenanted.names.of_tenant("acme").dlq, "forged") == "tenant-mismatch"
+        acme_dlq = tenanted.names.of_tenant("acme").dlq
+        assert _awaited_letter(auditor, acme_dlq, "forged") == "tenant-mismatch"  # by the projection worker
+        assert _awaited_letter(auditor, acme_dlq, '"seq":99') == "tenant-mismatch"  # by the baseline
         tenanted.onboard("initech")  # while the worker runs
         onboarded = time.monotonic()
         late = _produce(tenanted, "initech", 0)
         _decided_once(tenanted, "initech", late, auditor)
         picked_up_s = time.monotonic() - onboarded
         _ui_shows_every_tenant(f"http://127.0.0.1:{port}", admin_token, [*requests["acme"], *requests["globex"], *late])
-    _LOG.info("a tenant onboarded while the worker ran was decided %.1f s later", picked_up_s)
-    assert picked_up_s < 60, f"a tenant onboarded while the worker ran was decided after {picked_up_s:.0f} s"
+    _LOG.info("a tenant onboarded while the worker and the baseline ran was decided by both %.1f s later", picked_up_s)
+    assert picked_up_s < 60, f"a tenant onboarded while they ran was decided after {picked_up_s:.0f} s"
     as_auditor = {"DPM_TOPIC_PREFIX": tenanted.names.prefix, "DPM_TENANCY": "topics"}
     replayed = tenanted.secured.dpm(Role.AUDITOR.value, "replay", "--all", **as_auditor)
     assert replayed.returncode == 0, replayed.stdout[-3000:] + replayed.stderr[-2000:]  # every tenant's, MATCH
@@ -180,16 +185,16 @@ def _ui_shows_every_tenant(base: str, token: str, requests: list[DecisionRequest
             assert problem not in html  # its events were read from its tenant's topic and opened with its keys
 
 
-def _awaited_letter(auditor: dict[str, str], dlq: str, trigger_id: str, timeout_s: float = 60) -> str:
-    """The reason of the dead letter of trigger `trigger_id` (the first test left a not-JSON one beside it)."""
+def _awaited_letter(auditor: dict[str, str], dlq: str, marker: str, timeout_s: float = 60) -> str:
+    """The reason of the dead letter whose original holds `marker` (the first test left a not-JSON one beside it)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         for record in read_topic(auditor, dlq):
             letter = orjson.loads(record.value or b"")
-            if trigger_id.encode() in base64.b64decode(letter["original_value_b64"]):
+            if marker.encode() in base64.b64decode(letter["original_value_b64"]):
                 return str(letter["reason"])
         time.sleep(0.5)
-    raise AssertionError(f"no dead letter for {trigger_id} on {dlq}")
+    raise AssertionError(f"no dead letter for {marker} on {dlq}")
 
 
 def _outputs(tenanted: Tenanted, tenant: str, auditor: dict[str, str]) -> PublishedOutputs:
@@ -203,9 +208,9 @@ def _outputs(tenanted: Tenanted, tenant: str, auditor: dict[str, str]) -> Publis
 def _decided_once(tenanted: Tenanted, tenant: str, requests: list[DecisionRequest], auditor: dict[str, str]) -> None:
     keys = tenanted.keys(Role.AUDITOR.value, tenant)
     try:
-        await_decisions(auditor, tenanted.names.of_tenant(tenant), len(requests), timeout_s=120, cipher=keys)
+        await_decisions(auditor, tenanted.names.of_tenant(tenant), 2 * len(requests), timeout_s=120, cipher=keys)
     finally:
         keys.close()
     outputs = _outputs(tenanted, tenant, auditor)
-    assert set(outputs.decisions) == {r.decision_key(Architecture.DPM) for r in requests}
+    assert set(outputs.decisions) == {r.decision_key(a) for r in requests for a in Architecture}
     assert outputs.duplicates == 0

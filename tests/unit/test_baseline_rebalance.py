@@ -9,6 +9,7 @@ from types import SimpleNamespace
 from typing import Any, cast
 
 import pytest
+from faust.types import TP
 
 from pipeline.core.events import CaseRef
 from pipeline.workers.baseline.deciding import Deciding
@@ -62,16 +63,15 @@ class _Host:
     end: int | None
     position: int | None
     idle_s: float
-    names: Any = field(default_factory=lambda: SimpleNamespace(events="t.events"))
     options: Any = field(default_factory=lambda: SimpleNamespace(trigger_wait_s=_WAIT_S))
 
-    def case_partition(self, _case: CaseRef) -> int:
-        return 0
+    def events_of(self, _case: CaseRef) -> TP:
+        return TP("t.events", 0)
 
-    async def events_end(self, _partition: int) -> int | None:
+    async def events_end(self, _events: TP) -> int | None:
         return self.end
 
-    async def events_position(self, _partition: int) -> int | None:
+    async def events_position(self, _events: TP) -> int | None:
         return self.position
 
     def idle_for(self, _topic: str, _partition: int) -> float:

@@ -1,9 +1,10 @@
-"""Tenancy by topic, without a broker: topic names per tenant, the worker's routing, the ACL plan per tenant."""
+"""Tenancy by topic, without a broker: topic names per tenant, the workers' routing, the ACL plan per tenant."""
 
 from __future__ import annotations
 
 import re
 from dataclasses import replace
+from pathlib import Path
 
 import orjson
 import pytest
@@ -14,10 +15,14 @@ from pipeline.core.memory_log import InMemoryEventLog
 from pipeline.core.task import Architecture
 from pipeline.kafka.acl_plan import Resource, Role, plan, tenant_principal
 from pipeline.kafka.topics import TenantNameError, TopicNames, pipeline_topics
+from pipeline.keys.providers import LocalFileKeyProvider
+from pipeline.keys.ring import KeyRing
+from pipeline.keys.store import CaseKeys, MemoryKeyTopic, TenantCaseKeys
 from pipeline.llm.extractive.backend import ExtractiveBackend
 from pipeline.wire.dead_letter import DeadLetterRecord
 from pipeline.wire.event import append_events
 from pipeline.wire.trigger import DecisionRequest
+from pipeline.workers.baseline.tenancy import BaselineInputs
 from pipeline.workers.projection.handler import CaseTopics, ProjectionHandler
 from pipeline.workers.projection.tenants import Opened, TenantTopics
 from tests.cases import load_fixture
@@ -107,3 +112,55 @@ def test_tenants_beyond_the_kept_number_are_closed_least_recently_used_first() -
     assert events == ["open a", "open b", "open c", "close b"]
     topics.close()
     assert sorted(events[-2:]) == ["close a", "close c"]
+
+
+def test_the_baseline_reads_each_complete_tenant_whose_topics_match_its_tables_and_says_why_not_once() -> None:
+    inputs = BaselineInputs(NAMES, by_topic=True, partitions=3)
+    acme, globex, initech = (NAMES.of_tenant(t) for t in ("acme", "globex", "initech"))
+    counts = {acme.events: 3, acme.triggers: 3, acme.keys: 1, "bank.events": 6,  # a shared topic is nobody's
+              globex.events: 6, globex.triggers: 6, globex.keys: 6,  # onboarded with other partition counts
+              initech.events: 3, initech.triggers: 3}  # fmt: skip  # still being onboarded: no keys topic yet
+    changed, problems = inputs.update(counts)
+    assert (changed, inputs.tenants) == (True, ("acme",))
+    [problem] = problems
+    assert "'globex' is left out" in problem
+    assert "DPM_TENANT_PARTITIONS" in problem
+    assert inputs.inputs() == {acme.events, acme.triggers}
+    assert inputs.topics("keys") == [acme.keys]
+    assert inputs.update(counts) == (False, [])  # the same tenants, and globex is not reported again
+    assert inputs.update({**counts, initech.keys: 3}) == (True, [])
+    assert inputs.topics("events") == [acme.events, initech.events]
+    assert inputs.update({k: v for k, v in counts.items() if not k.startswith("bank.acme.")})[0]  # acme removed
+    assert inputs.tenants == ()
+    assert (inputs.scope_of(acme.events), inputs.tenant_of(acme.events)) == (acme, "acme")
+    assert inputs.scope("globex") == globex
+
+
+def test_the_shared_baseline_reads_the_shared_topics_and_every_record_answers_on_them() -> None:
+    inputs = BaselineInputs(NAMES, by_topic=False, partitions=6)
+    assert inputs.topics("triggers") == [NAMES.triggers]
+    assert inputs.scope_of(NAMES.events) == inputs.scope("acme") == NAMES
+    assert inputs.tenant_of("bank.acme.events") is None  # no topic of a tenant's own in this mode
+
+
+def test_tenant_case_keys_open_each_tenant_s_keys_once_and_read_them_on_after_a_sync(tmp_path: Path) -> None:
+    topics: dict[str, MemoryKeyTopic] = {}
+    opened: list[str] = []
+
+    def open_tenant(tenant: str) -> CaseKeys:
+        opened.append(tenant)
+        topic = topics.setdefault(tenant, MemoryKeyTopic())
+        return CaseKeys(KeyRing(LocalFileKeyProvider(tmp_path / "keks")), topic)
+
+    keys = TenantCaseKeys(open_tenant)
+    acme, globex = CaseRef("acme", "c1"), CaseRef("globex", "c1")
+    sealed = {case: keys.seal(case, case.key.encode(), b"aad") for case in (acme, globex)}
+    assert [keys.open(case, sealed[case], b"aad") for case in (acme, globex)] == [b"acme/c1", b"globex/c1"]
+    assert opened == ["acme", "globex"]
+    assert len(topics["acme"]._log) == len(topics["globex"]._log) == 1  # each case's key on its tenant's topic
+    other = CaseKeys(KeyRing(LocalFileKeyProvider(tmp_path / "keks")), topics["acme"])  # another process
+    other.erase_case(acme)
+    assert not keys.erased(acme)  # not read on until a sync
+    keys.sync()
+    assert (keys.erased(acme), keys.erased(globex)) == (True, False)
+    keys.close()

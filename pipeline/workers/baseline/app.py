@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, TypeVar, cast
 
 import faust
+from faust.transport.conductor import Conductor
 from faust.transport.consumer import Consumer
 from faust.types import TP
 
@@ -41,7 +42,6 @@ from pipeline.kafka.errors import KafkaAdapterError
 from pipeline.kafka.once import OncePublisher
 from pipeline.kafka.partitioning import case_partition
 from pipeline.kafka.steps import Output, oversized
-from pipeline.kafka.topics import TopicNames
 from pipeline.kafka.txn_producer import OutputsRefusedError, PublishFailedError
 from pipeline.observability.metrics import PipelineMetrics
 from pipeline.wire.headers import header_pairs
@@ -55,6 +55,7 @@ from pipeline.workers.baseline.durable import DurableTable, collect_writes, deli
 from pipeline.workers.baseline.folding import Folding
 from pipeline.workers.baseline.outcome import Outcome, PartitionRevoked
 from pipeline.workers.baseline.stalls import Stalls
+from pipeline.workers.baseline.tenancy import KINDS, REFRESH_S, BaselineInputs
 from pipeline.workers.publishing import dead_letter, worker_source
 
 _LOG = logging.getLogger("pipeline.workers.baseline")
@@ -66,6 +67,9 @@ _RETRY_BACKOFF_S = 2.0
 _MAX_BACKOFF_S = 10.0  # waiting for Kafka: doubling pauses up to this
 _PUBLISH_ATTEMPTS = 3  # outputs the broker refuses: tries, then the dead letter's tries, then nothing
 _STALL_AFTER_S = 15.0  # an input partition with no progress for this long, records waiting and none in flight
+# faust waits this long after a subscription change before it subscribes (its default, 45 s, coalesces
+# changes made in quick succession; the tenant refresh coalesces them already, every REFRESH_S).
+_RESUBSCRIBE_AFTER_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -97,6 +101,7 @@ def _record(event: Any) -> RawRecord:  # noqa: ANN401 - faust's EventT
         msg.value,
         int(msg.timestamp * 1000) if msg.timestamp else None,
         header_pairs(msg.headers),
+        topic=msg.topic,
     )
 
 
@@ -118,7 +123,7 @@ class Baseline:
     def __init__(
         self,
         options: BaselineOptions,
-        names: TopicNames,
+        inputs: BaselineInputs,
         backend: ModelBackend,
         connection: Mapping[str, Any],
         client_config: dict[str, str],
@@ -128,7 +133,7 @@ class Baseline:
         seal: bool = False,
         window: Window | None = None,
     ) -> None:
-        self.options, self.names, self.backend, self.metrics = options, names, backend, metrics
+        self.options, self.inputs, self.backend, self.metrics = options, inputs, backend, metrics
         self.window = window  # the model's window: an event whose step would not fit is folded in parts
         self.cipher = cipher
         self._waiting_for_kafka = 0  # handlings now waiting for Kafka to answer (see waiting_for_kafka)
@@ -167,13 +172,19 @@ class Baseline:
         self.decided = self.app.Table("summ-decided", partitions=options.partitions)
         self.folding = Folding(self, cipher, seal)
         self.deciding = Deciding(self, cipher, seal)
-        self.app.agent(self._raw_topic(names.events), name="summ-events")(self._on_events)
-        self.app.agent(self._raw_topic(names.triggers), name="summ-triggers")(self._on_triggers)
-        self.app.agent(self._raw_topic(names.keys), name="summ-keys")(self._on_keys)
+        self._topics = {kind: self._raw_topic(*inputs.topics(kind)) for kind in KINDS}
+        self.app.agent(self._topics["events"], name="summ-events")(self._on_events)
+        self.app.agent(self._topics["triggers"], name="summ-triggers")(self._on_triggers)
+        self.app.agent(self._topics["keys"], name="summ-keys")(self._on_keys)
         self.app.on_partitions_assigned.connect(self._on_assigned)
         if metrics is not None:
             self.app.timer(interval=5.0, name="summ-lag")(self._report_lag)
         self.app.timer(interval=5.0, name="summ-stalls")(self._look_for_stalls)
+        self._list_topics: Callable[[], Mapping[str, int]] | None = None
+        if inputs.by_topic:
+            conductor = cast(Conductor, self.app.topics)  # faust's transport conductor: ConductorT lacks the knob
+            conductor._resubscribe_sleep_lock_seconds = _RESUBSCRIBE_AFTER_S
+            self.app.timer(interval=REFRESH_S, name="summ-tenants")(self._refresh_tenants)
 
     async def blocking(self, work: Callable[..., _T], *args: Any) -> _T:  # noqa: ANN401 - passed through
         """`work(*args)` on the I/O thread (sealing, opening, Kafka): the event loop never waits on it."""
@@ -186,9 +197,49 @@ class Baseline:
     def case_partition(self, case: CaseRef) -> int:
         return case_partition(case, self.options.partitions)
 
-    async def events_end(self, partition: int) -> int | None:
+    def events_of(self, case: CaseRef) -> TP:
+        """The events partition that holds the case's events (its tenant's own topic, or the shared one)."""
+        return TP(self.inputs.scope(case.tenant).events, self.case_partition(case))
+
+    def follow_tenants(self, list_topics: Callable[[], Mapping[str, int]]) -> None:
+        """With tenancy by topic: `list_topics` (every topic and its partition count) is asked every REFRESH_S."""
+        self._list_topics = list_topics
+
+    async def _refresh_tenants(self) -> None:
+        """Subscribes to tenants onboarded since the last look, and drops those removed (tenancy.py)."""
+        if self._list_topics is None:
+            return
+        try:
+            counts = await self.blocking(self._list_topics)
+        except KafkaAdapterError as exc:
+            _LOG.warning("the tenants were not listed: %s", exc)
+            return
+        before = {kind: self.inputs.topics(kind) for kind in self._topics}
+        changed, problems = self.inputs.update(counts)
+        for problem in problems:
+            _LOG.error(problem, extra={"worker_id": self.options.worker_id})
+        if changed:
+            _LOG.info("reading the topics of tenants %s", ", ".join(self.inputs.tenants) or "(none)",
+                      extra={"worker_id": self.options.worker_id})  # fmt: skip
+            for kind, topic in self._topics.items():
+                self._subscribe(topic, before[kind], self.inputs.topics(kind))
+
+    def _subscribe(self, topic: Any, before: list[str], after: list[str]) -> None:  # noqa: ANN401 - faust's TopicT
+        """Points an agent's topic, and the copy of it faust subscribed with, at `after`, and resubscribes.
+
+        faust's conductor holds a clone of each agent's topic and subscribes to the names of its
+        clones; a clone taken out and put back flags the subscription as changed.
+        """
+        conductor = self.app.topics
+        topic.topics = list(after)  # an agent restarted after a crash iterates its topic again
+        for channel in [c for c in conductor if set(c.topics) == set(before)]:
+            conductor.discard(channel)
+            channel.topics = list(after)
+            conductor.add(channel)
+
+    async def events_end(self, events: TP) -> int | None:
         """The events partition's end (its high watermark), asked of the broker; None while Kafka does not answer."""
-        tp = TP(self.names.events, partition)
+        tp = events
         try:
             ends = await self.app.consumer.highwaters(tp)
         except Exception as exc:  # noqa: BLE001 - aiokafka's errors while the broker is away: unknown, not failed
@@ -196,9 +247,8 @@ class Baseline:
             return None
         return ends.get(tp)
 
-    async def events_position(self, partition: int) -> int | None:
-        """The next events offset this member will fetch in `partition`, if it owns it."""
-        tp = TP(self.names.events, partition)
+    async def events_position(self, tp: TP) -> int | None:
+        """The next events offset this member will fetch in the events partition `tp`, if it owns it."""
         if tp not in self.app.consumer.assignment():
             return None
         position: int | None = await self.app.consumer.position(tp)
@@ -239,7 +289,7 @@ class Baseline:
 
     def _input_partitions(self) -> list[TP]:
         """The events and triggers partitions this member is assigned (not its tables' changelogs)."""
-        inputs = {self.names.events, self.names.triggers}
+        inputs = self.inputs.inputs()
         return [tp for tp in self.app.consumer.assignment() if tp.topic in inputs]
 
     async def _report_lag(self) -> None:
@@ -247,7 +297,7 @@ class Baseline:
         if self.metrics is None:
             return
         consumer = self.app.consumer
-        for topic in (self.names.events, self.names.triggers):
+        for topic in sorted(self.inputs.inputs()):
             lags = {}
             for tp in consumer.assignment():
                 if tp.topic == topic:
@@ -292,21 +342,22 @@ class Baseline:
                 consumer.resume_partitions({tp})
                 await consumer.seek(tp, committed)
 
-    def _raw_topic(self, name: str) -> Any:  # noqa: ANN401 - faust's TopicT
+    def _raw_topic(self, *names: str) -> Any:  # noqa: ANN401 - faust's TopicT
         return self.app.topic(
-            name, internal=False, key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw"
+            *names, internal=False, key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw"
         )
 
     def refusal(self, record: RawRecord, source: str, exc: RejectedError) -> Outcome:
         """A refused record's dead letter, counted once it is committed."""
         _LOG.warning("record at %s of %s rejected: %s", record.position, source, exc,
                      extra={"worker_id": self.options.worker_id})  # fmt: skip
-        letter = dead_letter(self.names, record, source_topic=source, reason=exc.reason, detail=exc.detail,
+        letter = dead_letter(self.inputs.scope_of(source), record, source_topic=source, reason=exc.reason,
+                             detail=exc.detail,
                              worker_id=self.options.worker_id)  # fmt: skip
         metrics = self.metrics
         return Outcome([letter], (lambda: metrics.observe_rejection(exc.reason)) if metrics else lambda: None)
 
-    async def _consume(self, stream: Any, source: str, handle: Callable[[RawRecord], Awaitable[Outcome]]) -> None:  # noqa: ANN401
+    async def _consume(self, stream: Any, handle: Callable[[RawRecord], Awaitable[Outcome]]) -> None:  # noqa: ANN401
         """Feeds each record of a faust stream to `handle`, cases concurrently; refused input becomes a dead letter.
 
         A record is acknowledged once its outcome is committed and every earlier record of its
@@ -320,7 +371,7 @@ class Baseline:
                 if self._acks.read(message.tp, message.generation_id, message.offset, event):
                     self._log_reading(message.tp, message.generation_id, message.offset)
                 # The task copies this context: table writes go to the changelog partition of `event`.
-                work = functools.partial(self._acked, event, source, handle)
+                work = functools.partial(self._acked, event, message.topic, handle)
                 await cases.submit(ordering_key(event.message.key), work)
         except asyncio.CancelledError:  # stopping: a model call in flight is not waited for
             cases.cancel()
@@ -469,14 +520,14 @@ class Baseline:
             reason, detail = Rejection.OVERSIZE, f"an output to {too_large.topic} of {too_large.size()} bytes"
         else:
             reason, detail = Rejection.UNPUBLISHABLE, f"Kafka refused its {len(outputs)} output(s)"
-        return dead_letter(self.names, record, source_topic=source, reason=reason, detail=detail,
+        return dead_letter(self.inputs.scope_of(source), record, source_topic=source, reason=reason, detail=detail,
                            worker_id=self.options.worker_id)  # fmt: skip
 
     async def _on_events(self, stream: Any) -> None:  # noqa: ANN401 - faust's StreamT
-        await self._consume(stream, self.names.events, self.folding.apply_event)
+        await self._consume(stream, self.folding.apply_event)
 
     async def _on_triggers(self, stream: Any) -> None:  # noqa: ANN401 - faust's StreamT
-        await self._consume(stream, self.names.triggers, self.deciding.decide)
+        await self._consume(stream, self.deciding.decide)
 
     async def _on_keys(self, stream: Any) -> None:  # noqa: ANN401 - faust's StreamT
         """A key tombstone (the case or its tenant erased) drops everything kept for the case."""

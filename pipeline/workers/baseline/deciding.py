@@ -14,7 +14,7 @@ from pipeline.core.run import RunResult, finish_summ
 from pipeline.core.task import Architecture, Budget
 from pipeline.wire.decision import PositionsSource, Provenance
 from pipeline.wire.headers import trace_context
-from pipeline.wire.record_keys import check_case_key, check_partition
+from pipeline.wire.record_keys import check_case_key, check_partition, check_tenant_of_topic
 from pipeline.wire.rejection import RejectedError, Rejection
 from pipeline.wire.run_records import RunRecords, run_records
 from pipeline.wire.sealing import CaseCipher
@@ -49,6 +49,7 @@ class Deciding:
         try:
             request = DecisionRequest.decode(record.value, limits=self.host.options.limits)
             check_case_key(record.key, request.case, "trigger")
+            check_tenant_of_topic(self.host.inputs.tenant_of(record.topic or ""), request.case)
         except RejectedError as exc:
             _LOG.debug("trigger at %s left to the projection group: %s", record.position, exc)
             return None
@@ -74,7 +75,7 @@ class Deciding:
         handled = HandledTriggers.from_json(self.host.decided.get(case.key))
         if handled.decided(request.trigger_id):
             duplicate = RejectedError(Rejection.DUPLICATE, f"trigger {request.trigger_id!r} was decided already")
-            refusal = self.host.refusal(record, self.host.names.triggers, duplicate)
+            refusal = self.host.refusal(record, record.topic or self.host.inputs.scope(case.tenant).triggers, duplicate)
 
             def refused() -> None:
                 refusal.committed()
@@ -84,7 +85,7 @@ class Deciding:
         count, state = await self._await_steps(request)
         self._check_decidable(request, state, count)
         published, result = await self._run(request, state, count)
-        outputs = await self.host.blocking(run_outputs, published, self.host.names, self.sealing,
+        outputs = await self.host.blocking(run_outputs, published, self.host.inputs.scope(case.tenant), self.sealing,
                                            trace_context(record.headers))  # fmt: skip
         return Outcome(outputs, functools.partial(self._decided, request, record, published, result))
 
@@ -168,7 +169,7 @@ class Deciding:
 
     def _last_offset(self, request: DecisionRequest) -> int | None:
         """The last offset the trigger names in its case's events partition."""
-        partition = self.host.case_partition(request.case)
+        partition = self.host.events_of(request.case).partition
         return max((p.offset for p in request.positions or () if p.partition == partition), default=None)
 
     async def _still_arriving(self, case: CaseRef, last: int | None) -> bool:
@@ -179,13 +180,13 @@ class Deciding:
         """
         if last is None:
             return False
-        partition = self.host.case_partition(case)
-        end = await self.host.events_end(partition)
+        events = self.host.events_of(case)
+        end = await self.host.events_end(events)
         if end is not None and last >= end:
             return False
-        position = await self.host.events_position(partition)
+        position = await self.host.events_position(events)
         if position is None:
             return end is None
         if position <= last:
             return True
-        return self.host.idle_for(self.host.names.events, partition) < self.host.options.trigger_wait_s
+        return self.host.idle_for(events.topic, events.partition) < self.host.options.trigger_wait_s

@@ -16,7 +16,7 @@ from pipeline.core.run import ModelCall, SummMemory, folded_in_parts, summ_step
 from pipeline.core.task import Architecture, Budget, TaskSpec
 from pipeline.core.view import EMPTY_VIEW
 from pipeline.wire.event import EventRecord
-from pipeline.wire.record_keys import check_event_key, check_partition
+from pipeline.wire.record_keys import check_event_key, check_partition, check_tenant_of_topic
 from pipeline.wire.rejection import RejectedError, Rejection
 from pipeline.wire.sealing import CaseCipher, open_state, seal_state
 from pipeline.workers.baseline.outcome import Outcome
@@ -65,6 +65,7 @@ class Folding:
             raise RejectedError(Rejection.OVERSIZE, f"event of {size} bytes exceeds the baseline's {limit}")
         decoded = EventRecord.decode(record.value, cipher=self.cipher)
         check_event_key(record.key, decoded.event)
+        check_tenant_of_topic(self.host.inputs.tenant_of(record.topic or ""), decoded.event.case)
         check_partition(record.position.partition, decoded.event.case, self.host.case_partition(decoded.event.case))
         return decoded
 

@@ -3,19 +3,22 @@
 from __future__ import annotations
 
 import logging
+import math
 import os
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any
 
 import faust
 
 from pipeline.config.settings import Settings
+from pipeline.core.errors import DpmError
 from pipeline.core.run import SummVariant
 from pipeline.kafka.admin import admin_client, topic_partitions, topic_replication
-from pipeline.kafka.keystore import case_keys_from
+from pipeline.kafka.keystore import case_keys_from, tenant_case_keys
 from pipeline.kafka.steps import max_record_bytes
-from pipeline.kafka.topics import BaselineTopics, ErasureBound, TopicNames, ensure_topics
+from pipeline.kafka.topics import BaselineTopics, ErasureBound, TopicNames, ensure_topics, partition_counts
 from pipeline.llm.registry import make_backend
 from pipeline.llm.windows import context_window
 from pipeline.observability.logs import json_logging_config
@@ -23,6 +26,7 @@ from pipeline.observability.metrics import PipelineMetrics
 from pipeline.wire.trigger import TriggerLimits
 from pipeline.workers.baseline.app import Baseline, BaselineOptions
 from pipeline.workers.baseline.connection import faust_connection
+from pipeline.workers.baseline.tenancy import REFRESH_S, BaselineInputs
 
 _LOG = logging.getLogger("pipeline.workers.baseline")
 
@@ -38,22 +42,46 @@ class BaselineChoices:
     trigger_wait_s: float = 60.0
 
 
-def ensure_baseline_topics(settings: Settings, app_id: str, partitions: int) -> None:
-    """Creates (or checks) the baseline's own topics, as many partitions as the events, as replicated."""
+def ensure_baseline_topics(settings: Settings, app_id: str, partitions: int, replication: int) -> None:
+    """Creates (or checks) the baseline's own topics: as many partitions as its inputs, as replicated."""
     config = settings.kafka.client_config()
-    names = TopicNames(settings.kafka.topic_prefix)
     bound = ErasureBound(settings.keys.erasure_lag_ms, settings.keys.tombstone_retention_ms)
-    ensure_topics(admin_client(config), BaselineTopics(app_id).specs(partitions, bound),
-                  topic_replication(config, names.events))  # fmt: skip
+    ensure_topics(admin_client(config), BaselineTopics(app_id).specs(partitions, bound), replication)
 
 
-def build_baseline(settings: Settings, choices: BaselineChoices, metrics: PipelineMetrics | None = None) -> Baseline:
-    """The baseline's faust app, configured but not started; its topics exist once this returns."""
+def _inputs(settings: Settings, wait_s: float) -> BaselineInputs:
+    """The topics to read at the start: the shared ones, or the tenants' own (waiting for a first tenant)."""
     names = TopicNames(settings.kafka.topic_prefix)
     config = settings.kafka.client_config()
+    if settings.kafka.tenancy != "topics":
+        return BaselineInputs(names, by_topic=False, partitions=topic_partitions(config, names.events))
+    inputs = BaselineInputs(names, by_topic=True, partitions=settings.kafka.tenant_partitions)
+    deadline = time.monotonic() + wait_s
+    while True:
+        _, problems = inputs.update(partition_counts(config))
+        for problem in problems:
+            _LOG.error(problem)
+        if inputs.tenants or time.monotonic() >= deadline:
+            return inputs
+        _LOG.info("no tenant has its topics yet (dpm tenants add); looking again in %g s", REFRESH_S)
+        time.sleep(REFRESH_S)
+
+
+def build_baseline(
+    settings: Settings, choices: BaselineChoices, metrics: PipelineMetrics | None = None, *, wait_s: float = math.inf
+) -> Baseline:
+    """The baseline's faust app, configured but not started; its topics exist once this returns.
+
+    With tenancy by topic it reads every tenant's own topics, and waits up to `wait_s` for a first
+    tenant to be onboarded (faust subscribes to names: an app with none would read nothing).
+    """
+    config = settings.kafka.client_config()
+    inputs = _inputs(settings, wait_s)
+    if not inputs.tenants and inputs.by_topic:
+        raise DpmError("no tenant has its topics yet: onboard one with `dpm tenants add`")
     options = BaselineOptions(
         worker_id=choices.worker_id,
-        partitions=topic_partitions(config, names.events),
+        partitions=inputs.partitions,
         datadir=settings.paths.home / "baseline" / choices.worker_id,
         app_id=f"{settings.kafka.topic_prefix}-baseline",
         budgets=choices.budgets,
@@ -64,12 +92,18 @@ def build_baseline(settings: Settings, choices: BaselineChoices, metrics: Pipeli
         concurrency=settings.model.concurrency,
         max_record_bytes=max_record_bytes(config),
     )
-    ensure_baseline_topics(settings, options.app_id, options.partitions)
+    ensure_baseline_topics(settings, options.app_id, options.partitions,
+                           topic_replication(config, inputs.topics("events")[0]))  # fmt: skip
     options.datadir.mkdir(parents=True, exist_ok=True)
     backend = make_backend(settings.model)
-    return Baseline(options, names, backend, faust_connection(settings.kafka), config, metrics=metrics,
-                    cipher=case_keys_from(settings), seal=settings.keys.encryption,
-                    window=context_window(settings.model, backend))  # fmt: skip
+    names = inputs.names
+    cipher = tenant_case_keys(settings, names) if inputs.by_topic else case_keys_from(settings)
+    baseline = Baseline(options, inputs, backend, faust_connection(settings.kafka), config, metrics=metrics,
+                        cipher=cipher, seal=settings.keys.encryption,
+                        window=context_window(settings.model, backend))  # fmt: skip
+    if inputs.by_topic:
+        baseline.follow_tenants(lambda: partition_counts(config))
+    return baseline
 
 
 class _DrainedWorker(faust.Worker):
