@@ -24,6 +24,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports
+	$(BIN)/dpm schemas check
 
 typecheck: $(STAMP)
 	$(BIN)/mypy

@@ -1,0 +1,127 @@
+"""`dpm schemas check`: released schemas stay unchanged, and a new version keeps its subject's rule."""
+
+from __future__ import annotations
+
+import copy
+import shutil
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from typer.testing import CliRunner
+
+from pipeline.cli import app
+from pipeline.wire.evolution import MANIFEST, check
+from pipeline.wire.resources import schemas_dir
+
+
+@pytest.fixture
+def folder(tmp_path: Path) -> Path:
+    """A copy of the package's schemas, to change."""
+    copied = tmp_path / "schemas"
+    shutil.copytree(schemas_dir(), copied)
+    return copied
+
+
+def _read(folder: Path, name: str) -> Any:
+    return orjson.loads((folder / name).read_bytes())
+
+
+def _write(folder: Path, name: str, document: Any) -> None:
+    (folder / name).write_bytes(orjson.dumps(document, option=orjson.OPT_INDENT_2))
+
+
+def _next_version(folder: Path, subject: str) -> dict[str, Any]:
+    """v2 of `subject`: v1 with the new version's names, nothing else changed yet."""
+    document: dict[str, Any] = copy.deepcopy(_read(folder, f"{subject}.v1.json"))
+    document["$id"] = f"dpm.{subject}.v2"
+    document["properties"]["schema"] = {"const": f"dpm.{subject}.v2"}
+    return document
+
+
+def test_the_package_s_own_schemas_pass() -> None:
+    assert check(schemas_dir()) == []
+
+
+def test_a_released_schema_edited_in_place_or_deleted_fails(folder: Path) -> None:
+    trigger = _read(folder, "trigger.v1.json")
+    trigger["properties"]["budget_chars"]["maximum"] = 1_000
+    _write(folder, "trigger.v1.json", trigger)
+    (folder / "ledger.v1.json").unlink()
+    assert check(folder) == [
+        "ledger.v1.json: released, but missing or unreadable (a released schema stays, forever readable)",
+        "trigger.v1.json: released schema edited in place (add a new version instead)",
+        "compatibility.json: subject 'ledger' has no schema file",
+    ]
+
+
+def test_reformatting_a_released_schema_is_not_an_edit(folder: Path) -> None:
+    _write(folder, "event.v1.json", _read(folder, "event.v1.json"))  # other indentation, same document
+    assert check(folder) == []
+
+
+def test_a_new_version_that_breaks_its_subject_s_rule_fails(folder: Path) -> None:
+    breaking = _next_version(folder, "trigger")  # FULL_TRANSITIVE: both directions
+    breaking["properties"]["budget_chars"]["maximum"] = 1_000  # old triggers above 1,000 are not valid under v2
+    breaking["properties"]["architectures"]["items"]["enum"].append("rag")  # old readers refuse a "rag" trigger
+    _write(folder, "trigger.v2.json", breaking)
+    assert check(folder) == [
+        "trigger: v2 breaks FULL_TRANSITIVE against v1: records of v1 are not all valid under v2",
+        "trigger: v2 breaks FULL_TRANSITIVE against v1: records of v2 are not all valid under v1",
+    ]
+
+
+def test_a_new_version_within_its_rule_passes_and_the_rule_decides_the_direction(folder: Path) -> None:
+    widened = _next_version(folder, "decision")  # BACKWARD_TRANSITIVE: v2 must read every v1 record
+    widened["required"] = [f for f in widened["required"] if f != "view_checks"]  # v2 reads records without it too
+    _write(folder, "decision.v2.json", widened)
+    assert check(folder) == []
+    manifest = _read(folder, MANIFEST)
+    manifest["subjects"]["decision"]["rule"] = "FORWARD"  # v1 readers would meet v2 records without view_checks
+    _write(folder, MANIFEST, manifest)
+    assert check(folder) == ["decision: v2 breaks FORWARD against v1: records of v2 are not all valid under v1"]
+
+
+def test_transitive_rules_check_against_every_earlier_version_the_others_against_the_latest(folder: Path) -> None:
+    v2 = _next_version(folder, "decision")
+    v2["required"] = [f for f in v2["required"] if f != "view_checks"]
+    _write(folder, "decision.v2.json", v2)
+    v3 = copy.deepcopy(v2)
+    v3["$id"], v3["properties"]["schema"] = "dpm.decision.v3", {"const": "dpm.decision.v3"}
+    _write(folder, "decision.v3.json", v3)
+    assert check(folder) == []
+    v3["properties"]["view_checks"] = {"type": "null"}  # no longer reads the view checks v1 and v2 records hold
+    _write(folder, "decision.v3.json", v3)
+    assert check(folder) == [
+        "decision: v3 breaks BACKWARD_TRANSITIVE against v1: records of v1 are not all valid under v3",
+        "decision: v3 breaks BACKWARD_TRANSITIVE against v2: records of v2 are not all valid under v3",
+    ]
+    manifest = _read(folder, MANIFEST)
+    manifest["subjects"]["decision"]["rule"] = "BACKWARD"
+    _write(folder, MANIFEST, manifest)
+    assert check(folder) == ["decision: v3 breaks BACKWARD against v2: records of v2 are not all valid under v3"]
+
+
+def test_misnamed_files_gaps_and_subjects_without_a_rule_are_reported(folder: Path) -> None:
+    (folder / "notes.json").write_text("{}")
+    _write(folder, "view.v3.json", {**_read(folder, "view.v1.json"), "$id": "dpm.view.v3"})
+    _write(folder, "extra.v1.json", {"$id": "dpm.other.v1", "type": "object"})
+    assert check(folder) == [
+        "extra.v1.json: its $id 'dpm.other.v1' does not name extra.v1",
+        "notes.json: not named <subject>.v<N>.json",
+        "extra: no compatibility rule in compatibility.json",
+        "view: versions [1, 3] have a gap (they are numbered 1, 2, 3, ...)",
+    ]
+
+
+def test_the_command_prints_one_line_per_problem_and_exits_non_zero(folder: Path) -> None:
+    runner = CliRunner()
+    assert runner.invoke(app, ["schemas", "check"]).exit_code == 0
+    (folder / "audit.v1.json").unlink()
+    failed = runner.invoke(app, ["schemas", "check", "--dir", str(folder)])
+    assert failed.exit_code == 1
+    assert failed.stdout.splitlines() == [
+        "audit.v1.json: released, but missing or unreadable (a released schema stays, forever readable)",
+        "compatibility.json: subject 'audit' has no schema file",
+    ]
