@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from contextlib import closing
+from itertools import groupby
 
 import typer
 
@@ -21,7 +22,14 @@ from pipeline.kafka.keystore import case_keys_from
 from pipeline.kafka.reader import KafkaEventLog
 from pipeline.services.compare import compare as compare_outputs
 from pipeline.services.read_outputs import PublishedOutputs, load_outputs
-from pipeline.services.replay import ReplayLine, registry_backends, replay_many, select_decisions, select_erased
+from pipeline.services.replay import (
+    ReplayLine,
+    erased_lines,
+    registry_backends,
+    replay_many,
+    select_decisions,
+    select_erased,
+)
 from pipeline.services.tenants import topic_scopes
 
 _out = output_console()
@@ -62,17 +70,21 @@ def replay(
     settings = broker_settings()
     backends = registry_backends(settings.model, backend)
     lines: list[ReplayLine] = []
+    config = settings.kafka.client_config()
     for scope in topic_scopes(settings):  # each decision is replayed against the events topic it was read from
-        with closing(case_keys_from(settings, names=scope)) as keys, closing(KafkaEventLog(
-                settings.kafka.client_config(), scope.events)) as log:  # fmt: skip
-            outputs = load_outputs(settings.kafka.client_config(), scope, cipher=keys)
+        with closing(case_keys_from(settings, names=scope)) as keys:
+            outputs = load_outputs(config, scope, cipher=keys)
             records = select_decisions(outputs.decisions.values(), decision=decision, tenant=tenant, case_id=case_id,
                                        every=all_decisions)  # fmt: skip
             erased = select_erased(outputs.erased, decision=decision, tenant=tenant, case_id=case_id,
                                    every=all_decisions)  # fmt: skip
-            if records or erased:
-                lines += replay_many(records, outputs.views, outputs.audits, log, backends,
-                                     recorded_only=verify_recorded, cipher=keys, erased=erased)  # fmt: skip
+            by_topic = groupby(sorted(records, key=lambda r: (r.events_topic or scope.events, r.key)),
+                               key=lambda r: r.events_topic or scope.events)  # fmt: skip
+            for topic, read_from in by_topic:  # the topic a v2 record names, else its scope's (v1)
+                with closing(KafkaEventLog(config, topic)) as log:
+                    lines += replay_many(list(read_from), outputs.views, outputs.audits, log, backends,
+                                         recorded_only=verify_recorded, cipher=keys)  # fmt: skip
+            lines += erased_lines(erased)
     if not lines:
         raise DpmError("no published decision matches")
     if as_json:

@@ -92,26 +92,20 @@ def replay_many(
     *,
     recorded_only: bool = False,
     cipher: CaseCipher | None,
-    erased: Mapping[DecisionKey, CaseRef] | None = None,
 ) -> list[ReplayLine]:
-    """Replays each record, in the order given, then lists each decision of an erased case as ERASED."""
-    gone = [ReplayLine(k, ReplayReport(ReplayStatus.ERASED, f"case {case.key} is erased: its data key is destroyed"))
-            for k, case in sorted((erased or {}).items(), key=lambda item: item[0])]  # fmt: skip
-    return [
-        ReplayLine(
-            r.key,
-            replay_one(
-                r,
-                views.get(r.key),
-                audits.get(r.key, []),
-                log,
-                backend_for,
-                recorded_only=recorded_only,
-                cipher=cipher,
-            ),
-        )
-        for r in records
-    ] + gone
+    """Replays each record, in the order given, its events read from `log`."""
+    replayed = []
+    for r in records:
+        report = replay_one(r, views.get(r.key), audits.get(r.key, []), log, backend_for,
+                            recorded_only=recorded_only, cipher=cipher)  # fmt: skip
+        replayed.append(ReplayLine(r.key, report))
+    return replayed
+
+
+def erased_lines(erased: Mapping[DecisionKey, CaseRef]) -> list[ReplayLine]:
+    """Each decision of an erased case, as ERASED (its content is sealed under a destroyed key)."""
+    return [ReplayLine(k, ReplayReport(ReplayStatus.ERASED, f"case {case.key} is erased: its data key is destroyed"))
+            for k, case in sorted(erased.items(), key=lambda item: item[0])]  # fmt: skip
 
 
 def registry_backends(settings: ModelSettings, chosen: str | None) -> BackendFor:

@@ -1,4 +1,4 @@
-"""The decision record (dpm.decision.v1): everything needed to replay and verify one decision."""
+"""The decision record (dpm.decision.v2; v1 read too): everything needed to replay and verify one decision."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from pipeline.core.verification import ReplayTarget
 from pipeline.core.window import Window
 from pipeline.wire.schema_ids import SchemaId
 from pipeline.wire.trigger import DecisionId, DecisionKey
+from pipeline.wire.validation import SchemaError
 
 
 class PositionsSource(StrEnum):
@@ -39,6 +40,7 @@ class Provenance:
     positions_source: PositionsSource
     backend: str
     worker_id: str
+    events_topic: str | None = None  # the topic the positions are offsets of; None: read from memory
 
 
 @dataclass(frozen=True)
@@ -83,6 +85,9 @@ class DecisionRecord:
     # A DPM decision of a case longer than its model's window: the window and the segment tree.
     window: Window | None = None
     segments: tuple[SegmentNode, ...] = ()
+    # The events topic the positions are offsets of (v2). None: a v1 record, or an in-memory run;
+    # its positions are offsets of its scope's events topic.
+    events_topic: str | None = None
 
     @property
     def architecture(self) -> Architecture:
@@ -145,6 +150,7 @@ class DecisionRecord:
             worker_id=provenance.worker_id,
             window=result.window,
             segments=result.segments,
+            events_topic=provenance.events_topic,
         )
 
     def to_wire(self) -> dict[str, Any]:
@@ -163,6 +169,7 @@ class DecisionRecord:
             "params": {"temperature": self.temperature, "max_tokens": self.max_tokens},
             "positions": [[p.partition, p.offset] for p in self.positions],
             "positions_source": self.positions_source.value,
+            **({"events_topic": self.events_topic} if self.events_topic is not None else {}),
             "events_count": self.events_count,
             "events_sha256": self.events_sha256,
             "prompt_sha256": self.prompt_sha256,
@@ -203,7 +210,8 @@ class DecisionRecord:
 
     @classmethod
     def from_wire(cls, value: Mapping[str, Any]) -> DecisionRecord:
-        """Inverse of to_wire, for a schema-valid value."""
+        """Inverse of to_wire, for a schema-valid value of any version (an older one upcast first)."""
+        value = upcast(value)
         checks, outcome, usage, params = value["view_checks"], value["decision"], value["usage"], value["params"]
         variant = value.get("variant")
         return cls(
@@ -241,7 +249,23 @@ class DecisionRecord:
             worker_id=value["worker_id"],
             window=None if value.get("window") is None else Window.from_wire(value["window"]),
             segments=tuple(_node_from(n) for n in value.get("segments", ())),
+            events_topic=value.get("events_topic"),
         )
+
+
+def upcast(value: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A decision record of any released version as the current one: the one place versions are told apart.
+
+    v1 had no `events_topic`: its positions are offsets of its scope's events topic, which is what
+    an absent `events_topic` means in v2 too. Nothing a digest covers differs between the versions.
+    """
+    schema = value.get("schema")
+    if schema == SchemaId.DECISION:
+        return value
+    if schema == SchemaId.DECISION_V1:
+        return {**value, "schema": SchemaId.DECISION.value}
+    raise SchemaError(f"decision: unknown version {schema!r} (this release reads {SchemaId.DECISION_V1.value} "
+                      f"and {SchemaId.DECISION.value})")  # fmt: skip
 
 
 def _node_from(value: Mapping[str, Any]) -> SegmentNode:

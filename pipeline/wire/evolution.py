@@ -10,8 +10,10 @@ its subject's rule against the versions before it.
 The rules, in a registry's words: BACKWARD, a reader of the new version reads records written with
 the old one; FORWARD, a reader of the old version reads records written with the new one; FULL,
 both; `_TRANSITIVE`, against every earlier version rather than the latest only. The subset proofs
-are jsoncompat's (deserializer role: BACKWARD; serializer role: FORWARD). The `schema` field that
-names each record's version is left out of the comparison: readers dispatch on it by design.
+are jsoncompat's (deserializer role: BACKWARD; serializer role: FORWARD), the writing version closed
+to undeclared fields (the product's writers emit declared fields only), the reading one open (its
+readers ignore fields they do not know). The `schema` field that names each record's version is
+left out of the comparison: readers dispatch on it by design.
 """
 
 from __future__ import annotations
@@ -132,12 +134,19 @@ def _subject_problems(subject: str, versions: Mapping[int, Any], rule: str | Non
 
 
 def _pair_problems(subject: str, rule: str, versions: Mapping[int, Any], old_n: int, new_n: int) -> list[str]:
-    """What breaks `rule` between versions `old_n` and `new_n` of the subject."""
+    """What breaks `rule` between versions `old_n` and `new_n` of the subject.
+
+    The product's writers emit declared fields only and its readers ignore fields they do not
+    know, so the writer's schema is compared closed (no undeclared property) against the reader's
+    as published (open): an optional field added is then compatible both ways, as it is on the wire.
+    """
     problems = []
-    old_text, new_text = _comparable(versions[old_n]), _comparable(versions[new_n])
     for role in _ROLES[rule.removesuffix("_TRANSITIVE")]:
+        writer_closed = role == "deserializer"  # deserializer: the old version writes, the new one reads
+        old = _comparable(versions[old_n], closed=writer_closed)
+        new = _comparable(versions[new_n], closed=not writer_closed)
         try:
-            compatible = jsoncompat.check_compat(old_text, new_text, role)
+            compatible = jsoncompat.check_compat(old, new, role)
         except ValueError as exc:  # a construct the checker cannot prove anything about
             problems.append(f"{subject}: v{old_n} -> v{new_n} cannot be checked: {exc}")
             continue
@@ -147,10 +156,22 @@ def _pair_problems(subject: str, rule: str, versions: Mapping[int, Any], old_n: 
     return problems
 
 
-def _comparable(document: Any) -> str:  # noqa: ANN401 - a schema
-    """The schema as compared: without its `$id` and without the version-naming `schema` field."""
+def _comparable(document: Any, *, closed: bool) -> str:  # noqa: ANN401 - a schema
+    """The schema as compared: without `$id` or the version-naming `schema` field; `closed`: no undeclared fields."""
     body = {k: v for k, v in document.items() if k != "$id"}
     properties = body.get("properties")
     if isinstance(properties, dict) and "schema" in properties:
         body["properties"] = {**properties, "schema": {"type": "string"}}
-    return orjson.dumps(body).decode()
+    return orjson.dumps(_closed(body) if closed else body).decode()
+
+
+def _closed(node: Any) -> Any:  # noqa: ANN401 - any part of a schema
+    """`node` with every object schema that declares properties closed to others (additionalProperties false)."""
+    if isinstance(node, list):
+        return [_closed(item) for item in node]
+    if not isinstance(node, dict):
+        return node
+    closed = {k: _closed(v) for k, v in node.items()}
+    if isinstance(node.get("properties"), dict) and "additionalProperties" not in node:
+        closed["additionalProperties"] = False
+    return closed

@@ -12,7 +12,8 @@ class SchemaId(StrEnum):
     EVENT = "dpm.event.v1"
     TRIGGER = "dpm.trigger.v1"
     VIEW = "dpm.view.v1"
-    DECISION = "dpm.decision.v1"
+    DECISION = "dpm.decision.v2"
+    DECISION_V1 = "dpm.decision.v1"  # read, upcast to v2 (wire/decision.py); never written since 0.2.0
     AUDIT = "dpm.audit.v1"
     DEAD_LETTER = "dpm.dlq.v1"
     KEY = "dpm.key.v1"

@@ -23,6 +23,7 @@ CONTENT_FIELDS: Mapping[SchemaId, tuple[str, ...]] = {
     SchemaId.EVENT: ("text",),
     SchemaId.VIEW: ("view", "facts", "reasoning", "compliance_notes"),
     SchemaId.DECISION: ("decision", "view_checks"),
+    SchemaId.DECISION_V1: ("decision", "view_checks"),
     SchemaId.AUDIT: ("request", "raw_response_b64", "response_text"),
     SchemaId.SEGMENT: ("view",),
 }

@@ -15,11 +15,11 @@ def test_a_record_carries_the_cloudevents_attributes_its_schema_and_its_tenant()
     assert headers == {
         "content-type": b"application/json",
         "ce_specversion": b"1.0",
-        "ce_type": b"dpm.decision.v1",
+        "ce_type": b"dpm.decision.v2",
         "ce_source": b"/dpm/projection/w-1",
         "ce_id": b"t-1:dpm/decision",
         "ce_time": b"2026-11-30T17:01:02.345Z",
-        "dpm-schema": b"dpm.decision.v1",
+        "dpm-schema": b"dpm.decision.v2",
         "dpm-tenant": b"acme",
     }
 

@@ -1,4 +1,4 @@
-"""`dpm schemas check`: released schemas stay unchanged, and a new version keeps its subject's rule."""
+"""Schema evolution: released schemas stay unchanged, a new version keeps its subject's rule, old records are read."""
 
 from __future__ import annotations
 
@@ -12,8 +12,13 @@ import pytest
 from typer.testing import CliRunner
 
 from pipeline.cli import app
+from pipeline.wire.decision import DecisionRecord
 from pipeline.wire.evolution import MANIFEST, check
 from pipeline.wire.resources import schemas_dir
+from pipeline.wire.schema_ids import SchemaId
+from pipeline.wire.validation import SchemaError, validate
+
+FIXTURES = Path(__file__).parents[1] / "fixtures"
 
 
 @pytest.fixture
@@ -125,3 +130,41 @@ def test_the_command_prints_one_line_per_problem_and_exits_non_zero(folder: Path
         "audit.v1.json: released, but missing or unreadable (a released schema stays, forever readable)",
         "compatibility.json: subject 'audit' has no schema file",
     ]
+
+
+def test_an_optional_field_added_keeps_full_compatibility_as_on_the_wire(folder: Path) -> None:
+    """Writers emit declared fields only and readers ignore unknown ones: an added optional field breaks nothing."""
+    added = _next_version(folder, "event")  # FULL_TRANSITIVE
+    added["properties"]["source_system"] = {"type": "string", "maxLength": 64}
+    _write(folder, "event.v2.json", added)
+    assert check(folder) == []
+    added["required"] = [*added["required"], "source_system"]  # v1 records lack it: a v2 reader refuses them
+    _write(folder, "event.v2.json", added)
+    assert check(folder) == ["event: v2 breaks FULL_TRANSITIVE against v1: records of v1 are not all valid under v2"]
+
+
+def _released_records(topic: str) -> list[dict[str, Any]]:
+    """The records release 0.1.0 wrote on `topic` (tests/fixtures/release-0.1.0)."""
+    lines = (FIXTURES / "release-0.1.0" / "outputs.jsonl").read_bytes().splitlines()
+    return [orjson.loads(r["value"]) for r in map(orjson.loads, lines) if r["topic"] == topic]
+
+
+def test_a_v1_decision_written_by_release_0_1_0_is_read_as_the_current_record() -> None:
+    for value in _released_records("decisions"):
+        validate(SchemaId.DECISION_V1, value)
+        record = DecisionRecord.from_wire(value)
+        assert record.events_topic is None  # v1: the offsets of its scope's events topic
+        assert record.replay_target().view_sha256 == value["view_sha256"]  # what a replay checks is unchanged
+        current = record.to_wire()
+        validate(SchemaId.DECISION, current)
+        assert {k: v for k, v in current.items() if k != "schema"} == {k: v for k, v in value.items() if k != "schema"}
+
+
+def test_a_v2_decision_names_its_events_topic_and_an_unknown_version_is_refused() -> None:
+    value = {**_released_records("decisions")[0], "schema": SchemaId.DECISION.value, "events_topic": "dpm.acme.events"}
+    validate(SchemaId.DECISION, value)
+    record = DecisionRecord.from_wire(value)
+    assert record.events_topic == "dpm.acme.events"
+    assert record.to_wire() == value
+    with pytest.raises(SchemaError, match=r"unknown version 'dpm\.decision\.v9'"):
+        DecisionRecord.from_wire({**value, "schema": "dpm.decision.v9"})

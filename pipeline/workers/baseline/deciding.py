@@ -119,7 +119,8 @@ class Deciding:
         result = await self.host.model(decide)
         positions = tuple(s.position for s in steps)
         provenance = Provenance(request.decision_id(Architecture.SUMM), positions, PositionsSource.TRIGGER,
-                                self.host.backend.name, self.host.options.worker_id)  # fmt: skip
+                                self.host.backend.name, self.host.options.worker_id,
+                                self.host.events_of(case).topic)  # fmt: skip
         return run_records(result, trajectory, task=request.task, budget=budget, provenance=provenance), result
 
     def _decided(self, request: DecisionRequest, record: RawRecord, published: RunRecords, result: RunResult) -> None:

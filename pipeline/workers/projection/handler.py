@@ -267,7 +267,8 @@ class ProjectionHandler:
             raise projected
         result = projected.result
         decision_id = request.decision_id(Architecture.DPM)
-        provenance = Provenance(decision_id, read.positions, read.source, self.backend.name, self.worker_id)
+        provenance = Provenance(decision_id, read.positions, read.source, self.backend.name, self.worker_id,
+                                read.topics.names.events)  # fmt: skip
         context = {"decision_id": str(decision_id), "tenant": request.case.tenant, "case_id": request.case.case_id,
                    "trace_id": request.trigger_id, "worker_id": self.worker_id}  # fmt: skip
         _LOG.info("decided %s: %s", decision_id, result.decision.label, extra=context)
