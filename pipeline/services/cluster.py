@@ -45,18 +45,24 @@ def cluster(settings: Settings, say: Callable[[str], None], *, keep_running: boo
 
 @contextmanager
 def pipeline_processes(
-    commands: list[list[str]], env: dict[str, str] | Callable[[list[str]], dict[str, str]], logs: Path
+    commands: list[list[str]],
+    env: dict[str, str] | Callable[[list[str]], dict[str, str]],
+    logs: Path,
+    *,
+    python: str = sys.executable,
+    cwd: Path | None = None,
 ) -> Iterator[list[subprocess.Popen[bytes]]]:
     """Runs `python -m pipeline <command>` children; SIGTERM (then SIGKILL) on exit.
 
     `env` is every child's environment, or gives each command its own (a role's client properties).
+    `python` and `cwd` run another installation (an earlier release) outside this checkout.
     """
     logs.mkdir(parents=True, exist_ok=True)
     procs: list[subprocess.Popen[bytes]] = []
     try:
         for i, command in enumerate(commands):
             with (logs / f"{command[0]}-{i}.log").open("wb") as log:
-                procs.append(subprocess.Popen([sys.executable, "-m", "pipeline", *command], stdout=log,
+                procs.append(subprocess.Popen([python, "-m", "pipeline", *command], stdout=log, cwd=cwd,
                                               env=env(command) if callable(env) else env,
                                               stderr=subprocess.STDOUT))  # fmt: skip
         yield procs
