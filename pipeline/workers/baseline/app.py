@@ -237,9 +237,8 @@ class Baseline:
             channel.topics = list(after)
             conductor.add(channel)
 
-    async def events_end(self, events: TP) -> int | None:
+    async def events_end(self, tp: TP) -> int | None:
         """The events partition's end (its high watermark), asked of the broker; None while Kafka does not answer."""
-        tp = events
         try:
             ends = await self.app.consumer.highwaters(tp)
         except Exception as exc:  # noqa: BLE001 - aiokafka's errors while the broker is away: unknown, not failed
@@ -352,8 +351,7 @@ class Baseline:
         _LOG.warning("record at %s of %s rejected: %s", record.position, source, exc,
                      extra={"worker_id": self.options.worker_id})  # fmt: skip
         letter = dead_letter(self.inputs.scope_of(source), record, source_topic=source, reason=exc.reason,
-                             detail=exc.detail,
-                             worker_id=self.options.worker_id)  # fmt: skip
+                             detail=exc.detail, worker_id=self.options.worker_id)  # fmt: skip
         metrics = self.metrics
         return Outcome([letter], (lambda: metrics.observe_rejection(exc.reason)) if metrics else lambda: None)
 

@@ -17,8 +17,8 @@ from pipeline.core.task import Architecture, Budget, TaskSpec
 from pipeline.core.view import EMPTY_VIEW
 from pipeline.wire.event import EventRecord
 from pipeline.wire.record_keys import check_event_key, check_partition, check_tenant_of_topic
-from pipeline.wire.rejection import RejectedError, Rejection
-from pipeline.wire.sealing import CaseCipher, open_state, seal_state
+from pipeline.wire.rejection import RejectedError, Rejection, decode_object
+from pipeline.wire.sealing import CaseCipher, open_body, open_state, seal_state
 from pipeline.workers.baseline.outcome import Outcome
 from pipeline.workers.baseline.state import CaseState, SummStep, step_key
 
@@ -63,9 +63,13 @@ class Folding:
         limit = self.host.options.max_event_bytes
         if size > limit:
             raise RejectedError(Rejection.OVERSIZE, f"event of {size} bytes exceeds the baseline's {limit}")
-        decoded = EventRecord.decode(record.value, cipher=self.cipher)
+        body = decode_object(record.value, "event")
+        tenant = body.get("tenant")
+        if isinstance(tenant, str):  # whose it is, before any key opens it: the topic's tenant (a missing one: SCHEMA)
+            check_tenant_of_topic(self.host.inputs.tenant_of(record.topic or ""),
+                                  CaseRef(tenant, str(body.get("case_id"))))  # fmt: skip
+        decoded = EventRecord.from_wire(open_body(body, self.cipher))
         check_event_key(record.key, decoded.event)
-        check_tenant_of_topic(self.host.inputs.tenant_of(record.topic or ""), decoded.event.case)
         check_partition(record.position.partition, decoded.event.case, self.host.case_partition(decoded.event.case))
         return decoded
 
