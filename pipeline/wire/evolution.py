@@ -31,6 +31,8 @@ import orjson
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError as InvalidSchemaError
 
+from pipeline.wire.resources import schemas_dir
+
 MANIFEST = "compatibility.json"
 RULES = ("BACKWARD", "BACKWARD_TRANSITIVE", "FORWARD", "FORWARD_TRANSITIVE", "FULL", "FULL_TRANSITIVE", "NONE")
 _FILE = re.compile(r"^(?P<subject>[a-z][a-z_]*)\.v(?P<version>[1-9][0-9]*)\.json$")
@@ -60,11 +62,14 @@ def canonical_digest(document: Any) -> str:  # noqa: ANN401 - any JSON
 
 
 def check(folder: Path) -> list[str]:
-    """Every problem with the schemas in `folder`, one line each; empty when all is well."""
-    if not (folder / MANIFEST).is_file():
-        return [f"{folder}: no {MANIFEST} (each subject's rule and the released versions' digests)"]
+    """Every problem with the schemas in `folder`, one line each; empty when all is well.
+
+    A folder without its own compatibility.json is checked against the package's: what has been
+    released, and each subject's rule, are the product's to say, not the folder's.
+    """
+    own = folder / MANIFEST
     try:
-        manifest = Manifest.read(folder)
+        manifest = Manifest.read(folder if own.is_file() else schemas_dir())
     except (orjson.JSONDecodeError, KeyError, TypeError, AttributeError) as exc:
         return [f"{MANIFEST}: not a manifest ({type(exc).__name__}: {exc})"]
     documents, problems = _documents(folder)

@@ -61,6 +61,15 @@ def test_a_released_schema_edited_in_place_or_deleted_fails(folder: Path) -> Non
     ]
 
 
+def test_a_folder_without_its_own_manifest_is_checked_against_the_package_s(folder: Path) -> None:
+    (folder / MANIFEST).unlink()
+    assert check(folder) == []
+    view = _read(folder, "view.v1.json")
+    view["required"] = [*view["required"], "tenant_name"]
+    _write(folder, "view.v1.json", view)
+    assert check(folder) == ["view.v1.json: released schema edited in place (add a new version instead)"]
+
+
 def test_reformatting_a_released_schema_is_not_an_edit(folder: Path) -> None:
     _write(folder, "event.v1.json", _read(folder, "event.v1.json"))  # other indentation, same document
     assert check(folder) == []
