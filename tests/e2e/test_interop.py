@@ -82,7 +82,7 @@ def test_kafkas_console_tools_produce_a_case_and_a_trigger_and_read_the_decision
     assert decision["decision"]["label"] in case.task.label_space
     assert decision["positions_source"] == "scan"
     assert len(decision["positions"]) == len(case.trajectory.events)
-    assert "ce_type:dpm.decision.v1" in headers
+    assert f"ce_type:{SchemaId.DECISION.value}" in headers
     assert "ce_specversion:1.0" in headers
 
 
