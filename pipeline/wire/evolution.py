@@ -67,6 +67,8 @@ def check(folder: Path) -> list[str]:
     A folder without its own compatibility.json is checked against the package's: what has been
     released, and each subject's rule, are the product's to say, not the folder's.
     """
+    if not folder.is_dir():
+        return [f"{folder}: not a folder of schemas"]
     own = folder / MANIFEST
     try:
         manifest = Manifest.read(folder if own.is_file() else schemas_dir())

@@ -132,6 +132,8 @@ def test_misnamed_files_gaps_and_subjects_without_a_rule_are_reported(folder: Pa
 def test_the_command_prints_one_line_per_problem_and_exits_non_zero(folder: Path) -> None:
     runner = CliRunner()
     assert runner.invoke(app, ["schemas", "check"]).exit_code == 0
+    missing = runner.invoke(app, ["schemas", "check", "--dir", str(folder / "nowhere")])
+    assert (missing.exit_code, missing.stdout.strip()) == (1, f"{folder / 'nowhere'}: not a folder of schemas")
     (folder / "audit.v1.json").unlink()
     failed = runner.invoke(app, ["schemas", "check", "--dir", str(folder)])
     assert failed.exit_code == 1
