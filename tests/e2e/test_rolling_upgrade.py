@@ -22,6 +22,7 @@ import orjson
 import pytest
 from confluent_kafka import Producer
 
+from benchmarks.runs import await_group, balanced
 from pipeline.core.task import Architecture
 from pipeline.kafka.producer import EventProducer
 from pipeline.kafka.topics import TopicNames
@@ -73,12 +74,8 @@ def test_members_of_two_releases_share_their_groups_and_every_trigger_is_decided
     cases = small_cases(per_domain=2)
     producer = EventProducer(kafka_config, topic_names, cipher=case_keys)
     positions = {c.ref: tuple(producer.append(c.trajectory.events, CaseOpening(c.task, (BUDGET,)))) for c in cases}
-    during, after = _requests(cases, positions, "mixed-", 16), _requests(cases, positions, "upgraded-", 8)
-    producer.triggers(during)
-    unknown = {**during[0].to_wire(), "schema": "dpm.trigger.v9", "trigger_id": "from-the-future"}
-    raw = Producer(kafka_config)
-    raw.produce(topic_names.triggers, key=during[0].case.key.encode(), value=orjson.dumps(unknown))
-    raw.flush(10)
+    spread = balanced(cases, 16, partitions=3)  # every partition that holds a case, so every member gets work
+    during, after = _requests(spread, positions, "mixed-", 16), _requests(cases, positions, "upgraded-", 8)
     env = {**worker_env(kafka_bootstrap, topic_names, tmp_path), "PYTHONPATH": ""}
     members = [["worker", "--worker-id", "w-old"], ["baseline", "--budgets", str(BUDGET), "--worker-id", "b-old"]]
     current = [["worker", "--worker-id", "w-new"], ["baseline", "--budgets", str(BUDGET), "--worker-id", "b-new"]]
@@ -86,6 +83,13 @@ def test_members_of_two_releases_share_their_groups_and_every_trigger_is_decided
         pipeline_processes(members, env, tmp_path / "previous", python=str(previous_release), cwd=tmp_path) as old,
         pipeline_processes(current, env, tmp_path / "current"),
     ):
+        for group in (f"{topic_names.prefix}-projection", f"{topic_names.prefix}-baseline"):
+            await_group(kafka_config, group, members=2, timeout_s=180)  # both releases hold partitions of each
+        producer.triggers(during)
+        unknown = {**during[0].to_wire(), "schema": "dpm.trigger.v9", "trigger_id": "from-the-future"}
+        raw = Producer(kafka_config)
+        raw.produce(topic_names.triggers, key=during[0].case.key.encode(), value=orjson.dumps(unknown))
+        raw.flush(10)
         await_decisions(kafka_config, topic_names, 2 * len(during), timeout_s=240, cipher=case_keys)
         assert all(p.poll() is None for p in old), "the previous release's members are still running"
         for proc in old:  # the upgrade's last step: the previous release's members leave

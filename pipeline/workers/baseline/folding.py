@@ -10,7 +10,7 @@ import orjson
 
 from pipeline.core.domains import rules_for
 from pipeline.core.event_log import RawRecord
-from pipeline.core.events import CaseRef, Event
+from pipeline.core.events import CaseRef, Event, InvalidEventError
 from pipeline.core.model import ModelRequest, ModelResponse
 from pipeline.core.run import ModelCall, SummMemory, folded_in_parts, summ_step
 from pipeline.core.task import Architecture, Budget, TaskSpec
@@ -31,6 +31,17 @@ _LOG = logging.getLogger("pipeline.workers.baseline")
 # larger events are refused here, as dead letters, and a step over MAX_STEP_BYTES is never stored.
 MAX_BASELINE_EVENT_BYTES = 256 * 1024
 MAX_STEP_BYTES = 900 * 1024
+
+
+def _claimed_case(body: dict[str, Any]) -> CaseRef | None:
+    """The case a record's clear fields name; None when they name none (the decode refuses it: SCHEMA)."""
+    tenant, case_id = body.get("tenant"), body.get("case_id")
+    if not isinstance(tenant, str) or not isinstance(case_id, str):
+        return None
+    try:
+        return CaseRef(tenant, case_id)
+    except InvalidEventError:
+        return None
 
 
 class Folding:
@@ -64,10 +75,9 @@ class Folding:
         if size > limit:
             raise RejectedError(Rejection.OVERSIZE, f"event of {size} bytes exceeds the baseline's {limit}")
         body = decode_object(record.value, "event")
-        tenant = body.get("tenant")
-        if isinstance(tenant, str):  # whose it is, before any key opens it: the topic's tenant (a missing one: SCHEMA)
-            check_tenant_of_topic(self.host.inputs.tenant_of(record.topic or ""),
-                                  CaseRef(tenant, str(body.get("case_id"))))  # fmt: skip
+        claimed = _claimed_case(body)
+        if claimed is not None:  # whose it is, before any key opens it: the topic's tenant
+            check_tenant_of_topic(self.host.inputs.tenant_of(record.topic or ""), claimed)
         decoded = EventRecord.from_wire(open_body(body, self.cipher))
         check_event_key(record.key, decoded.event)
         check_partition(record.position.partition, decoded.event.case, self.host.case_partition(decoded.event.case))
