@@ -66,6 +66,7 @@ def _requests(cases: list, positions: dict, prefix: str, count: int) -> list[Dec
             for n, c in enumerate(cases[n % len(cases)] for n in range(count))]  # fmt: skip
 
 
+@pytest.mark.timeout(900)  # installing the previous release, then a baseline member taking over its partner's tables
 def test_members_of_two_releases_share_their_groups_and_every_trigger_is_decided_once(
     previous_release: Path, kafka_bootstrap: str, kafka_config: dict[str, str], topic_names: TopicNames,
     tmp_path: Path, case_keys: CaseKeys,

@@ -292,19 +292,28 @@ class Baseline:
         return [tp for tp in self.app.consumer.assignment() if tp.topic in inputs]
 
     async def _report_lag(self) -> None:
-        """Exports this member's lag on the events and triggers topics (highwater minus position)."""
-        if self.metrics is None:
+        """Exports this member's lag on the events and triggers topics (highwater minus position).
+
+        A rebalance or a resubscription can take a partition away between listing and asking
+        (aiokafka then asserts): that look is skipped, since an exception in a faust timer crashes the app.
+        """
+        metrics = self.metrics
+        if metrics is None:
             return
         consumer = self.app.consumer
         for topic in sorted(self.inputs.inputs()):
             lags = {}
-            for tp in consumer.assignment():
-                if tp.topic == topic:
-                    position = await consumer.position(tp)
-                    highwater = consumer.highwater(tp)
-                    if position is not None and highwater is not None and highwater >= 0:
-                        lags[tp.partition] = max(0, highwater - position)
-            self.metrics.observe_lag(self.app.conf.id, topic, lags)
+            try:
+                for tp in consumer.assignment():
+                    if tp.topic == topic:
+                        position = await consumer.position(tp)
+                        highwater = consumer.highwater(tp)
+                        if position is not None and highwater is not None and highwater >= 0:
+                            lags[tp.partition] = max(0, highwater - position)
+            except Exception as exc:  # noqa: BLE001 - aiokafka's assertions and errors mid-rebalance: look again later
+                _LOG.debug("no lag of %s this time: %r", topic, exc)
+                continue
+            metrics.observe_lag(self.app.conf.id, topic, lags)
 
     async def _look_for_stalls(self) -> None:
         """Finds input partitions that make no progress although records wait (stalls.py); reads them again.
@@ -333,7 +342,11 @@ class Baseline:
             stalled_for = self._stalls.observe(tp, committed, end, self._acks.unfinished(tp, generation),
                                                time.monotonic())  # fmt: skip
             if stalled_for:
-                position = await consumer.position(tp)
+                try:
+                    position = await consumer.position(tp)
+                except Exception as exc:  # noqa: BLE001 - taken away by a rebalance meanwhile: nothing to read again
+                    _LOG.debug("%s left this member before it was read again: %r", tp, exc)
+                    continue
                 _LOG.warning("%s[%d] made no progress for %.0f s from offset %d to its end %s (fetch position %s), "
                              "nothing of it in flight: %s; reading it again from offset %d", tp.topic, tp.partition,
                              stalled_for, committed, end, position, _fetch_state(consumer, tp), committed,
