@@ -78,9 +78,10 @@ def replay(
                                        every=all_decisions)  # fmt: skip
             erased = select_erased(outputs.erased, decision=decision, tenant=tenant, case_id=case_id,
                                    every=all_decisions)  # fmt: skip
-            by_topic = groupby(sorted(records, key=lambda r: (r.events_topic or scope.events, r.key)),
-                               key=lambda r: r.events_topic or scope.events)  # fmt: skip
-            for topic, read_from in by_topic:  # the topic a v2 record names, else its scope's (v1)
+            first = scope.of_generation(1).events  # what v1 records read: there was no other generation then
+            by_topic = groupby(sorted(records, key=lambda r: (r.events_topic or first, r.key)),
+                               key=lambda r: r.events_topic or first)  # fmt: skip
+            for topic, read_from in by_topic:  # the topic a v2 record names, else its scope's first (v1)
                 with closing(KafkaEventLog(config, topic)) as log:
                     lines += replay_many(list(read_from), outputs.views, outputs.audits, log, backends,
                                          recorded_only=verify_recorded, cipher=keys)  # fmt: skip

@@ -1,4 +1,4 @@
-"""`dpm topics`: create and inspect the pipeline's topics."""
+"""`dpm topics`: create, inspect and grow the pipeline's topics."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import typer
 
 from pipeline.cli.reach import broker_settings
 from pipeline.cli.render import output_console
+from pipeline.kafka.layout import current_generation, read_layout, recorded_layout
 from pipeline.kafka.topics import ErasureBound, TopicNames, create_pipeline_topics
 
 app = typer.Typer(help="The pipeline's Kafka topics.", no_args_is_help=True)
@@ -14,16 +15,25 @@ _out = output_console()
 
 @app.command()
 def create(
-    partitions: int = typer.Option(6, "--partitions", min=1, help="Partitions per topic."),
+    partitions: int | None = typer.Option(
+        None, "--partitions", min=1, help="Partitions per topic (default: the recorded layout's, else 6)."
+    ),
     replication: int | None = typer.Option(
         None, "--replication", min=1, help="Replication factor (default: min(3, brokers))."
     ),
 ) -> None:
-    """Create the topics of the pipeline idempotently; refuse existing topics with conflicting settings."""
+    """Create the topics of the pipeline idempotently; refuse existing topics with conflicting settings.
+
+    On a pipeline that has grown, the current generation's topics are checked with their recorded count.
+    """
     settings = broker_settings()
-    names = TopicNames(settings.kafka.topic_prefix)
+    config = settings.kafka.client_config()
+    base = TopicNames(settings.kafka.topic_prefix)
+    layout = read_layout(config, base)
+    names = current_generation(config, base)
     bound = ErasureBound(settings.keys.erasure_lag_ms, settings.keys.tombstone_retention_ms)
-    report = create_pipeline_topics(settings.kafka.client_config(), names, partitions, replication, bound)
+    count = partitions or (layout.partitions if layout is not None else 6)
+    report = create_pipeline_topics(config, names, count, replication, bound)
     for name in report.created:
         _out.print(f"created {name}")
     drifted = {line.split(": ", 1)[0]: line.split(": ", 1)[1] for line in report.drift}
@@ -32,3 +42,29 @@ def create(
             _out.print(f"exists  {name} (drift: {drifted[name]}; alter the topic's configs to apply)")
         else:
             _out.print(f"exists  {name} (settings match)")
+    if settings.kafka.tenancy != "topics":
+        recorded = recorded_layout(config, base)
+        _out.print(f"layout  generation {recorded.generation} of {base.scope}*, {recorded.partitions} partitions")
+
+
+@app.command()
+def grow(
+    partitions: int = typer.Option(..., "--partitions", min=2, help="Partitions of the new generation."),
+    settle_s: float = typer.Option(
+        5.0, "--settle", min=0.0, help="Seconds the inputs must stay unchanged (producers stopped)."
+    ),
+) -> None:
+    """Take the topics partitioned by case to more partitions: a new generation, the events and keys copied in order.
+
+    Run it on a quiet pipeline (producers stopped, every trigger decided); workers and baseline members
+    stop when it finishes and are restarted on the new generation. Old decisions keep replaying against
+    the generation they read. See the README's Upgrading section.
+    """
+    from pipeline.services.growth import grow as grow_topics
+
+    settings = broker_settings()
+    growth = grow_topics(settings, partitions, settle_s=settle_s, progress=_out.print)
+    _out.print(f"grew {growth.scope}* from {growth.from_partitions} to {growth.to_partitions} partitions "
+               f"(generation {growth.from_generation} -> {growth.to_generation}): {growth.events_copied} events, "
+               f"{growth.keys_copied} case keys copied in {growth.seconds:.1f} s; restart producers, workers and "
+               "baseline members that have not stopped on their own")  # fmt: skip

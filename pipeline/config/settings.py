@@ -74,7 +74,9 @@ class KafkaSettings(_Group):
         validation_alias="DPM_BOOTSTRAP",
         description="Kafka bootstrap servers (unset: the local broker)",
     )
-    topic_prefix: str = Field("dpm", validation_alias="DPM_TOPIC_PREFIX", description="prefix of the eight topic names")
+    topic_prefix: str = Field(
+        "dpm", validation_alias="DPM_TOPIC_PREFIX", description="prefix of the pipeline's topic names"
+    )
     client_config_file: Path | None = Field(
         None,
         validation_alias="DPM_KAFKA_CONFIG",
@@ -93,7 +95,7 @@ class KafkaSettings(_Group):
         "shared",
         validation_alias="DPM_TENANCY",
         pattern=r"^(shared|topics)$",
-        description="shared: every tenant on the eight topics; topics: each tenant on its own (`dpm tenants add`)",
+        description="shared: every tenant on the shared topics; topics: each tenant on its own (`dpm tenants add`)",
     )
     tenant_partitions: int = Field(
         6,

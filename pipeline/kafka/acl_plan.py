@@ -114,8 +114,18 @@ def _topics(who: str, topics: Iterable[str], operations: tuple[str, ...]) -> lis
     return [Grant(who, Resource.TOPIC, t, Pattern.LITERAL, operations) for t in topics]
 
 
+def _generations(who: str, topics: Iterable[str], operations: tuple[str, ...]) -> list[Grant]:
+    """Grants on case-partitioned topics in every generation: `<name>` and the `<name>-g<k>` a growth makes.
+
+    A prefix, so that a growth (`dpm topics grow`) needs no new ACLs before its processes restart;
+    only the operator creates topics, and no other topic name starts with these.
+    """
+    return [Grant(who, Resource.TOPIC, t, Pattern.PREFIXED, operations) for t in topics]
+
+
 def _producer(names: TopicNames, who: str) -> list[Grant]:
-    return [*_topics(who, (names.events, names.triggers), _WRITE), *_topics(who, (names.keys,), _READ_WRITE)]
+    return [*_generations(who, (names.events, names.triggers), _WRITE), *_generations(who, (names.keys,), _READ_WRITE),
+            *_topics(who, (names.layout,), _READ)]  # fmt: skip
 
 
 def _tenant_producer(names: TopicNames, who: str) -> list[Grant]:
@@ -126,9 +136,10 @@ def _tenant_producer(names: TopicNames, who: str) -> list[Grant]:
 def _worker_topics(names: TopicNames, who: str) -> list[Grant]:
     # The keys topic is written too: sealing a case whose events came in clear makes its data key.
     return [
-        *_topics(who, (names.triggers, names.events), _READ),
+        *_generations(who, (names.triggers, names.events), _READ),
         *_topics(who, (names.views, names.decisions, names.audit, names.dlq), _WRITE),
-        *_topics(who, (names.segments, names.keys), _READ_WRITE),
+        *_generations(who, (names.segments, names.keys), _READ_WRITE),
+        *_topics(who, (names.layout,), _READ),
     ]
 
 
@@ -142,27 +153,27 @@ def _worker(names: TopicNames, who: str) -> list[Grant]:
 
 def _baseline_topics(names: TopicNames, who: str) -> list[Grant]:
     return [
-        *_topics(who, (names.events, names.triggers), _READ),
+        *_generations(who, (names.events, names.triggers), _READ),
         *_topics(who, (names.views, names.decisions, names.audit, names.dlq), _WRITE),
-        *_topics(who, (names.keys,), _READ_WRITE),  # as the worker's
+        *_generations(who, (names.keys,), _READ_WRITE),  # as the worker's
+        *_topics(who, (names.layout,), _READ),
     ]
 
 
 def _baseline(names: TopicNames, who: str) -> list[Grant]:
-    app_id = f"{names.prefix}-baseline"
+    app_id = names.of_generation(1).baseline_app  # each generation's app is named `<this>-g<k>` (topics.py)
     own = ("Read", "Write", "Describe", "Create", "DescribeConfigs")
     return [
         # Its changelogs, ledger and faust's leader topic, all named after the app (checked, created if missing).
         Grant(who, Resource.TOPIC, f"{app_id}-", Pattern.PREFIXED, own),
-        Grant(who, Resource.GROUP, app_id, Pattern.LITERAL, ("Read",)),
-        Grant(who, Resource.TRANSACTIONAL_ID, f"{app_id}-publish", Pattern.PREFIXED, _WRITE),  # pipeline.kafka.once
+        Grant(who, Resource.GROUP, app_id, Pattern.PREFIXED, ("Read",)),
+        Grant(who, Resource.TRANSACTIONAL_ID, app_id, Pattern.PREFIXED, _WRITE),  # `<app>-publish-...`: kafka/once.py
     ]
 
 
 def _auditor_topics(names: TopicNames, who: str) -> list[Grant]:
-    everything = (names.events, names.triggers, names.views, names.decisions, names.audit, names.dlq, names.keys,
-                  names.segments)  # fmt: skip
-    return _topics(who, everything, _READ)
+    outputs = (names.views, names.decisions, names.audit, names.dlq, names.layout)
+    return [*_generations(who, names.case_partitioned(), _READ), *_topics(who, outputs, _READ)]
 
 
 def _operator(names: TopicNames, who: str) -> list[Grant]:

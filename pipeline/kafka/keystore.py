@@ -11,6 +11,7 @@ from pipeline.config.settings import Settings, SettingsError
 from pipeline.core.events import CaseRef
 from pipeline.kafka.errors import KafkaAdapterError
 from pipeline.kafka.follow import TopicFollower
+from pipeline.kafka.layout import current_generation
 from pipeline.kafka.partitioning import case_partition
 from pipeline.kafka.topics import TopicNames
 from pipeline.keys.providers import KeyProvider, LocalFileKeyProvider, shared_layout
@@ -90,16 +91,18 @@ def case_keys_from(
 ) -> CaseKeys:
     """The case keys the settings name (local file provider), whether or not new content is sealed.
 
-    `client_config` and `names` override the settings' cluster and topics (a private demo cluster).
+    `client_config` and `names` override the settings' cluster and topics (a private demo cluster);
+    by default the keys topic of the shared topics' current generation.
     """
     config = client_config or settings.kafka.client_config()
-    names = names or TopicNames(settings.kafka.topic_prefix)
+    prefix = names.prefix if names else settings.kafka.topic_prefix
     root = settings.keys_root()
     if shared_layout(root):
         raise SettingsError(
             f"{root} holds tenant key folders directly, shared by every pipeline; each pipeline now keeps its own "
-            f"in {root}/<topic prefix>: move them into {settings.keys_dir(names.prefix)} (DPM_KEYS_DIR)"
+            f"in {root}/<topic prefix>: move them into {settings.keys_dir(prefix)} (DPM_KEYS_DIR)"
         )
+    names = names or current_generation(config, TopicNames(prefix))
     return kafka_case_keys(config, names.keys, LocalFileKeyProvider(settings.keys_dir(names.prefix)))
 
 

@@ -13,6 +13,7 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from pipeline.core.events import Event, LogPosition
 from pipeline.kafka.admin import topic_partitions
 from pipeline.kafka.errors import KafkaAdapterError
+from pipeline.kafka.layout import current_names
 from pipeline.kafka.partitioning import case_partition
 from pipeline.kafka.topics import TopicNames
 from pipeline.wire.event import CaseOpening, opened
@@ -31,11 +32,13 @@ class EventProducer:
 
     Every event of a case goes to the partition derived from `tenant/case`, keyed
     `tenant/case/seq`, with the standard headers (the tenant among them); appends return
-    delivery positions.
+    delivery positions. The shared topics are written in their current generation, and not at all
+    while a partition count differs from the layout's (LayoutError): a case's new events would land
+    apart from its old ones.
     """
 
     def __init__(self, client_config: dict[str, str], names: TopicNames, cipher: CaseCipher | None = None) -> None:
-        self._names = names
+        self._names = names if names.tenant is not None else current_names(client_config, names)[0]
         self._cipher = cipher  # seals each event's text under its case's data key (None: in clear)
         self._producer = Producer(
             {**client_config, "enable.idempotence": True, "acks": "all", "linger.ms": 5, "compression.type": "lz4"},

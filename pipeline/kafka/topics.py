@@ -40,18 +40,31 @@ class TopicNames:
     """Concrete topic names under one prefix (tests use a unique prefix each), and one tenant's if it has its own.
 
     Shared topics are `<prefix>.<topic>`; a tenant's own (tenancy by topic) `<prefix>.<tenant>.<topic>`.
+    The topics partitioned by case (events, triggers, keys, segments) come in generations: the
+    first has those names, generation k > 1 (made by `dpm topics grow`) `<name>-g<k>`; the layout
+    topic (`<scope>layout`) says which generation is current.
     """
 
     prefix: str = "dpm"
     tenant: str | None = None
+    generation: int = 1
 
     def __post_init__(self) -> None:
         if self.tenant is not None:
             check_topic_tenant(self.tenant)
+        if self.generation < 1:
+            raise ValueError(f"topic generation {self.generation} (generations count from 1)")
 
     def of_tenant(self, tenant: str) -> TopicNames:
-        """The topics of `tenant`'s own under this prefix."""
+        """The topics of `tenant`'s own under this prefix (their first generation)."""
         return TopicNames(self.prefix, tenant)
+
+    def of_generation(self, generation: int) -> TopicNames:
+        """The same scope's topics in another generation of the case-partitioned topics."""
+        return TopicNames(self.prefix, self.tenant, generation)
+
+    def _generational(self, name: str) -> str:
+        return f"{self.scope}{name}" if self.generation == 1 else f"{self.scope}{name}-g{self.generation}"
 
     @property
     def scope(self) -> str:
@@ -60,11 +73,11 @@ class TopicNames:
 
     @property
     def events(self) -> str:
-        return f"{self.scope}events"
+        return self._generational("events")
 
     @property
     def triggers(self) -> str:
-        return f"{self.scope}triggers"
+        return self._generational("triggers")
 
     @property
     def views(self) -> str:
@@ -84,11 +97,30 @@ class TopicNames:
 
     @property
     def keys(self) -> str:
-        return f"{self.scope}keys"
+        return self._generational("keys")
 
     @property
     def segments(self) -> str:
-        return f"{self.scope}segments"
+        return self._generational("segments")
+
+    @property
+    def layout(self) -> str:
+        """The compacted topic whose one record says which generation of the case-partitioned topics is current."""
+        return f"{self.scope}layout"
+
+    @property
+    def baseline_app(self) -> str:
+        """The Summ-only baseline's faust app (its group, and its topics' prefix) for this generation.
+
+        A generation has its own app: the baseline's tables are partitioned like its inputs, so a
+        growth starts it afresh on the new generation, folding every case again from its events.
+        """
+        app = f"{self.prefix}-baseline"
+        return app if self.generation == 1 else f"{app}-g{self.generation}"
+
+    def case_partitioned(self) -> tuple[str, str, str, str]:
+        """The topics whose partition is the case's: all must have the generation's partition count."""
+        return (self.events, self.triggers, self.keys, self.segments)
 
     def tenant_triggers_pattern(self) -> str:
         """A subscription (librdkafka regex) to every tenant's own triggers topic under the prefix."""
@@ -135,7 +167,7 @@ class ErasureBound:
 def pipeline_topics(
     names: TopicNames, partitions: int = 6, erasure: ErasureBound | None = None
 ) -> tuple[TopicSpec, ...]:
-    """The eight topics with the configs the pipeline's guarantees depend on."""
+    """The nine topics with the configs the pipeline's guarantees depend on."""
     # A unique key per event (tenant/case/seq) means compaction never drops a live event; no time
     # retention, because replay months later must find the very offsets a decision recorded.
     compacted = {"cleanup.policy": "compact", "retention.ms": _KEEP_FOREVER, "retention.bytes": "-1"}
@@ -156,6 +188,9 @@ def pipeline_topics(
         # A long case's segment views (segment_views.py), sealed, on the case's partition; compacted with
         # the events' erasure bound, since erasure tombstones them too.
         TopicSpec(names.segments, partitions, compacted, bound),
+        # One record per scope (wire/layout.py): the current generation of the case-partitioned topics and
+        # their partition count, kept forever; every process reads it at start and while it runs.
+        TopicSpec(names.layout, 1, {"cleanup.policy": "compact", "retention.ms": _KEEP_FOREVER}),
     )
 
 
@@ -165,7 +200,7 @@ BASELINE_TABLES = ("summ-cases", "summ-steps", "summ-decided")
 
 @dataclass(frozen=True)
 class BaselineTopics:
-    """The topics the Summ-only baseline (faust app `app_id`) keeps beside the pipeline's eight."""
+    """The topics the Summ-only baseline (faust app `app_id`) keeps beside the pipeline's own."""
 
     app_id: str
 
@@ -326,7 +361,7 @@ def create_pipeline_topics(
     replication: int | None = None,
     erasure: ErasureBound | None = None,
 ) -> TopicReport:
-    """Creates (or checks) the eight topics; replication defaults to min(3, brokers in the cluster)."""
+    """Creates (or checks) the nine topics; replication defaults to min(3, brokers in the cluster)."""
     factor = replication or min(3, len(fetch_metadata(client_config).broker_ids))
     return ensure_topics(admin_client(client_config), pipeline_topics(names, partitions, erasure), factor)
 
@@ -362,13 +397,13 @@ def remove_pipeline(client_config: dict[str, str], prefix: str, timeout_s: float
     whose prefix merely starts the same is left alone.
     """
     mine = (f"{prefix}.", f"{prefix}-baseline-")
-    groups_of = {f"{prefix}-projection", f"{prefix}-baseline"}
+    groups_of = {f"{prefix}-projection", f"{prefix}-baseline"}  # and the baseline of each later generation
     topics = tuple(sorted(t for t in existing_topics(client_config, timeout_s=10) if t.startswith(mine)))
     delete_topics(client_config, list(topics), timeout_s)
     admin = admin_client(client_config)
     try:
         groups = [g.group_id for g in admin.list_consumer_groups().result(timeout=10).valid
-                  if g.group_id in groups_of]  # fmt: skip
+                  if g.group_id in groups_of or g.group_id.startswith(f"{prefix}-baseline-g")]  # fmt: skip
         for future in admin.delete_consumer_groups(groups).values() if groups else ():
             future.result(timeout=timeout_s)
     except KafkaException as exc:

@@ -17,12 +17,14 @@ from pipeline.core.events import CaseRef, LogPosition, Trajectory
 from pipeline.core.verification import ReplayReport
 from pipeline.kafka.errors import KafkaAdapterError
 from pipeline.kafka.keystore import case_keys_from
+from pipeline.kafka.layout import current_generation
 from pipeline.kafka.reader import KafkaEventLog
 from pipeline.kafka.topics import TopicNames
 from pipeline.services.audit_index import DecisionIndex, IndexedDecision, LiveIndex, read_audits
 from pipeline.services.replay import LogChangedError, read_recorded_events, registry_backends, replay_one
 from pipeline.services.tenants import topic_scopes
 from pipeline.wire.audit import AuditRecord
+from pipeline.wire.decision import DecisionRecord
 
 _LOG = logging.getLogger("pipeline.services.auditor")
 
@@ -76,12 +78,24 @@ class _Scope:
         self.names = names
         self.keys = case_keys_from(settings, client_config=config, names=names)
         self.live = LiveIndex(config, names, self.keys, index)
-        self.events = PooledLog([KafkaEventLog(config, names.events) for _ in range(readers)])
+        self._config, self._readers = config, readers
+        self._events: dict[str, PooledLog] = {}  # events topic (one per generation) -> its readers, opened on use
+        self._events_lock = threading.Lock()
         self.audit_log = PooledLog([KafkaEventLog(config, names.audit) for _ in range(readers)])
+
+    def events_of(self, record: DecisionRecord) -> PooledLog:
+        """The readers of the events topic the decision read (v1 records: the first generation's)."""
+        topic = record.events_topic or self.names.of_generation(1).events
+        with self._events_lock:
+            if topic not in self._events:
+                self._events[topic] = PooledLog([KafkaEventLog(self._config, topic) for _ in range(self._readers)])
+            return self._events[topic]
 
     def close(self) -> None:
         self.live.close()
-        self.events.close()
+        with self._events_lock:
+            for log in self._events.values():
+                log.close()
         self.audit_log.close()
         self.keys.close()
 
@@ -102,7 +116,8 @@ class KafkaAuditor:
     def __init__(self, settings: Settings, names: TopicNames | None = None) -> None:
         self._settings = settings
         self._by_topic = settings.kafka.tenancy == "topics" and names is None
-        self.names = names or TopicNames(settings.kafka.topic_prefix)
+        base = TopicNames(settings.kafka.topic_prefix)
+        self.names = names or (base if self._by_topic else current_generation(settings.kafka.client_config(), base))
         self._index = DecisionIndex(settings.ui.max_decisions)
         self._scopes: dict[str | None, _Scope] = {}
         if not self._by_topic:
@@ -157,7 +172,7 @@ class KafkaAuditor:
     def events(self, item: IndexedDecision) -> CaseEvents:
         scope = self._scope(item)
         try:
-            trajectory = read_recorded_events(item.record, scope.events, scope.keys)
+            trajectory = read_recorded_events(item.record, scope.events_of(item.record), scope.keys)
         except LogChangedError as exc:
             return CaseEvents(None, f"the recorded offsets now hold other records: {exc.detail}")
         return CaseEvents(trajectory, None if trajectory is not None else "erased: the case's data key is destroyed")
@@ -174,8 +189,8 @@ class KafkaAuditor:
         holds a Kafka reader, not the model calls.
         """
         scope = self._scope(item)
-        return replay_one(item.record, item.view, audits, scope.events, self._backends, recorded_only=False,
-                          cipher=scope.keys)  # fmt: skip
+        return replay_one(item.record, item.view, audits, scope.events_of(item.record), self._backends,
+                          recorded_only=False, cipher=scope.keys)  # fmt: skip
 
     def close(self) -> None:
         self._stop.set()

@@ -11,7 +11,7 @@ from pipeline.config.settings import Settings
 from pipeline.core.errors import DpmError
 from pipeline.core.events import CaseRef
 from pipeline.kafka.admin import topic_exists
-from pipeline.kafka.keystore import case_keys_from
+from pipeline.kafka.keystore import KafkaKeyTopic, case_keys_from
 from pipeline.kafka.producer import EventProducer
 from pipeline.kafka.range_reads import read_topic
 from pipeline.kafka.topics import TopicNames
@@ -57,25 +57,48 @@ def _tenant(subject: CaseRef | str) -> str:
     return subject if isinstance(subject, str) else subject.tenant
 
 
+def _generations(settings: Settings, subject: CaseRef | str) -> list[TopicNames]:
+    """The subject's topics in every generation, oldest first (growths keep the older ones: services/growth.py)."""
+    current = topics_of(settings, _tenant(subject))
+    return [current.of_generation(g) for g in range(1, current.generation + 1)]
+
+
 def _tombstone_events(settings: Settings, subject: CaseRef | str) -> int:
-    """Tombstones every live record of the events topic that names the case (or any case of the tenant)."""
-    names = topics_of(settings, _tenant(subject))
+    """Tombstones every live record of every generation's events topic that names the case (or the tenant's cases)."""
     config = settings.kafka.client_config()
-    if isinstance(subject, CaseRef):
-        found = records_of(config, names.events, partial(_case_named, subject))
-    else:
-        found = records_of(config, names.events, partial(_tenant_named, subject))
-    return _tombstone(settings, names, subject, names.events, found)
+    named = partial(_case_named, subject) if isinstance(subject, CaseRef) else partial(_tenant_named, subject)
+    return sum(_tombstone(settings, names, subject, names.events, records_of(config, names.events, named))
+               for names in _generations(settings, subject))  # fmt: skip
 
 
 def _tombstone_segment_views(settings: Settings, subject: CaseRef | str) -> int:
     """Tombstones every segment view of the case (or the tenant's cases), found by the keys workers give them."""
-    names = topics_of(settings, _tenant(subject))
+    config = settings.kafka.client_config()
     prefix = case_prefix(subject) if isinstance(subject, CaseRef) else f"{subject}/".encode()
-    if not topic_exists(settings.kafka.client_config(), names.segments):
-        return 0  # topics created before segment views existed: there are none to erase
-    found = records_of(settings.kafka.client_config(), names.segments, partial(_keyed_under, prefix))
-    return _tombstone(settings, names, subject, names.segments, found)
+    tombstones = 0
+    for names in _generations(settings, subject):
+        if topic_exists(config, names.segments):  # topics created before segment views existed have none
+            found = records_of(config, names.segments, partial(_keyed_under, prefix))
+            tombstones += _tombstone(settings, names, subject, names.segments, found)
+    return tombstones
+
+
+def _destroy_retired_keys(settings: Settings, subject: CaseRef | str) -> None:
+    """Tombstones the case's (or the tenant's cases') data keys in the key topics of retired generations.
+
+    A growth copied every data key to the new generation; the copies left behind must go too, or
+    an erased case could still be opened from an older key topic.
+    """
+    config = settings.kafka.client_config()
+    for names in _generations(settings, subject)[:-1]:
+        found = records_of(config, names.keys, partial(_holds_key_of, subject))
+        topic = KafkaKeyTopic(config, names.keys)
+        try:
+            for key, _partition in found:
+                tenant, _, case_id = key.decode().partition("/")
+                topic.publish(CaseRef(tenant, case_id), None)
+        finally:
+            topic.close()
 
 
 def _tombstone(
@@ -88,6 +111,14 @@ def _tombstone(
         return producer.erase(_tenant(subject), found, topic)
     finally:
         producer.close()
+
+
+def _holds_key_of(subject: CaseRef | str, key: bytes | None, value: bytes | None) -> bool:
+    """Whether a key topic's record is the case's data key (or one of the tenant's cases')."""
+    del value  # wrapped: a key record is known by its key alone
+    if key is None:
+        return False
+    return key == subject.key.encode() if isinstance(subject, CaseRef) else key.startswith(f"{subject}/".encode())
 
 
 def _keyed_under(prefix: bytes, key: bytes | None, value: bytes | None) -> bool:
@@ -111,6 +142,7 @@ def erase_case(settings: Settings, case: CaseRef) -> Erasure:
     """
     with closing(case_keys_from(settings, names=topics_of(settings, case.tenant))) as keys:
         had_key = keys.erase_case(case)
+    _destroy_retired_keys(settings, case)
     tombstones = _tombstone_events(settings, case)
     views = _tombstone_segment_views(settings, case)
     if not had_key and not tombstones and not views:
@@ -122,6 +154,7 @@ def erase_tenant(settings: Settings, tenant: str) -> Erasure:
     """Destroys every key-encryption key of the tenant and tombstones each of its cases' data keys and events."""
     with closing(case_keys_from(settings, names=topics_of(settings, tenant))) as keys:
         cases = keys.erase_tenant(tenant)
+    _destroy_retired_keys(settings, tenant)
     tombstones = _tombstone_events(settings, tenant)  # one pass over the topic for all the tenant's cases
     views = _tombstone_segment_views(settings, tenant)
     if not cases and not tombstones and not views:

@@ -1,6 +1,6 @@
 """Tenancy by topic (DPM_TENANCY=topics): onboarding a tenant onto topics of its own, listing, removing.
 
-A tenant's own topics are the pipeline's eight under `<prefix>.<tenant>.`, so a broker can grant a
+A tenant's own topics are the pipeline's nine under `<prefix>.<tenant>.`, so a broker can grant a
 tenant's principals exactly its own (acl_plan). Workers pick a new tenant up by their subscription
 pattern, within PATTERN_REFRESH_MS of its topics being created. Removing a tenant destroys its
 key-encryption keys first (everything sealed under them is unreadable from then on), then deletes
@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pipeline.config.settings import Settings
 from pipeline.core.errors import DpmError
 from pipeline.kafka.keystore import case_keys_from
+from pipeline.kafka.layout import current_generation
 from pipeline.kafka.topics import (
     ErasureBound,
     TopicNames,
@@ -27,16 +28,18 @@ from pipeline.kafka.topics import (
 
 
 def topics_of(settings: Settings, tenant: str) -> TopicNames:
-    """The topics of a tenant's records: its own with tenancy by topic, else the shared ones."""
+    """The topics of a tenant's records: its own with tenancy by topic, else the shared ones (current generation)."""
     names = TopicNames(settings.kafka.topic_prefix)
-    return names.of_tenant(tenant) if settings.kafka.tenancy == "topics" else names
+    if settings.kafka.tenancy == "topics":
+        return names.of_tenant(tenant)
+    return current_generation(settings.kafka.client_config(), names)
 
 
 def topic_scopes(settings: Settings) -> list[TopicNames]:
-    """Every set of topics outputs are on: the shared ones, or each tenant's own (those it has now)."""
+    """Every set of topics outputs are on: the shared ones (current generation), or each tenant's own (those it has)."""
     names = TopicNames(settings.kafka.topic_prefix)
     if settings.kafka.tenancy != "topics":
-        return [names]
+        return [current_generation(settings.kafka.client_config(), names)]
     return [names.of_tenant(t.tenant) for t in list_tenants(settings)]
 
 
@@ -47,7 +50,7 @@ def _require_topics_mode(settings: Settings) -> TopicNames:
 
 
 def add_tenant(settings: Settings, tenant: str, partitions: int, replication: int | None = None) -> TopicReport:
-    """Creates (or checks) the tenant's eight topics; idempotent."""
+    """Creates (or checks) the tenant's nine topics; idempotent."""
     names = _require_topics_mode(settings).of_tenant(tenant)
     bound = ErasureBound(settings.keys.erasure_lag_ms, settings.keys.tombstone_retention_ms)
     return create_pipeline_topics(settings.kafka.client_config(), names, partitions, replication, bound)
@@ -61,7 +64,7 @@ class TenantTopics:
 
 
 def list_tenants(settings: Settings) -> list[TenantTopics]:
-    """Every tenant with a topic of its own under the prefix, and which of its eight topics exist."""
+    """Every tenant with a topic of its own under the prefix, and which of its nine topics exist."""
     names = _require_topics_mode(settings)
     topics = existing_topics(settings.kafka.client_config())
     tenants = sorted({t for topic in topics if (t := names.tenant_of(topic)) is not None})

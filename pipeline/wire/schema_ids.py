@@ -19,6 +19,7 @@ class SchemaId(StrEnum):
     KEY = "dpm.key.v1"
     LEDGER = "dpm.ledger.v1"
     SEGMENT = "dpm.segment.v1"
+    LAYOUT = "dpm.layout.v1"
 
     @property
     def file_stem(self) -> str:

@@ -39,13 +39,13 @@ def test_every_grant_stays_inside_its_pipeline() -> None:
 def test_the_producer_writes_inputs_and_reads_only_the_keys() -> None:
     grants = _of(Role.PRODUCER)
     assert _topics(grants, "Write") == {NAMES.events, NAMES.triggers, NAMES.keys}
-    assert _topics(grants, "Read") == {NAMES.keys}  # sealing needs the case keys; no output is readable
+    assert _topics(grants, "Read") == {NAMES.keys, NAMES.layout}  # sealing needs the case keys; no output is readable
     assert not [g for g in grants if g.resource in (Resource.TRANSACTIONAL_ID, Resource.CLUSTER)]
 
 
 def test_the_worker_reads_inputs_writes_outputs_in_its_own_group_and_transactions() -> None:
     grants = _of(Role.WORKER)
-    assert _topics(grants, "Read") == {NAMES.triggers, NAMES.events, NAMES.keys, NAMES.segments}
+    assert _topics(grants, "Read") == {NAMES.triggers, NAMES.events, NAMES.keys, NAMES.segments, NAMES.layout}
     outputs = {NAMES.views, NAMES.decisions, NAMES.audit, NAMES.dlq, NAMES.segments}
     assert _topics(grants, "Write") == {*outputs, NAMES.keys}  # a case whose events came in clear gets its key here
     assert Grant("User:worker", Resource.GROUP, "bank-projection", Pattern.LITERAL, ("Read",)) in grants
@@ -62,15 +62,31 @@ def test_the_auditor_reads_every_pipeline_topic_and_writes_nothing() -> None:
 
 def test_the_baseline_owns_its_app_topics_by_prefix() -> None:
     grants = _of(Role.BASELINE)
-    own = [g for g in grants if g.pattern is Pattern.PREFIXED and g.resource is Resource.TOPIC]
-    assert [(g.name, "Create" in g.operations) for g in own] == [("bank-baseline-", True)]
-    assert "bank-baseline-publish" in {g.name for g in grants if g.resource is Resource.TRANSACTIONAL_ID}
+    own = [g for g in grants if g.resource is Resource.TOPIC and "Create" in g.operations]
+    assert [(g.name, g.pattern) for g in own] == [("bank-baseline-", Pattern.PREFIXED)]
+    # every generation's app (bank-baseline, bank-baseline-g2, ...): its group and its transactional ids
+    assert Grant("User:baseline", Resource.GROUP, "bank-baseline", Pattern.PREFIXED, ("Read",)) in grants
+    assert Grant("User:baseline", Resource.TRANSACTIONAL_ID, "bank-baseline", Pattern.PREFIXED,
+                 ("Write", "Describe")) in grants  # fmt: skip
+
+
+def test_case_partitioned_topics_are_granted_in_every_generation_and_nothing_else_by_prefix() -> None:
+    grants = plan(NAMES)
+    case_partitioned = set(NAMES.case_partitioned())
+    for grant in grants:
+        if grant.resource is Resource.TOPIC and grant.name.startswith("bank."):
+            by_prefix = grant.pattern is Pattern.PREFIXED
+            assert by_prefix == (grant.name in case_partitioned or grant.name == "bank."), grant
+    grown = NAMES.of_generation(2)
+    for topic in grown.case_partitioned():
+        assert any(g.principal == "User:worker" and topic.startswith(g.name) for g in grants)
 
 
 def test_kafka_acls_commands_name_principal_operations_and_pattern() -> None:
     commands = kafka_acls_commands(_of(Role.WORKER))
     assert ("kafka-acls.sh --bootstrap-server $BOOTSTRAP --command-config admin.properties --add --allow-principal "
-            "User:worker --operation Read --operation Describe --topic bank.triggers") in commands  # fmt: skip
+            "User:worker --operation Read --operation Describe --topic bank.triggers --resource-pattern-type prefixed"
+            ) in commands  # fmt: skip
     assert any(c.endswith("--transactional-id bank-projection --resource-pattern-type prefixed") for c in commands)
     assert len(commands) == len(_of(Role.WORKER))
 

@@ -36,14 +36,17 @@ CASE = load_fixture()
 def test_a_tenant_s_own_topics_sit_under_its_prefix_and_are_told_apart_from_the_shared_ones() -> None:
     acme = NAMES.of_tenant("acme")
     assert [s.name for s in pipeline_topics(acme)] == [f"bank.acme.{t}" for t in ("events", "triggers", "views",
-                                                       "decisions", "audit", "dlq", "keys", "segments")]  # fmt: skip
+                                                       "decisions", "audit", "dlq", "keys", "segments",
+                                                       "layout")]  # fmt: skip
     assert (NAMES.tenant_of("bank.acme.triggers"), NAMES.tenant_of("bank.triggers")) == ("acme", None)
+    assert NAMES.tenant_of(NAMES.of_generation(2).triggers) is None  # a grown generation is no tenant's
     assert NAMES.tenant_of("banker.acme.triggers") is None  # another prefix
     pattern = re.compile(NAMES.tenant_triggers_pattern())
     assert pattern.match("bank.acme.triggers")
     assert pattern.match("bank.globex-2.triggers")
     assert not pattern.match("bank.triggers")
     assert not pattern.match("bank.acme.events")
+    assert not pattern.match(NAMES.of_generation(2).triggers)
     for bad in ("a.b", "a:b", "", "x" * 65):  # a dot would let one tenant's ACL prefix cover another's topics
         with pytest.raises(TenantNameError):
             NAMES.of_tenant(bad)
@@ -53,7 +56,8 @@ def test_a_tenant_producer_is_granted_its_own_topics_only() -> None:
     grants = plan(NAMES, [Role.PRODUCER, Role.WORKER], tenants=["acme", "globex"])
     acme = [g for g in grants if g.principal == tenant_principal("acme")]
     topics = {g.name for g in acme if g.resource is Resource.TOPIC}
-    assert topics == {f"bank.acme.{t}" for t in ("events", "triggers", "keys", "views", "decisions", "audit", "dlq")}
+    assert topics == {f"bank.acme.{t}" for t in ("events", "triggers", "keys", "views", "decisions", "audit", "dlq",
+                                                 "layout")}  # fmt: skip
     writes = {g.name for g in acme if "Write" in g.operations}
     assert writes == {"bank.acme.events", "bank.acme.triggers", "bank.acme.keys"}
     assert not [g for g in grants if g.principal == "User:producer"]  # no shared producer principal in this mode

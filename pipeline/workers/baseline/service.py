@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import signal
 import threading
 import time
 from dataclasses import dataclass
@@ -17,8 +18,9 @@ from pipeline.core.errors import DpmError
 from pipeline.core.run import SummVariant
 from pipeline.kafka.admin import admin_client, topic_partitions, topic_replication
 from pipeline.kafka.keystore import case_keys_from, tenant_case_keys
+from pipeline.kafka.layout import LayoutWatch, pipeline_names
 from pipeline.kafka.steps import max_record_bytes
-from pipeline.kafka.topics import BaselineTopics, ErasureBound, TopicNames, ensure_topics, partition_counts
+from pipeline.kafka.topics import BaselineTopics, ErasureBound, ensure_topics, partition_counts
 from pipeline.llm.registry import make_backend
 from pipeline.llm.windows import context_window
 from pipeline.observability.logs import json_logging_config
@@ -51,7 +53,7 @@ def ensure_baseline_topics(settings: Settings, app_id: str, partitions: int, rep
 
 def _inputs(settings: Settings, wait_s: float) -> BaselineInputs:
     """The topics to read at the start: the shared ones, or the tenants' own (waiting for a first tenant)."""
-    names = TopicNames(settings.kafka.topic_prefix)
+    names = pipeline_names(settings)
     config = settings.kafka.client_config()
     if settings.kafka.tenancy != "topics":
         return BaselineInputs(names, by_topic=False, partitions=topic_partitions(config, names.events))
@@ -83,7 +85,7 @@ def build_baseline(
         worker_id=choices.worker_id,
         partitions=inputs.partitions,
         datadir=settings.paths.home / "baseline" / choices.worker_id,
-        app_id=f"{settings.kafka.topic_prefix}-baseline",
+        app_id=inputs.names.baseline_app,
         budgets=choices.budgets,
         default_domain=choices.default_domain,
         variant=choices.variant,
@@ -97,7 +99,7 @@ def build_baseline(
     options.datadir.mkdir(parents=True, exist_ok=True)
     backend = make_backend(settings.model)
     names = inputs.names
-    cipher = tenant_case_keys(settings, names) if inputs.by_topic else case_keys_from(settings)
+    cipher = tenant_case_keys(settings, names) if inputs.by_topic else case_keys_from(settings, names=names)
     baseline = Baseline(options, inputs, backend, faust_connection(settings.kafka), config, metrics=metrics,
                         cipher=cipher, seal=settings.keys.encryption,
                         window=context_window(settings.model, backend))  # fmt: skip
@@ -129,6 +131,10 @@ def serve_baseline(settings: Settings, choices: BaselineChoices) -> None:
     metrics = PipelineMetrics(settings.metrics.tenants)
     if settings.metrics.port >= 0:
         metrics.serve(settings.metrics.port, settings.metrics.addr)
-    app = build_baseline(settings, choices, metrics).app
+    baseline = build_baseline(settings, choices, metrics)
+    if not baseline.inputs.by_topic:  # a growth or a changed partition count stops the member (SIGTERM: it drains)
+        LayoutWatch(settings.kafka.client_config(), baseline.inputs.names,
+                    lambda _reason: os.kill(os.getpid(), signal.SIGTERM)).start()  # fmt: skip
+    app = baseline.app
     _DrainedWorker(app, drain_s=settings.worker.drain_s, loglevel="INFO", quiet=True,
                    logging_config=json_logging_config()).execute_from_commandline()  # fmt: skip

@@ -12,6 +12,7 @@ from pipeline.core.memory_log import InMemoryEventLog
 from pipeline.core.task import Architecture
 from pipeline.kafka.keystore import case_keys_from
 from pipeline.kafka.lag import LagProbe
+from pipeline.kafka.layout import LayoutError, LayoutWatch, pipeline_names
 from pipeline.kafka.reader import KafkaEventLog
 from pipeline.kafka.segment_views import SegmentViews
 from pipeline.kafka.topics import TopicNames
@@ -42,11 +43,14 @@ class WorkerOptions:
 
 
 def build_projection_worker(
-    settings: Settings, options: WorkerOptions, metrics: PipelineMetrics | None = None
+    settings: Settings, options: WorkerOptions, metrics: PipelineMetrics | None = None, names: TopicNames | None = None
 ) -> tuple[TransactionalLoop, ExitStack]:
-    """The worker's loop, connected but not started, and what to close afterwards (event log, key topic)."""
+    """The worker's loop, connected but not started, and what to close afterwards (event log, key topic).
+
+    `names`: the topics to use (default: the current generation of the settings' prefix, its counts checked).
+    """
     settings.worker.check_timing(settings.model)
-    names = TopicNames(settings.kafka.topic_prefix)
+    names = names or pipeline_names(settings)
     client = settings.kafka.client_config()
     source = worker_source(Architecture.DPM, options.worker_id)
     resources = ExitStack()
@@ -102,7 +106,15 @@ def serve_projection(settings: Settings, options: WorkerOptions, stop: threading
     """Runs the projection worker (and its /metrics and /healthz endpoint) until `stop` is set."""
     metrics = PipelineMetrics(settings.metrics.tenants)
     liveness = Liveness(settings.worker.health_stall_s)
-    loop, resources = build_projection_worker(settings, options, metrics)
+    names = pipeline_names(settings)
+    loop, resources = build_projection_worker(settings, options, metrics, names)
+    layout_changed: list[str] = []  # why the watch stopped the worker, if it did
+
+    def follow_layout(reason: str) -> None:
+        layout_changed.append(reason)
+        stop.set()
+
+    watch = LayoutWatch(settings.kafka.client_config(), names, follow_layout)
     server = (metrics.serve(settings.metrics.port, settings.metrics.addr, health=liveness.check)
               if settings.metrics.port >= 0 else None)  # fmt: skip
     group = options.group(settings)
@@ -116,11 +128,16 @@ def serve_projection(settings: Settings, options: WorkerOptions, stop: threading
     _LOG.info("projection worker %s joined %s on %s", options.worker_id, group, settings.kafka.bootstrap_servers,
               extra={"worker_id": options.worker_id})  # fmt: skip
     probe.start()
+    if settings.kafka.tenancy != "topics":
+        watch.start()
     try:
         run_until_stopped(lambda: loop.run(stop.is_set, on_progress=progressed), stop, settings.worker.drain_s,
                           name="projection-loop")  # fmt: skip
     finally:
+        watch.stop()
         probe.stop()
         resources.close()
         if server is not None:
             server.shutdown()
+    if layout_changed:
+        raise LayoutError(f"stopped: {layout_changed[0]}")
