@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
@@ -18,7 +19,7 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from pipeline.config.settings import Settings
 from pipeline.core.errors import DpmError
 from pipeline.kafka.admin import topic_exists
-from pipeline.kafka.errors import KafkaAdapterError
+from pipeline.kafka.errors import KafkaAdapterError, NotAuthorizedError
 from pipeline.kafka.range_reads import read_topic
 from pipeline.kafka.topics import TopicNames, partition_counts
 from pipeline.wire.headers import standard_headers
@@ -36,8 +37,25 @@ class LayoutError(DpmError):
     """The case-partitioned topics do not match their recorded layout (or the layout cannot be used)."""
 
 
-def read_layout(client_config: dict[str, str], names: TopicNames) -> Layout | None:
-    """The scope's latest layout record; None when its layout topic or record does not exist (before any growth)."""
+def read_layout(client_config: dict[str, str], names: TopicNames, wait_s: float = 30.0) -> Layout | None:
+    """The scope's latest layout record; None when its layout topic or record does not exist (before any growth).
+
+    A cluster that fails to answer (a leader moving, a broker just back) is asked again for up to `wait_s`.
+    """
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            return _read_layout(client_config, names)
+        except NotAuthorizedError:
+            raise  # no ACL: asking again changes nothing
+        except KafkaAdapterError as exc:
+            if time.monotonic() >= deadline:
+                raise
+            _LOG.info("the layout could not be read yet (%s); asking again", exc)
+            time.sleep(1.0)
+
+
+def _read_layout(client_config: dict[str, str], names: TopicNames) -> Layout | None:
     if not topic_exists(client_config, names.layout):
         return None
     latest: Layout | None = None
