@@ -7,7 +7,7 @@ import sys
 import typer
 from rich.console import Console
 
-from pipeline.cli import acl, bench, broker, keys, model, schemas, tenants, topics
+from pipeline.cli import acl, bench, broker, docs, keys, model, schemas, tenants, topics
 from pipeline.cli.baseline import baseline
 from pipeline.cli.demo import demo
 from pipeline.cli.ingest import erase, produce, trigger
@@ -31,6 +31,7 @@ app.add_typer(keys.app, name="keys")
 app.add_typer(acl.app, name="acl")
 app.add_typer(tenants.app, name="tenants")
 app.add_typer(schemas.app, name="schemas")
+app.add_typer(docs.app, name="docs")
 app.add_typer(bench.cases_app, name="cases")
 app.command("eval")(bench.eval_command)
 app.command()(bench.tams)

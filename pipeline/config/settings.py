@@ -472,7 +472,7 @@ class Settings(BaseModel):
         """Reads every group from `env` (default: the process environment); empty variables count as unset."""
         source = {k: v for k, v in (os.environ if env is None else env).items() if v != ""}
         try:
-            return cls.model_validate({name: group.model_validate(source) for name, group in _GROUPS.items()})
+            return cls.model_validate({name: group.model_validate(source) for name, group in GROUPS.items()})
         except ValidationError as exc:
             first = exc.errors()[0]
             where = ".".join(str(p) for p in first["loc"])
@@ -494,7 +494,7 @@ class Settings(BaseModel):
         return self.model_copy(update={"model": model, "metrics": metrics, "kafka": kafka})
 
 
-_GROUPS: dict[str, type[_Group]] = {
+GROUPS: dict[str, type[_Group]] = {
     "kafka": KafkaSettings,
     "paths": PathSettings,
     "model": ModelSettings,
@@ -508,7 +508,7 @@ _GROUPS: dict[str, type[_Group]] = {
 
 _SECRET_VARIABLES = frozenset(
     str(field.validation_alias)
-    for group in _GROUPS.values()
+    for group in GROUPS.values()
     for field in group.model_fields.values()
     if isinstance(field.validation_alias, str) and "SecretStr" in str(field.annotation)
 )
@@ -516,7 +516,7 @@ _SECRET_VARIABLES = frozenset(
 
 def _environment() -> dict[str, str]:
     documented: dict[str, str] = {}
-    for group in _GROUPS.values():
+    for group in GROUPS.values():
         for field in group.model_fields.values():
             if isinstance(field.validation_alias, str):
                 documented[field.validation_alias] = field.description or ""

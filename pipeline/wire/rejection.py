@@ -30,6 +30,28 @@ class Rejection(StrEnum):
     UNPUBLISHABLE = "unpublishable"
 
 
+# What each reason means, for operators reading the dead-letter topic (the docs' reference is built from this).
+MEANINGS: dict[Rejection, str] = {
+    Rejection.NOT_JSON: "the value is not a JSON object",
+    Rejection.SCHEMA: "the value does not match its schema, or names a schema version this release does not know",
+    Rejection.UNKNOWN_CASE: "no events found for the case the trigger names (Summ-only: no memory at its budget)",
+    Rejection.SEQUENCE_GAP: "the case's events are not numbered 1..n without gaps up to the count the trigger names",
+    Rejection.CROSS_TENANT: "a position the trigger names holds another tenant's or another case's event",
+    Rejection.OVERSIZE: "the record, its case or an output it would produce is over a size limit",
+    Rejection.DEADLINE: "the case's events could not be read within the trigger deadline",
+    Rejection.ERASED: "the case's data key is destroyed: it was erased",
+    Rejection.SUPERSEDED: "a named offset no longer holds its record (a later one with the same key replaced it), "
+    "or Summ-only folded an event since rewritten",
+    Rejection.KEY_MISMATCH: "the record's key and value name different tenants, cases or events, or it sits in "
+    "another partition than its case's",
+    Rejection.TENANT_MISMATCH: "with tenancy by topic, a record on one tenant's topic names another tenant",
+    Rejection.DUPLICATE: "a trigger id already decided for the case",
+    Rejection.MODEL_ERROR: "the model failed three times",
+    Rejection.INTERNAL: "a bug met while handling this one record (kept as a dead letter instead of a crash loop)",
+    Rejection.UNPUBLISHABLE: "Kafka kept refusing the record's outputs",
+}
+
+
 class RejectedError(DpmError):
     """Input that must go to the dead-letter topic, with its reason."""
 
