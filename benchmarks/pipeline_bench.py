@@ -2,11 +2,11 @@
 
 Usage:
     python -m benchmarks.pipeline_bench [--sections scale,latency,...] [--out out/bench/figures.json]
-    python -m benchmarks.pipeline_bench --readme README.md --out benchmarks/figures.json  # the README's table
+    python -m benchmarks.pipeline_bench --page docs/operations/capacity.md --out benchmarks/figures.json  # its table
 
 Uses DPM_BOOTSTRAP if set, else starts a private local broker on a free port and stops it after.
 All figures of one run are measured side by side on the same broker and written, with the
-machine they ran on, to the figures file; the README's benchmark table is rendered from it.
+machine they ran on, to the figures file; the docs' benchmark table (docs/operations/capacity.md) is rendered from it.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ TARGETS = {
     "startup": {"help_s": 1.0, "broker_status_s": 1.5},
     "long_horizon": long_horizon.TARGETS,
 }
-LONG_HORIZON_PLOT = Path("docs/long-horizon.png")  # the README's plot, drawn from the figures file
+LONG_HORIZON_PLOT = Path("docs/long-horizon.png")  # the long-cases page's plot, drawn from the figures file
 BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
 
 
@@ -285,8 +285,8 @@ def _long_horizon_rows(horizon: dict[str, Any]) -> list[tuple[str, str]]:
     return out
 
 
-def readme_section(figures: dict[str, Any]) -> str:
-    """The README's benchmark table, with the machine it ran on."""
+def table_section(figures: dict[str, Any]) -> str:
+    """The benchmark table, with the machine it ran on."""
     m = figures["machine"]
     took = sum(figures.get("seconds", {}).values())
     head = (f"Measured {m['date']} on {m['cpus']} cores ({m['cpu_model']}), {m['memory_gb']} GB, {m['os']}, "
@@ -296,27 +296,28 @@ def readme_section(figures: dict[str, Any]) -> str:
     return "\n".join([BEGIN, head, "", *table, END])
 
 
-def render_readme(readme: Path, figures_file: Path) -> None:
+def render_page(page: Path, figures_file: Path) -> None:
+    """Renders the benchmark table between the page's markers, and the long-horizon plot into docs/."""
     figures = orjson.loads(figures_file.read_bytes())
-    text = readme.read_text()
+    text = page.read_text()
     if BEGIN not in text or END not in text:
-        raise SystemExit(f"{readme} has no {BEGIN} ... {END} section")
+        raise SystemExit(f"{page} has no {BEGIN} ... {END} section")
     before, rest = text.split(BEGIN, 1)
     after = rest.split(END, 1)[1]
-    readme.write_text(before + readme_section(figures) + after)
+    page.write_text(before + table_section(figures) + after)
     if "long_horizon" in figures:
-        long_horizon.plot(figures["long_horizon"], readme.parent / LONG_HORIZON_PLOT)
+        long_horizon.plot(figures["long_horizon"], Path(__file__).parents[1] / LONG_HORIZON_PLOT)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sections", default=",".join(SECTIONS), help=f"comma-separated, of {', '.join(SECTIONS)}")
     parser.add_argument("--out", type=Path, default=Path("out/bench/figures.json"))
-    parser.add_argument("--readme", type=Path, help="render this README's benchmark table from --out; measure nothing")
+    parser.add_argument("--page", type=Path, help="render this page's benchmark table from --out; measure nothing")
     args = parser.parse_args()
-    if args.readme is not None:
-        render_readme(args.readme, args.out)
-        print(f"{args.readme}: benchmark table rendered from {args.out}")
+    if args.page is not None:
+        render_page(args.page, args.out)
+        print(f"{args.page}: benchmark table rendered from {args.out}")
         return
     sections = tuple(s.strip() for s in args.sections.split(",") if s.strip())
     unknown = sorted(set(sections) - set(SECTIONS))
@@ -328,7 +329,7 @@ def main() -> None:
     width = max(len(name) for name, _ in rows(figures))
     for name, value in rows(figures):
         print(f"{name:<{width}}  {value}")
-    print(f"figures written to {args.out}; `make bench-readme` renders the README's table from them")
+    print(f"figures written to {args.out}; `make bench-docs` renders the docs' table from them")
 
 
 if __name__ == "__main__":

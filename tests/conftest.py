@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from playwright.sync_api import Browser, sync_playwright
 
 from pipeline.config.settings import Settings, keys_folder
 from pipeline.kafka.admin import fetch_metadata
@@ -20,6 +21,22 @@ from pipeline.llm import local_model
 from pipeline.services.cluster import private_cluster
 from tests.kafka_support import unique_prefix
 from tests.secured_support import Secured
+
+CHROMIUM = Path(os.environ.get("DPM_CHROMIUM", "/usr/lib/chromium/chromium"))
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    """Debian's Chromium driven by Playwright (its own browser download is not used); skipped without it."""
+    if not CHROMIUM.exists():
+        if os.environ.get("DPM_REQUIRE_BROWSER"):
+            pytest.fail(f"no Chromium at {CHROMIUM} (apt-get install chromium, or set DPM_CHROMIUM)")
+        pytest.skip(f"no Chromium at {CHROMIUM}")
+    with sync_playwright() as playwright:
+        # --no-sandbox: CI runs as root, where Chromium's sandbox refuses to start.
+        launched = playwright.chromium.launch(executable_path=str(CHROMIUM), args=["--no-sandbox"])
+        yield launched
+        launched.close()
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -58,7 +58,7 @@ def grow(
 
     Run it on a quiet pipeline (producers stopped, every trigger decided); workers and baseline members
     stop when it finishes and are restarted on the new generation. Old decisions keep replaying against
-    the generation they read. See the README's Upgrading section.
+    the generation they read. See docs/how-to/upgrade.md.
     """
     from pipeline.services.growth import grow as grow_topics
 

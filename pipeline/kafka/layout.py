@@ -115,7 +115,7 @@ def current_names(client_config: dict[str, str], names: TopicNames) -> tuple[Top
             del found[current.segments]  # topics made before segment views existed: no views are kept then
         problems = partition_problems(layout, found)
     if problems:
-        raise LayoutError("; ".join(problems) + ". See the README's Upgrading section (dpm topics grow).")
+        raise LayoutError("; ".join(problems) + ". See docs/how-to/upgrade.md (dpm topics grow).")
     return current, layout
 
 

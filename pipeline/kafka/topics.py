@@ -1,4 +1,4 @@
-"""The pipeline's topic layout (the README's Kafka topology table) and its idempotent creation."""
+"""The pipeline's topic layout (docs/concepts/topics.md) and its idempotent creation."""
 
 from __future__ import annotations
 

@@ -6,17 +6,14 @@ reach another's decision, erases a case and sees it erased. Screenshots go to ou
 
 from __future__ import annotations
 
-import os
 import time
 import urllib.request
 import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
 
-import pytest
-from playwright.sync_api import Browser, Page, expect, sync_playwright
+from playwright.sync_api import Browser, Page, expect
 
 from pipeline.core.case import Case
 from pipeline.core.task import Architecture
@@ -32,21 +29,7 @@ from tests.pipeline_support import small_cases, worker_env
 from tests.processes import dpm_cli
 
 BUDGET = 900
-CHROMIUM = Path(os.environ.get("DPM_CHROMIUM", "/usr/lib/chromium/chromium"))
 SHOTS = Path("out/ui-screenshots")
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    if not CHROMIUM.exists():
-        if os.environ.get("DPM_REQUIRE_BROWSER"):
-            pytest.fail(f"no Chromium at {CHROMIUM} (apt-get install chromium, or set DPM_CHROMIUM)")
-        pytest.skip(f"no Chromium at {CHROMIUM}")
-    with sync_playwright() as playwright:
-        # --no-sandbox: CI runs as root, where Chromium's sandbox refuses to start.
-        launched = playwright.chromium.launch(executable_path=str(CHROMIUM), args=["--no-sandbox"])
-        yield launched
-        launched.close()
 
 
 def _await_indexed(base: str, count: int, timeout_s: float = 60) -> None:

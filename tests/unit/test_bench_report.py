@@ -1,4 +1,4 @@
-"""The benchmark's report: rendered from the figures file into the README, machine included."""
+"""The benchmark's report: rendered from the figures file into its docs page, machine included."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import orjson
 
-from benchmarks.pipeline_bench import BEGIN, END, render_readme, rows
+from benchmarks.pipeline_bench import BEGIN, END, render_page, rows
 
 FIGURES = {
     "machine": {
@@ -33,13 +33,13 @@ FIGURES = {
 }
 
 
-def test_the_readme_table_is_rendered_between_its_markers_from_the_figures(tmp_path: Path) -> None:
+def test_the_table_is_rendered_between_its_markers_from_the_figures(tmp_path: Path) -> None:
     figures_file = tmp_path / "figures.json"
     figures_file.write_bytes(orjson.dumps(FIGURES))
-    readme = tmp_path / "README.md"
-    readme.write_text(f"# Title\n\n{BEGIN}\nold table\n{END}\n\nafter\n")
-    render_readme(readme, figures_file)
-    text = readme.read_text()
+    page = tmp_path / "README.md"
+    page.write_text(f"# Title\n\n{BEGIN}\nold table\n{END}\n\nafter\n")
+    render_page(page, figures_file)
+    text = page.read_text()
     assert text.startswith("# Title\n\n")
     assert text.endswith("\n\nafter\n")
     assert "old table" not in text

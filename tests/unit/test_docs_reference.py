@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 from pathlib import Path
 
+import pytest
 import typer
 
 from pipeline.cli import app
@@ -39,3 +42,13 @@ def test_every_schema_file_has_its_section() -> None:
     text = (REFERENCE / "schemas.md").read_text()
     for path in schemas_dir().glob("*.v*.json"):
         assert f"`schemas/{path.name}`" in text
+
+
+def test_the_committed_diagrams_are_what_their_dot_files_draw() -> None:
+    if shutil.which("dot") is None:
+        pytest.skip("Graphviz's dot is not installed (apt-get install graphviz)")
+    sources = sorted((REFERENCE.parent / "diagrams").glob("*.dot"))
+    assert {s.stem for s in sources} >= {"architecture", "topics", "decision", "replay"}
+    for source in sources:
+        drawn = subprocess.run(["dot", "-Tsvg", str(source)], capture_output=True, check=True).stdout
+        assert source.with_suffix(".svg").read_bytes() == drawn, f"{source.name}: run `make docs` and commit the SVG"
