@@ -26,6 +26,11 @@ def kafka_deploy_dir() -> Path:
     return _locate("deploy/kafka", "_deploy/kafka")
 
 
+def deploy_dir() -> Path:
+    """Folder of the deployment files (deploy/: Prometheus rules, Grafana dashboards, Kubernetes)."""
+    return _locate("deploy", "_deploy")
+
+
 def schemas_dir() -> Path:
     """Folder of the JSON Schemas (schemas/)."""
     return _locate("schemas", "_schemas")

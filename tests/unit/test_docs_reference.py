@@ -34,6 +34,7 @@ def test_every_command_setting_metric_and_reason_has_its_entry() -> None:
     assert all(f"`{variable}`" in settings for variable in ENVIRONMENT)
     metrics = metrics_page()
     assert all(family.name in metrics for family in PipelineMetrics().registry.collect())
+    assert all(f"`{alert}`" in metrics for alert in ("DpmConsumerLagGrowing", "DpmReplayDrift"))
     assert set(MEANINGS) == set(Rejection)
     assert all(f"`{reason.value}`" in dead_letters_page() for reason in Rejection)
 
