@@ -32,13 +32,15 @@ class EventProducer:
 
     Every event of a case goes to the partition derived from `tenant/case`, keyed
     `tenant/case/seq`, with the standard headers (the tenant among them); appends return
-    delivery positions. The shared topics are written in their current generation, and not at all
-    while a partition count differs from the layout's (LayoutError): a case's new events would land
-    apart from its old ones.
+    delivery positions. Events and triggers go to the shared topics' current generation, and not at
+    all while a partition count differs from the layout's (LayoutError): a case's new events would
+    land apart from its old ones. Tombstones (erase) go wherever they are sent, layout or not: the
+    right to erasure does not wait for a repaired layout.
     """
 
     def __init__(self, client_config: dict[str, str], names: TopicNames, cipher: CaseCipher | None = None) -> None:
-        self._names = names if names.tenant is not None else current_names(client_config, names)[0]
+        self._names = names
+        self._current: TopicNames | None = None if names.tenant is None else names  # resolved on first use
         self._cipher = cipher  # seals each event's text under its case's data key (None: in clear)
         self._producer = Producer(
             {**client_config, "enable.idempotence": True, "acks": "all", "linger.ms": 5, "compression.type": "lz4"},
@@ -46,6 +48,12 @@ class EventProducer:
         )
         self._partitions: dict[str, int] = {}
         self._admin_config = client_config
+
+    def _inputs(self) -> TopicNames:
+        """The topics events and triggers go to: a tenant's own, or the shared ones' current generation (checked)."""
+        if self._current is None:
+            self._current = current_names(self._admin_config, self._names)[0]
+        return self._current
 
     def _partition_count(self, topic: str) -> int:
         if topic not in self._partitions:
@@ -89,7 +97,7 @@ class EventProducer:
 
         `opening` (the case's standing task and Summ-only budgets) rides on the event with seq 1.
         """
-        topic = self._names.events
+        topic = self._inputs().events
         count = self._partition_count(topic)
         records = opened(events, opening)
         values = [r.to_wire() for r in records]
@@ -108,7 +116,7 @@ class EventProducer:
 
     def triggers(self, requests: Iterable[DecisionRequest]) -> list[LogPosition]:
         """Publishes decision requests in one flush; returns their positions in order."""
-        topic = self._names.triggers
+        topic = self._inputs().triggers
         count = self._partition_count(topic)
         records = [(r.case.key, case_partition(r.case, count), r.encode(),
                     standard_headers(SchemaId.TRIGGER, source=SOURCE, event_id=r.trigger_id, tenant=r.case.tenant))
@@ -123,7 +131,7 @@ class EventProducer:
         the records and, after delete.retention.ms, the tombstones: replays of decisions that read
         them report ERASED from then on.
         """
-        topic = topic or self._names.events
+        topic = topic or self._inputs().events
         count = 0
         try:
             for key, partition in records:

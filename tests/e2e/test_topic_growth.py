@@ -137,17 +137,28 @@ def test_a_growth_keeps_every_case_in_order_and_old_decisions_replay_on_the_gene
     grown_keys.close()
 
 
-def test_partitions_added_outside_a_growth_are_refused_by_producers_workers_and_growth(
+def test_partitions_added_outside_a_growth_are_refused_by_producers_workers_and_growth_but_not_by_erasure(
     kafka_bootstrap: str, kafka_config: dict[str, str], topic_names: TopicNames, tmp_path: Path
 ) -> None:
     create_topics(kafka_config, topic_names, partitions=2)
     cli_env = {"DPM_BOOTSTRAP": kafka_bootstrap, "DPM_TOPIC_PREFIX": topic_names.prefix}
     assert dpm_cli("topics", "create", "--partitions", "2", env=cli_env).returncode == 0  # records the layout
+    first, second = small_cases(per_domain=1)[:2]
+    producer = EventProducer(kafka_config, topic_names)
+    producer.append(first.trajectory.events)
+    producer.close()
     admin = admin_client(kafka_config)  # kept referenced until its future is done
     admin.create_partitions([NewPartitions(topic_names.events, 4)])[topic_names.events].result(timeout=30)
 
+    producer = EventProducer(kafka_config, topic_names)
     with pytest.raises(LayoutError, match="has 4 partitions, but its layout records 2"):
-        EventProducer(kafka_config, topic_names)
+        producer.append(second.trajectory.events)
+    producer.close()
+    erasure = dpm_cli("erase", "--tenant", first.ref.tenant, "--case", first.ref.case_id, env=cli_env)
+    assert erasure.returncode == 0, erasure.stdout + erasure.stderr  # the right to erasure does not wait
+    latest = {r.key: r.value for r in read_topic(kafka_config, topic_names.events)}
+    assert len(latest) == len(first.trajectory.events)
+    assert set(latest.values()) == {None}
     worker = dpm_cli("worker", "--worker-id", "w", env={**worker_env(kafka_bootstrap, topic_names, tmp_path)},
                      timeout_s=120)  # fmt: skip
     assert worker.returncode != 0
