@@ -6,7 +6,7 @@ import typer
 
 from pipeline.cli.reach import broker_settings
 from pipeline.cli.render import output_console
-from pipeline.kafka.layout import current_generation, read_layout, recorded_layout
+from pipeline.kafka.layout import read_layout, recorded_layout
 from pipeline.kafka.topics import ErasureBound, TopicNames, create_pipeline_topics
 
 app = typer.Typer(help="The pipeline's Kafka topics.", no_args_is_help=True)
@@ -30,7 +30,7 @@ def create(
     config = settings.kafka.client_config()
     base = TopicNames(settings.kafka.topic_prefix)
     layout = read_layout(config, base)
-    names = current_generation(config, base)
+    names = base.of_generation(layout.generation if layout is not None else 1)
     bound = ErasureBound(settings.keys.erasure_lag_ms, settings.keys.tombstone_retention_ms)
     count = partitions or (layout.partitions if layout is not None else 6)
     report = create_pipeline_topics(config, names, count, replication, bound)

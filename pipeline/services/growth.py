@@ -78,8 +78,8 @@ def grow(settings: Settings, partitions: int, *, settle_s: float = 5.0, progress
     started = time.monotonic()
     config = settings.kafka.client_config()
     base = TopicNames(settings.kafka.topic_prefix)
-    ensure_topics(admin_client(config), tuple(s for s in pipeline_topics(base) if s.name == base.layout),
-                  min(3, len(fetch_metadata(config).broker_ids)))  # fmt: skip
+    replication = min(3, len(fetch_metadata(config).broker_ids))
+    ensure_topics(admin_client(config), tuple(s for s in pipeline_topics(base) if s.name == base.layout), replication)
     layout = recorded_layout(config, base)
     if partitions <= layout.partitions:
         raise DpmError(f"{base.scope}* has {layout.partitions} partitions: a growth needs more, not {partitions}")
@@ -96,7 +96,6 @@ def grow(settings: Settings, partitions: int, *, settle_s: float = 5.0, progress
         delete_topics(config, leftovers)
     bound = ErasureBound(settings.keys.erasure_lag_ms, settings.keys.tombstone_retention_ms)
     specs = tuple(s for s in pipeline_topics(new, partitions, bound) if s.name in new.case_partitioned())
-    replication = min(3, len(fetch_metadata(config).broker_ids))
     ensure_topics(admin_client(config), specs, replication)
     progress(f"created {', '.join(s.name for s in specs)} with {partitions} partitions")
     events = copy_by_case(config, old.events, new.events, partitions, progress)
