@@ -79,10 +79,13 @@ def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 @pytest.fixture(scope="session")
 def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
-    """A secured local cluster of the session's own (TLS, SCRAM users per role, deny by default), no ACL yet."""
+    """A secured local cluster of the session's own (TLS, SCRAM users per role, deny by default), no ACL yet.
+
+    Tenants' principals are made by `dpm tenants add` (under this DPM_HOME), as a user's are.
+    """
     home = tmp_path_factory.mktemp("secured-home")
     with private_cluster(Settings.from_env(), home, secure=True) as cluster:
-        provision(cluster.layout, home, (*USERS, "tenant-acme", "tenant-globex", "tenant-initech"))
+        provision(cluster.layout, home, USERS)
         yield Secured(cluster, home)
 
 

@@ -41,10 +41,18 @@ def up(
         False, "--secure", help="TLS, SASL/SCRAM-SHA-512 users per role and ACLs (deny by default) on its own data."
     ),
     users: list[str] = typer.Option(
-        None, "--user", help="With --secure, one more SCRAM user (e.g. tenant-acme for a tenant's agents); repeat."
+        None,
+        "--user",
+        help="With --secure, one more SCRAM user (e.g. an analyst); repeat. A tenant's agents' "
+        "principal is made by `dpm tenants add`, which owns its whole life.",
     ),
 ) -> None:
     """Start the local cluster and wait until a metadata request succeeds."""
+    tenants = [user for user in users or () if user.startswith("tenant-")]
+    if tenants:
+        raise typer.BadParameter(f"{tenants[0]!r}: a tenant's principal is made by `dpm tenants add "
+                                 f"{tenants[0].removeprefix('tenant-')}` (DPM_TENANCY=topics) and taken away by "
+                                 "`dpm tenants remove`, so that none outlives its tenant")  # fmt: skip
     settings = _settings(kafka_version)
     with _out.status(f"starting a {nodes}-node {'secured ' if secure else ''}Kafka {settings.kafka.version} cluster"):
         cluster, already = local_broker.start(

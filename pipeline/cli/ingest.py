@@ -43,14 +43,13 @@ def produce(
     loaded_events = load_event_lines(events) if events is not None else None
     settings = broker_settings()  # after the inputs: a bad file is refused as such, broker or not
     if loaded_cases is not None:
-        entries = produce_cases(settings, loaded_cases, budgets)
-        sent = sum(len(e.positions) for e in entries)
-        written = [e.to_json() for e in entries]
+        produced = produce_cases(settings, loaded_cases, budgets)
+        written = [e.to_json() for e in produced.entries]
     else:
-        positions = produce_events(settings, loaded_events or [])
-        sent = len(positions)
-        written = [{"events": sent, "positions": [[p.partition, p.offset] for p in positions]}]
-    _out.print(f"appended {sent} event(s) to {settings.kafka.topic_prefix}.events")
+        produced = produce_events(settings, loaded_events or [])
+        written = [{"events": len(produced.positions),
+                    "positions": [[p.partition, p.offset] for p in produced.positions]}]  # fmt: skip
+    _out.print(f"appended {len(produced.positions)} event(s) to {', '.join(produced.topics) or 'no topic'}")
     if manifest is not None:
         manifest.write_bytes(orjson.dumps(written, option=orjson.OPT_INDENT_2))
         _out.print(f"positions written to {manifest}")

@@ -6,6 +6,7 @@ import typer
 
 from pipeline.cli.reach import broker_settings
 from pipeline.cli.render import output_console
+from pipeline.kafka.acl_plan import tenant_principal
 from pipeline.services.tenants import add_tenant, list_tenants, remove_tenant
 
 app = typer.Typer(help="Tenants on topics of their own (DPM_TENANCY=topics).", no_args_is_help=True)
@@ -22,14 +23,35 @@ def add(
         help="Partitions of each of its topics. Default: DPM_TENANT_PARTITIONS (6), which the baseline's tables need.",
     ),
     replication: int | None = typer.Option(None, "--replication", min=1, help="Default: min(3, brokers)."),
+    replace: bool = typer.Option(
+        False,
+        "--replace",
+        help="Remove an earlier tenant's leftover principal and grants "
+        "of the same name first (their old credentials stop working).",
+    ),
 ) -> None:
-    """Create the tenant's eight topics (idempotent); workers pick it up within 10 s, the baseline within 30 s."""
+    """Create the tenant's topics (idempotent); workers pick it up within 10 s, the baseline within 30 s.
+
+    A new tenant is refused when its id starts like a shared topic (a shared grant would reach its
+    topics), when a grant on the cluster would reach its topics, or when an earlier tenant's principal
+    or grants of that name are still there (unless --replace).
+    """
     settings = broker_settings()
-    report = add_tenant(settings, tenant, partitions or settings.kafka.tenant_partitions, replication)
-    for name in report.created:
+    added = add_tenant(settings, tenant, partitions or settings.kafka.tenant_partitions, replication, replace=replace)
+    if added.replaced is not None:
+        _out.print(f"removed first: {added.replaced.described()}, left by an earlier tenant {tenant!r}")
+    for name in added.report.created:
         _out.print(f"created {name}")
-    for name in report.existing:
+    for name in added.report.existing:
         _out.print(f"exists  {name}")
+    for overlap in added.other_overlaps:
+        _out.print(f"warning, isolation check: {overlap}")
+    principal = tenant_principal(tenant)
+    if added.properties is not None:
+        _out.print(f"{principal}: client properties in {added.properties} (DPM_KAFKA_CONFIG of its agents)")
+    else:
+        _out.print(f"{principal}: its agents' principal; on a secured cluster make its SCRAM credential the cluster's "
+                   f"way (`dpm acl plan --tenant {tenant} --format strimzi` writes a KafkaUser)")  # fmt: skip
     _out.print(f"grant its principals their ACLs: `dpm acl plan --tenant {tenant}` (or `dpm acl apply --tenant ...`)")
 
 
@@ -49,9 +71,23 @@ def remove(
     tenant: str = typer.Argument(...),
     yes: bool = typer.Option(False, "--yes", help="Confirm: its keys are destroyed and its topics deleted."),
 ) -> None:
-    """Erase a whole tenant: destroy its key-encryption keys, then delete its topics (irreversible)."""
+    """Erase a whole tenant (irreversible): its keys, topics, ACLs and its principal's credential.
+
+    On a secured cluster run it as the admin: revoking ACLs and deleting a credential need Alter on
+    the cluster. Nothing is changed when the principal may not.
+    """
     if not yes:
-        _out.print(f"this destroys every key of {tenant!r} and deletes its topics: add --yes to go on")
+        _out.print(f"this destroys every key of {tenant!r}, deletes its topics, its ACLs and its principal's "
+                   "credential: add --yes to go on")  # fmt: skip
         raise typer.Exit(2)
-    shredded, topics = remove_tenant(broker_settings(), tenant)
-    _out.print(f"{tenant}: {shredded} case key(s) destroyed, {len(topics)} topic(s) deleted")
+    removed = remove_tenant(broker_settings(), tenant)
+    _out.print(f"{tenant}: {removed.keys_destroyed} case key(s) destroyed, {len(removed.topics)} topic(s) deleted, "
+               f"{removed.grants_revoked} ACL binding(s) revoked, {removed.credentials_deleted} SCRAM credential(s) "
+               f"deleted")  # fmt: skip
+    if removed.credential_kept:
+        _out.print(removed.credential_kept)
+    if removed.properties_removed is not None:
+        _out.print(f"deleted {removed.properties_removed}")
+    if removed.offsets_left:
+        _out.print(f"committed offsets still on its deleted topics: {', '.join(removed.offsets_left[:5])}")
+        raise typer.Exit(1)

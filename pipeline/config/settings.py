@@ -488,7 +488,7 @@ class Settings(BaseModel):
         metrics = self.metrics if metrics_port is None else self.metrics.model_copy(update={"port": metrics_port})
         kafka = self.kafka
         if kafka_version is not None:
-            if not re.match(_KAFKA_RELEASE, kafka_version):
+            if not re.fullmatch(_KAFKA_RELEASE, kafka_version):
                 raise SettingsError(f"Kafka version {kafka_version!r}: expected a 3.x or 4.x release such as 4.4.0")
             kafka = kafka.model_copy(update={"version": kafka_version})
         return self.model_copy(update={"model": model, "metrics": metrics, "kafka": kafka})

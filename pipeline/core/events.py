@@ -18,7 +18,7 @@ class InvalidEventError(DpmError):
 
 def check_identifier(value: str, what: str) -> str:
     """Returns `value` if it can be a key segment (letters, digits, `._:-`), else raises."""
-    if not _ID.match(value):
+    if not _ID.fullmatch(value):
         raise InvalidEventError(f"{what} {value!r} must match {_ID.pattern}")
     return value
 

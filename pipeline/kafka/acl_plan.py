@@ -12,6 +12,7 @@ This module only describes; pipeline.kafka.acls applies a plan through the admin
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -51,7 +52,19 @@ class Pattern(StrEnum):
     PREFIXED = "prefixed"
 
 
-_OPERATIONS = ("Read", "Write", "Create", "Delete", "Alter", "Describe", "DescribeConfigs", "AlterConfigs")
+_OPERATIONS = (
+    "Read",
+    "Write",
+    "Create",
+    "Delete",
+    "Alter",
+    "Describe",
+    "DescribeConfigs",
+    "AlterConfigs",
+    "All",
+    "IdempotentWrite",
+    "ClusterAction",
+)  # the last three: only as read back from a cluster
 CLUSTER_NAME = "kafka-cluster"  # the one name Kafka gives the cluster resource
 
 
@@ -212,17 +225,18 @@ def kafka_acls_commands(grants: Iterable[Grant], command_config: str = "admin.pr
     """The grants as `kafka-acls.sh --add` commands (one per grant), run with the admin's client properties."""
     commands = []
     for grant in grants:
+        name = shlex.quote(grant.name)  # names come from settings and tenant ids: never unquoted into a shell
         target = {
-            Resource.TOPIC: f"--topic {grant.name}",
-            Resource.GROUP: f"--group {grant.name}",
-            Resource.TRANSACTIONAL_ID: f"--transactional-id {grant.name}",
+            Resource.TOPIC: f"--topic {name}",
+            Resource.GROUP: f"--group {name}",
+            Resource.TRANSACTIONAL_ID: f"--transactional-id {name}",
             Resource.CLUSTER: "--cluster",
         }[grant.resource]
         operations = " ".join(f"--operation {op}" for op in grant.operations)
         pattern = f" --resource-pattern-type {grant.pattern.value}" if grant.pattern is Pattern.PREFIXED else ""
         commands.append(
-            f"kafka-acls.sh --bootstrap-server $BOOTSTRAP --command-config {command_config} --add "
-            f"--allow-principal {grant.principal} {operations} {target}{pattern}"
+            f'kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --command-config {shlex.quote(command_config)} --add '
+            f"--allow-principal {shlex.quote(grant.principal)} {operations} {target}{pattern}"
         )
     return commands
 

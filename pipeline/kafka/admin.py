@@ -65,6 +65,29 @@ def admin_request(
             raise KafkaAdapterError(f"the cluster refused {refused(key)}: {exc.args[0]}") from exc
 
 
+def cluster_operations(client_config: dict[str, str], timeout_s: float = 30.0) -> frozenset[str]:
+    """What the principal may do on the cluster resource (`DESCRIBE`, `ALTER`, ...; every one without an authorizer).
+
+    Asked before a request that needs one of them: librdkafka 2.16 crashes the process on some
+    refusals (DescribeUserScramCredentials), and hands back an empty list for a refused DescribeAcls.
+    """
+    admin = admin_client(client_config)
+    try:
+        described = admin.describe_cluster(include_authorized_operations=True, request_timeout=timeout_s).result(
+            timeout_s)  # fmt: skip
+    except KafkaException as exc:
+        raise KafkaAdapterError(f"could not describe the cluster: {exc.args[0]}") from exc
+    return frozenset(op.name for op in described.authorized_operations or ())
+
+
+def require_cluster_operation(client_config: dict[str, str], operation: str, doing: str) -> None:
+    """Raises NotAuthorizedError, naming what was being done, unless the principal may `operation` the cluster."""
+    allowed = cluster_operations(client_config)
+    if operation not in allowed and "ALL" not in allowed:
+        raise NotAuthorizedError(f"{doing} needs {operation.title()} on the cluster, which the principal of "
+                                 "DPM_KAFKA_CONFIG lacks (the operator has Describe, the admin all)")  # fmt: skip
+
+
 @dataclass(frozen=True)
 class ClusterInfo:
     """What one metadata request told us about the cluster."""

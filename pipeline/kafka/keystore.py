@@ -8,7 +8,7 @@ import uuid
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from pipeline.config.settings import Settings, SettingsError
-from pipeline.core.events import CaseRef
+from pipeline.core.events import CaseRef, InvalidEventError
 from pipeline.kafka.errors import KafkaAdapterError
 from pipeline.kafka.follow import TopicFollower
 from pipeline.kafka.layout import current_generation
@@ -19,7 +19,7 @@ from pipeline.keys.ring import KeyRing
 from pipeline.keys.store import CaseKeys, TenantCaseKeys
 from pipeline.wire.headers import standard_headers
 from pipeline.wire.key import KeyRecord
-from pipeline.wire.rejection import RejectedError
+from pipeline.wire.rejection import RejectedError, Rejection
 from pipeline.wire.schema_ids import SchemaId
 
 _LOG = logging.getLogger("pipeline.kafka.librdkafka")
@@ -27,10 +27,15 @@ _APP_LOG = logging.getLogger("pipeline.kafka.keystore")
 
 
 class KafkaKeyTopic:
-    """Publishes key records (waiting for each) and reads the topic on from where it last stopped."""
+    """Publishes key records (waiting for each) and reads the topic on from where it last stopped.
 
-    def __init__(self, client_config: dict[str, str], topic: str) -> None:
+    `tenant` is the tenant whose own key topic this is (tenancy by topic): a record naming another
+    tenant is skipped, whoever wrote it, so a tenant's principal never has a key opened as another's.
+    """
+
+    def __init__(self, client_config: dict[str, str], topic: str, tenant: str | None = None) -> None:
         self._topic = topic
+        self._tenant = tenant
         self._config = client_config
         self._follower = TopicFollower(client_config, topic)
         self._producer: Producer | None = None
@@ -64,16 +69,14 @@ class KafkaKeyTopic:
         for raw in self._follower.new_records():
             self._apply(ring, raw.key, raw.value)
 
-    @staticmethod
-    def _apply(ring: KeyRing, key: bytes | None, value: bytes | None) -> None:
-        tenant, _, case_id = (key or b"").decode("utf-8", "replace").partition("/")
-        if not tenant or not case_id:
-            _APP_LOG.warning("key record without a tenant/case key skipped: %r", key)
-            return
+    def _apply(self, ring: KeyRing, key: bytes | None, value: bytes | None) -> None:
+        """Applies one record whose key, value and topic name the same tenant and case; skips (and logs) any other."""
         try:
-            ring.apply(CaseRef(tenant, case_id), None if value is None else KeyRecord.decode(value))
+            case, record = checked_key_record(key, value, self._tenant)
         except RejectedError as exc:
-            _APP_LOG.warning("unreadable key record for %s skipped: %s", key, exc)
+            _APP_LOG.warning("key record %r of %s skipped: %s", (key or b"")[:120], self._topic, exc)
+            return
+        ring.apply(case, record)
 
     def close(self) -> None:
         if self._producer is not None:
@@ -81,9 +84,31 @@ class KafkaKeyTopic:
         self._follower.close()
 
 
-def kafka_case_keys(client_config: dict[str, str], topic: str, provider: KeyProvider) -> CaseKeys:
-    """The pipeline's case keys over the real key topic."""
-    return CaseKeys(KeyRing(provider), KafkaKeyTopic(client_config, topic))
+def checked_key_record(key: bytes | None, value: bytes | None, tenant: str | None) -> tuple[CaseRef, KeyRecord | None]:
+    """The case and record (None: a tombstone) of a key-topic record whose key, value and topic agree.
+
+    Raises RejectedError: SCHEMA for a key that names no case or a value that is no key record (a
+    `kek_id` of another form than `v<N>` included), KEY_MISMATCH when key and value name different
+    cases, TENANT_MISMATCH when the case is not `tenant`'s (the topic's, with tenancy by topic).
+    """
+    tenant_of_key, _, case_id = (key or b"").decode("utf-8", "replace").partition("/")
+    try:
+        case = CaseRef(tenant_of_key, case_id)
+    except InvalidEventError as exc:
+        raise RejectedError(Rejection.SCHEMA, f"a key record keyed {str(key)[:80]}: {exc}") from exc
+    record = None if value is None else KeyRecord.decode(value)
+    if record is not None and record.case != case:
+        raise RejectedError(Rejection.KEY_MISMATCH, f"keyed {case.key}, the value is the key of {record.case.key}")
+    if tenant is not None and case.tenant != tenant:
+        raise RejectedError(Rejection.TENANT_MISMATCH, f"{case.key} on the key topic of tenant {tenant!r}")
+    return case, record
+
+
+def kafka_case_keys(
+    client_config: dict[str, str], topic: str, provider: KeyProvider, tenant: str | None = None
+) -> CaseKeys:
+    """The pipeline's case keys over the real key topic (`tenant`'s own, with tenancy by topic)."""
+    return CaseKeys(KeyRing(provider), KafkaKeyTopic(client_config, topic, tenant))
 
 
 def case_keys_from(
@@ -103,7 +128,7 @@ def case_keys_from(
             f"in {root}/<topic prefix>: move them into {settings.keys_dir(prefix)} (DPM_KEYS_DIR)"
         )
     names = names or current_generation(config, TopicNames(prefix))
-    return kafka_case_keys(config, names.keys, LocalFileKeyProvider(settings.keys_dir(names.prefix)))
+    return kafka_case_keys(config, names.keys, LocalFileKeyProvider(settings.keys_dir(names.prefix)), names.tenant)
 
 
 def tenant_case_keys(settings: Settings, names: TopicNames) -> TenantCaseKeys:

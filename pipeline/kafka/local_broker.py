@@ -185,6 +185,17 @@ def _render(template: str, values: dict[str, str]) -> str:
     return template
 
 
+def _private(layout: ClusterLayout) -> None:
+    """Makes the cluster's folders readable by their owner only (mode 0700), those of earlier starts too.
+
+    Its data files hold every record in the clear fields (tenants, cases, tasks), and the metadata
+    log holds the ACLs and the SCRAM verifiers: no other local user has any business reading them.
+    """
+    for folder in (layout.home / "broker", layout.root, *(layout.node_dir(n) for n in layout.node_ids)):
+        folder.mkdir(parents=True, exist_ok=True)
+        folder.chmod(0o700)
+
+
 def _write_node_config(layout: ClusterLayout, node_id: int) -> Path:
     node = layout.node_dir(node_id)
     (node / "logs").mkdir(parents=True, exist_ok=True)
@@ -357,6 +368,7 @@ def start(
             )
         return running, True
     layout = ClusterLayout(home, nodes, port, kafka_version, secure)
+    _private(layout)
     libs = ensure_broker_jars(cache_dir, kafka_version, say=say)
     java = java_executable(java_home)
     _check_ports_free(layout)

@@ -55,6 +55,11 @@ class EventProducer:
             self._current = current_names(self._admin_config, self._names)[0]
         return self._current
 
+    @property
+    def inputs(self) -> TopicNames:
+        """The topics this producer writes events and triggers to (resolved on first use)."""
+        return self._inputs()
+
     def _partition_count(self, topic: str) -> int:
         if topic not in self._partitions:
             self._partitions[topic] = topic_partitions(self._admin_config, topic)

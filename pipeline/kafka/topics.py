@@ -29,7 +29,7 @@ class TenantNameError(DpmError):
 
 def check_topic_tenant(tenant: str) -> str:
     """Returns `tenant` if it can have topics of its own (letters, digits, `_` and `-`), else raises."""
-    if not _TOPIC_TENANT.match(tenant):
+    if not _TOPIC_TENANT.fullmatch(tenant):
         raise TenantNameError(f"tenant {tenant!r} cannot have topics of its own: use letters, digits, _ and - "
                               "(at most 64), no dot")  # fmt: skip
     return tenant
@@ -130,7 +130,7 @@ class TopicNames:
         """The tenant whose own topic `topic` is (`<prefix>.<tenant>.<name>`), None for a shared topic."""
         inner = topic.removeprefix(f"{self.prefix}.")
         tenant, dot, _ = inner.partition(".")
-        return tenant if dot and inner != topic and _TOPIC_TENANT.match(tenant) else None
+        return tenant if dot and inner != topic and _TOPIC_TENANT.fullmatch(tenant) else None
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from pipeline.core.errors import DpmError
+from pipeline.wire.key import KEK_ID
 
 
 class KeyDestroyedError(DpmError):
@@ -69,7 +70,7 @@ def shared_layout(root: Path) -> bool:
     """Whether `root` holds tenant folders directly: the layout in which every pipeline shared one KEK per tenant."""
     if not root.is_dir():
         return False
-    return any(child.is_dir() and any(_VERSION.match(f.name) for f in child.iterdir()) for child in root.iterdir())
+    return any(child.is_dir() and any(_VERSION.fullmatch(f.name) for f in child.iterdir()) for child in root.iterdir())
 
 
 class LocalFileKeyProvider:
@@ -89,7 +90,7 @@ class LocalFileKeyProvider:
         folder = self._folder(tenant)
         if not folder.is_dir():
             return []
-        return sorted(int(m.group(1)) for p in folder.iterdir() if (m := _VERSION.match(p.name)))
+        return sorted(int(m.group(1)) for p in folder.iterdir() if (m := _VERSION.fullmatch(p.name)))
 
     def _create(self, tenant: str, version: int) -> None:
         folder = self._folder(tenant)
@@ -102,6 +103,8 @@ class LocalFileKeyProvider:
             out.write(AESGCM.generate_key(bit_length=256))
 
     def _kek(self, tenant: str, kek_id: str) -> bytes:
+        if not KEK_ID.fullmatch(kek_id):  # it names a file: never a path of the key record's writer's choosing
+            raise KeyDestroyedError(f"{kek_id[:40]!r} is not a key-encryption key version of tenant {tenant!r}")
         try:
             return (self._folder(tenant) / f"{kek_id}.key").read_bytes()
         except FileNotFoundError as exc:

@@ -19,6 +19,7 @@ from pipeline.core.events import CaseRef, Event, LogPosition
 from pipeline.core.task import Architecture, TaskSpec, resolve_budget
 from pipeline.kafka.keystore import case_keys_from
 from pipeline.kafka.producer import EventProducer
+from pipeline.kafka.topics import TopicNames
 from pipeline.services.tenants import topics_of
 from pipeline.wire.event import CaseOpening
 from pipeline.wire.trigger import DecisionRequest
@@ -56,45 +57,73 @@ def read_manifest(data: bytes) -> list[ManifestEntry]:
         raise ManifestError(f"not a manifest of `dpm produce --manifest`: {exc}") from exc
 
 
-@contextmanager
-def _producers(settings: Settings) -> Iterator[Callable[[str], EventProducer]]:
+class _Producers:
     """`tenant -> producer` for the tenant's topics (its own, or the shared ones), each made on first use.
 
-    Each seals events under their cases' data keys unless DPM_ENCRYPTION is off.
+    Each seals events under their cases' data keys unless DPM_ENCRYPTION is off; `topics` names the
+    topics written, so a command says where its records went.
     """
+
+    def __init__(self, settings: Settings, stack: ExitStack) -> None:
+        self._settings, self._stack = settings, stack
+        self._made: dict[str, EventProducer] = {}  # by topic scope: one for the shared topics, or one per tenant
+        self.topics: list[str] = []
+
+    def __call__(self, tenant: str) -> EventProducer:
+        settings, topics = self._settings, topics_of(self._settings, tenant)
+        if topics.scope not in self._made:
+            keys = (self._stack.enter_context(closing(case_keys_from(settings, names=topics)))
+                    if settings.keys.encryption else None)  # fmt: skip
+            self._made[topics.scope] = self._stack.enter_context(
+                closing(EventProducer(settings.kafka.client_config(), topics, keys)))  # fmt: skip
+        return self._made[topics.scope]
+
+    def wrote(self, tenant: str, topic: Callable[[TopicNames], str]) -> None:
+        name = topic(self(tenant).inputs)
+        if name not in self.topics:
+            self.topics.append(name)
+
+
+@contextmanager
+def _producers(settings: Settings) -> Iterator[_Producers]:
     with ExitStack() as stack:
-        made: dict[str, EventProducer] = {}  # by topic scope: one for the shared topics, or one per tenant
-
-        def producer_for(tenant: str) -> EventProducer:
-            topics = topics_of(settings, tenant)
-            if topics.scope not in made:
-                keys = (stack.enter_context(closing(case_keys_from(settings, names=topics)))
-                        if settings.keys.encryption else None)  # fmt: skip
-                made[topics.scope] = stack.enter_context(closing(EventProducer(settings.kafka.client_config(), topics,
-                                                                               keys)))  # fmt: skip
-            return made[topics.scope]
-
-        yield producer_for
+        yield _Producers(settings, stack)
 
 
-def produce_cases(settings: Settings, cases: Sequence[Case], summ_budgets: tuple[int, ...]) -> list[ManifestEntry]:
+@dataclass(frozen=True)
+class Produced:
+    """What an append wrote: each case's manifest entry (or the loose events' positions), and the topics written."""
+
+    entries: tuple[ManifestEntry, ...]
+    positions: tuple[LogPosition, ...]
+    topics: tuple[str, ...]
+
+
+def produce_cases(settings: Settings, cases: Sequence[Case], summ_budgets: tuple[int, ...]) -> Produced:
     """Appends every case's events (its task and the baseline's budgets ride on seq 1)."""
     with _producers(settings) as producer_for:
-        return [
-            ManifestEntry(case.ref, case.task, case.label, case.trajectory.char_length,
-                          tuple(producer_for(case.ref.tenant).append(case.trajectory.events,
-                                                                     CaseOpening(case.task, summ_budgets))))
-            for case in cases
-        ]  # fmt: skip
+        entries = []
+        for case in cases:
+            opening = CaseOpening(case.task, summ_budgets)
+            positions = producer_for(case.ref.tenant).append(case.trajectory.events, opening)
+            producer_for.wrote(case.ref.tenant, _events_topic)
+            entries.append(ManifestEntry(case.ref, case.task, case.label, case.trajectory.char_length,
+                                         tuple(positions)))  # fmt: skip
+        return Produced(tuple(entries), tuple(p for e in entries for p in e.positions), tuple(producer_for.topics))
 
 
-def produce_events(settings: Settings, events: Sequence[Event]) -> list[LogPosition]:
-    """Appends loose events (no case opening); returns their positions, in the order given."""
+def produce_events(settings: Settings, events: Sequence[Event]) -> Produced:
+    """Appends loose events (no case opening); their positions are in the order given."""
     with _producers(settings) as producer_for:
         positions: list[LogPosition] = []
         for tenant, run in groupby(events, key=lambda e: e.case.tenant):  # one batch per run of one tenant's events
             positions += producer_for(tenant).append(list(run))
-        return positions
+            producer_for.wrote(tenant, _events_topic)
+        return Produced((), tuple(positions), tuple(producer_for.topics))
+
+
+def _events_topic(names: TopicNames) -> str:
+    return names.events
 
 
 def manifest_requests(

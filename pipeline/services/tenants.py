@@ -1,21 +1,47 @@
-"""Tenancy by topic (DPM_TENANCY=topics): onboarding a tenant onto topics of its own, listing, removing.
+"""Tenancy by topic (DPM_TENANCY=topics): a tenant's whole life on the broker: onboarding, listing, removing.
 
 A tenant's own topics are the pipeline's nine under `<prefix>.<tenant>.`, so a broker can grant a
 tenant's principals exactly its own (acl_plan). Workers pick a new tenant up by their subscription
-pattern, within PATTERN_REFRESH_MS of its topics being created. Removing a tenant destroys its
-key-encryption keys first (everything sealed under them is unreadable from then on), then deletes
-its topics.
+pattern, within PATTERN_REFRESH_MS of its topics being created.
+
+Whatever names a tenant goes with it: removing one destroys its key-encryption keys first
+(everything sealed under them is unreadable from then on), deletes its topics (Kafka drops the
+groups' committed offsets on them, which the removal checks), revokes every grant of its principal
+and every grant on its topics, and deletes its principal's SCRAM credential, so an old client
+properties file stops authenticating. Adding a tenant refuses a name whose principal or grants
+outlived an earlier tenant of that name, and an id that a shared grant would reach
+(grant_checks.colliding_tenant).
 """
 
 from __future__ import annotations
 
+import time
 from contextlib import closing
 from dataclasses import dataclass
+from pathlib import Path
 
 from pipeline.config.settings import Settings
 from pipeline.core.errors import DpmError
+from pipeline.kafka.acl_plan import Grant, Resource, Role, plan, principal, tenant_principal
+from pipeline.kafka.acls import cluster_grants, revoke_grants
+from pipeline.kafka.admin import READER_GROUP_PREFIX
+from pipeline.kafka.credentials import credentials_dir, provision
+from pipeline.kafka.grant_checks import (
+    Overlap,
+    colliding_tenant,
+    overlaps,
+    revocable,
+    tenant_of_principal,
+)
 from pipeline.kafka.keystore import case_keys_from
 from pipeline.kafka.layout import current_generation
+from pipeline.kafka.local_broker import read_running
+from pipeline.kafka.principals import (
+    committed_offsets_on,
+    delete_scram_credentials,
+    may_alter_cluster,
+    scram_mechanisms,
+)
 from pipeline.kafka.topics import (
     ErasureBound,
     TopicNames,
@@ -49,11 +75,130 @@ def _require_topics_mode(settings: Settings) -> TopicNames:
     return TopicNames(settings.kafka.topic_prefix)
 
 
-def add_tenant(settings: Settings, tenant: str, partitions: int, replication: int | None = None) -> TopicReport:
-    """Creates (or checks) the tenant's nine topics; idempotent."""
-    names = _require_topics_mode(settings).of_tenant(tenant)
+@dataclass(frozen=True)
+class Leftovers:
+    """What names a tenant on the cluster besides its topics: its principal's credential, and grants."""
+
+    tenant: str
+    credentials: int  # SCRAM mechanisms of its principal
+    grants: tuple[Grant, ...]  # its principal's on this pipeline, and anyone's naming its topics
+    elsewhere: tuple[Grant, ...]  # its principal's on other pipelines' resources (sharing the credential)
+
+    @property
+    def orphan_credential(self) -> bool:
+        """A credential no other pipeline's grants use: this pipeline's to take away with its tenant."""
+        return bool(self.credentials) and not self.elsewhere
+
+    def __bool__(self) -> bool:
+        return bool(self.grants) or self.orphan_credential
+
+    def described(self) -> str:
+        parts = [f"{len(self.grants)} ACL binding(s)"] if self.grants else []
+        parts += [f"the SCRAM credential of {tenant_principal(self.tenant)}"] if self.orphan_credential else []
+        return " and ".join(parts)
+
+
+def _user(tenant: str) -> str:
+    return tenant_principal(tenant).removeprefix("User:")
+
+
+def leftovers(settings: Settings, tenant: str) -> Leftovers:
+    """The tenant's credential and grants on the cluster (none known without an authorizer)."""
+    config, names = settings.kafka.client_config(), TopicNames(settings.kafka.topic_prefix)
+    scope, who = f"{names.prefix}.{tenant}.", tenant_principal(tenant)
+    on_cluster = cluster_grants(config) or []
+    # Grants that name its topics (not the operator's on every topic of the pipeline), and its principal's.
+    mine = [g for g in on_cluster if (g.resource is Resource.TOPIC and g.name.startswith(scope))
+            or (g.principal == who and _of_pipeline(g, names))]  # fmt: skip
+    # The partition readers' groups (one prefix for every pipeline) go with the principal, not with a pipeline.
+    readers = [g for g in on_cluster if g.principal == who and g.name == READER_GROUP_PREFIX and g not in mine]
+    elsewhere = tuple(g for g in on_cluster if g.principal == who and g not in mine and g not in readers)
+    return Leftovers(tenant, len(scram_mechanisms(config, _user(tenant))),
+                     tuple(mine + ([] if elsewhere else readers)), elsewhere)  # fmt: skip
+
+
+def _of_pipeline(grant: Grant, names: TopicNames) -> bool:
+    return grant.name.startswith((f"{names.prefix}.", f"{names.prefix}-"))
+
+
+@dataclass(frozen=True)
+class TenantAdded:
+    report: TopicReport
+    replaced: Leftovers | None  # an earlier tenant's principal and grants removed first (--replace)
+    properties: Path | None  # the client properties of its new principal (the local secured broker only)
+    other_overlaps: tuple[Overlap, ...] = ()  # what the isolation check found about other tenants
+
+
+def add_tenant(
+    settings: Settings, tenant: str, partitions: int, replication: int | None = None, *, replace: bool = False
+) -> TenantAdded:
+    """Creates (or checks) the tenant's nine topics; idempotent.
+
+    A new tenant (none of its topics exist) is refused when a shared grant would reach its topics,
+    when any grant on the cluster would reach them from another principal, or when its principal or
+    grants are still on the cluster from an earlier tenant of that name (removed first with `replace`).
+    """
+    names = _require_topics_mode(settings)
+    collision = colliding_tenant(names, tenant)
+    if collision is not None:
+        raise DpmError(collision)
+    own = names.of_tenant(tenant)
+    config = settings.kafka.client_config()
+    existing = existing_topics(config)
+    replaced: Leftovers | None = None
+    others: tuple[Overlap, ...] = ()
+    if not any(spec.name in existing for spec in pipeline_topics(own)):
+        left = leftovers(settings, tenant)
+        if left and not replace:
+            raise DpmError(f"tenant {tenant!r} has no topics, but {left.described()} outlived an earlier tenant of "
+                           f"that name (an old client properties file would read the new tenant's data): remove them "
+                           f"with `dpm tenants remove {tenant} --yes`, or add with --replace")  # fmt: skip
+        if left:
+            _revoke(settings, left)
+            _forget_properties(settings, tenant)  # its password goes with it: the new principal gets a new one
+            replaced = left
+        problems = isolation_problems(settings, extra_tenants=[tenant], applied=True)
+        reaching = [p for p in problems if p.tenant == tenant]
+        if reaching:
+            raise DpmError(f"tenant {tenant!r} not added: grants on the cluster would reach its topics:\n"
+                           + "\n".join(f"  {p}" for p in reaching))  # fmt: skip
+        others = tuple(problems)
     bound = ErasureBound(settings.keys.erasure_lag_ms, settings.keys.tombstone_retention_ms)
-    return create_pipeline_topics(settings.kafka.client_config(), names, partitions, replication, bound)
+    report = create_pipeline_topics(config, own, partitions, replication, bound)
+    return TenantAdded(report, replaced, _local_credential(settings, tenant), others)
+
+
+def _local_credential(settings: Settings, tenant: str) -> Path | None:
+    """Makes the tenant principal's SCRAM credential on the local secured broker (recorded under DPM_HOME).
+
+    Returns its client properties file; None for any other cluster, whose credentials are made
+    the cluster's own way (a Strimzi KafkaUser: `dpm acl plan --tenant T --format strimzi`). A
+    credential that exists is kept (and so is its properties file).
+    """
+    home = settings.paths.home
+    running = read_running(home)
+    bootstrap = settings.kafka.client_config().get("bootstrap.servers")
+    if running is None or not running.secure or bootstrap != running.bootstrap:
+        return None
+    user = _user(tenant)
+    path = credentials_dir(home) / f"{user}.properties"
+    if path.exists() and scram_mechanisms(settings.kafka.client_config(), user):
+        return path
+    (made,) = provision(running.layout, home, (user,))
+    return made.path
+
+
+def isolation_problems(settings: Settings, extra_tenants: list[str] | None = None, *, applied: bool) -> list[Overlap]:
+    """Every grant (planned for every role and tenant, and `applied`: on the cluster) that reaches a tenant it must not.
+
+    Tenants are every tenant with topics of its own under the prefix, and `extra_tenants`.
+    """
+    names = TopicNames(settings.kafka.topic_prefix)
+    tenants = sorted({*tenants_on_cluster(settings), *(extra_tenants or [])})
+    grants = plan(names, tuple(Role), tenants)
+    if applied:
+        grants += cluster_grants(settings.kafka.client_config()) or []
+    return overlaps(grants, names, tenants)
 
 
 @dataclass(frozen=True)
@@ -63,11 +208,18 @@ class TenantTopics:
     missing: tuple[str, ...]
 
 
+def tenants_on_cluster(settings: Settings) -> list[str]:
+    """Every tenant with a topic of its own under the prefix, whatever the tenancy mode this process runs in."""
+    names = TopicNames(settings.kafka.topic_prefix)
+    topics = existing_topics(settings.kafka.client_config())
+    return sorted({t for topic in topics if (t := names.tenant_of(topic)) is not None})
+
+
 def list_tenants(settings: Settings) -> list[TenantTopics]:
     """Every tenant with a topic of its own under the prefix, and which of its nine topics exist."""
     names = _require_topics_mode(settings)
     topics = existing_topics(settings.kafka.client_config())
-    tenants = sorted({t for topic in topics if (t := names.tenant_of(topic)) is not None})
+    tenants = tenants_on_cluster(settings)
     listed = []
     for tenant in tenants:
         wanted = [spec.name for spec in pipeline_topics(names.of_tenant(tenant))]
@@ -76,17 +228,96 @@ def list_tenants(settings: Settings) -> list[TenantTopics]:
     return listed
 
 
-def remove_tenant(settings: Settings, tenant: str) -> tuple[int, tuple[str, ...]]:
-    """Destroys the tenant's key-encryption keys, then deletes its topics; returns (cases shredded, topics deleted)."""
+@dataclass(frozen=True)
+class TenantRemoval:
+    """What removing a tenant took away."""
+
+    tenant: str
+    keys_destroyed: int
+    topics: tuple[str, ...]
+    grants_revoked: int
+    credentials_deleted: int
+    credential_kept: str | None  # why the principal's credential stays (another pipeline's grants use it)
+    offsets_left: tuple[str, ...]  # committed offsets still on its topics (Kafka drops them with the topics)
+    properties_removed: Path | None
+
+
+def remove_tenant(settings: Settings, tenant: str) -> TenantRemoval:
+    """Takes away everything that names the tenant: keys, topics, grants, credential (see the module's docstring).
+
+    Checks first that the principal may revoke grants and credentials (Alter on the cluster: the
+    admin) when there are any: otherwise nothing is changed.
+    """
     names = _require_topics_mode(settings).of_tenant(tenant)
     config = settings.kafka.client_config()
     existing = existing_topics(config)
     mine = tuple(spec.name for spec in pipeline_topics(names) if spec.name in existing)
-    if not mine:
-        raise DpmError(f"tenant {tenant!r} has no topics under {names.scope}: nothing to remove")
+    left = leftovers(settings, tenant)
+    if not mine and not left:
+        raise DpmError(f"tenant {tenant!r} has no topics under {names.scope}, no grants and no credential: "
+                       "nothing to remove")  # fmt: skip
+    if left and not may_alter_cluster(config):
+        raise DpmError(f"removing tenant {tenant!r} takes away {left.described()}, which needs Alter on the "
+                       "cluster: run it as the admin (DPM_KAFKA_CONFIG naming admin.properties); "
+                       "nothing was changed")  # fmt: skip
     shredded = 0
     if names.keys in existing:
         with closing(case_keys_from(settings, names=names)) as keys:
             shredded = len(keys.erase_tenant(tenant))
     delete_topics(config, list(mine))  # its keys are destroyed already: what it leaves is unreadable
-    return shredded, mine
+    revoked, deleted, kept = _revoke(settings, left)
+    return TenantRemoval(tenant, shredded, mine, revoked, deleted, kept, _offsets_left(config, mine, names.prefix),
+                         _forget_properties(settings, tenant))  # fmt: skip
+
+
+def _revoke(settings: Settings, left: Leftovers) -> tuple[int, int, str | None]:
+    """Revokes the leftovers' grants and deletes the credential unless grants elsewhere still use it."""
+    config = settings.kafka.client_config()
+    revoked = revoke_grants(config, left.grants)
+    if left.elsewhere:
+        kept = (f"{tenant_principal(left.tenant)} keeps its credential: {len(left.elsewhere)} grant(s) of other "
+                f"pipelines use it, e.g. {left.elsewhere[0].resource.value} {left.elsewhere[0].name!r}")  # fmt: skip
+        return revoked, 0, kept
+    return revoked, delete_scram_credentials(config, _user(left.tenant)), None
+
+
+_OFFSETS_SETTLE_S = 10.0
+
+
+def _offsets_left(config: dict[str, str], topics: tuple[str, ...], prefix: str) -> tuple[str, ...]:
+    """Committed offsets still on the deleted topics; Kafka drops them as it deletes the partitions: waits for it."""
+    deadline = time.monotonic() + _OFFSETS_SETTLE_S
+    while True:
+        left = committed_offsets_on(config, topics, f"{prefix}-")
+        if not left or time.monotonic() > deadline:
+            return tuple(left)
+        time.sleep(0.5)
+
+
+def _forget_properties(settings: Settings, tenant: str) -> Path | None:
+    """Deletes the local broker's properties file of the tenant's principal (its password), if there is one."""
+    path = credentials_dir(settings.paths.home) / f"{_user(tenant)}.properties"
+    if not path.exists():
+        return None
+    path.unlink()
+    return path
+
+
+def revoke_unplanned(settings: Settings, roles: list[Role], tenants: list[str]) -> list[Grant]:
+    """Revokes the cluster's grants of `roles`' principals on this pipeline that the plan does not give; returns them.
+
+    The plan is every tenant's on the cluster and `tenants`. With tenancy by topic the producer role
+    is every tenant's principal, and the shared mode's `User:producer`, whose grants all go.
+    """
+    names = TopicNames(settings.kafka.topic_prefix)
+    on_cluster = cluster_grants(settings.kafka.client_config())
+    if on_cluster is None:
+        return []
+    by_topic = settings.kafka.tenancy == "topics"
+    everyone = sorted({*tenants_on_cluster(settings), *tenants}) if by_topic else []
+    managed = {principal(r) for r in roles}
+    if by_topic and Role.PRODUCER in roles:
+        managed |= {g.principal for g in on_cluster if tenant_of_principal(g.principal) is not None}
+    gone = revocable(on_cluster, plan(names, roles, everyone), managed, names)
+    revoke_grants(settings.kafka.client_config(), gone)
+    return gone

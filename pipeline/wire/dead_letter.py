@@ -1,4 +1,12 @@
-"""The dead-letter record (dpm.dlq.v1): refused input's original bytes and why it was refused."""
+"""The dead-letter record (dpm.dlq.v2): why input was refused, and its original bytes.
+
+A dead letter of an events-topic record that names a case keeps its content (the original key and
+value, and the detail, which may quote them) sealed under that case's data key, or under the data
+keys of both cases when its key and value name different ones: destroying either key (`dpm erase`)
+erases the dead letter too, as it does every other copy of the case's content. One of a case
+already erased keeps none of it. Other dead letters (triggers, key records, bytes that name no case)
+keep their content in clear: they carry routing and tasks, not case content.
+"""
 
 from __future__ import annotations
 
@@ -11,15 +19,20 @@ from typing import Any
 import orjson
 
 from pipeline.core.event_log import RawRecord
-from pipeline.core.events import LogPosition
+from pipeline.core.events import CaseRef, InvalidEventError, LogPosition
 from pipeline.wire.limits import (
     MAX_DEAD_LETTER_DETAIL_CHARS,
     MAX_DEAD_LETTER_KEY_BYTES,
     MAX_DEAD_LETTER_RECORD_KEY_BYTES,
     MAX_DEAD_LETTER_VALUE_BYTES,
 )
-from pipeline.wire.rejection import Rejection
+from pipeline.wire.rejection import RejectedError, Rejection, decode_object
 from pipeline.wire.schema_ids import SchemaId
+from pipeline.wire.sealing import SEALED, CaseCipher, CaseErasedError
+from pipeline.wire.validation import SchemaError, validate
+
+_CONTENT = ("detail", "original_key_b64", "original_value_b64")
+WITHHELD = "erased"
 
 
 @dataclass(frozen=True)
@@ -37,6 +50,9 @@ class Original:
     @property
     def truncated(self) -> bool:
         return len(self.kept) < self.size
+
+
+_NOTHING = Original(b"", 0, hashlib.sha256(b"").hexdigest())
 
 
 @dataclass(frozen=True)
@@ -65,40 +81,132 @@ class DeadLetterRecord:
             return None if key is None else key.kept
         return f"sha256:{key.sha256}".encode()
 
-    def to_wire(self) -> dict[str, Any]:
+    def _clear(self) -> dict[str, Any]:
+        """What a dead letter keeps in clear whatever happens to its case: why, where from, sizes and digests."""
         key, value = self.original_key, self.original_value
-        wire: dict[str, Any] = {
+        clear: dict[str, Any] = {
             "schema": SchemaId.DEAD_LETTER.value,
             "reason": self.reason.value,
-            "detail": self.detail,
             "source_topic": self.source_topic,
             "source_partition": self.source.partition,
             "source_offset": self.source.offset,
-            "original_key_b64": None if key is None else base64.b64encode(key.kept).decode(),
-            "original_value_b64": base64.b64encode(value.kept).decode(),
             "original_value_size": value.size,
             "original_value_sha256": value.sha256,
             "worker_id": self.worker_id,
         }
         if key is not None and key.truncated:
-            wire |= {"original_key_size": key.size, "original_key_sha256": key.sha256}
-        return wire
+            clear |= {"original_key_size": key.size, "original_key_sha256": key.sha256}
+        return clear
+
+    def _content(self) -> dict[str, Any]:
+        key = self.original_key
+        return {
+            "detail": self.detail,
+            "original_key_b64": None if key is None else base64.b64encode(key.kept).decode(),
+            "original_value_b64": base64.b64encode(self.original_value.kept).decode(),
+        }
+
+    def to_wire(self) -> dict[str, Any]:
+        """The dead letter with its content in clear."""
+        return {**self._clear(), **self._content()}
+
+    def withheld_wire(self) -> dict[str, Any]:
+        """The dead letter of a case already erased: its content left out."""
+        return {**self._clear(), "withheld": WITHHELD}
+
+    def sealed_wire(self, cases: tuple[CaseRef, ...], cipher: CaseCipher) -> dict[str, Any]:
+        """The dead letter with its content sealed under each case's data key in turn (innermost first)."""
+        clear = {**self._clear(), "sealed_under": [{"tenant": c.tenant, "case_id": c.case_id} for c in cases]}
+        layer = orjson.dumps(self._content())
+        sealed: dict[str, str] = {}
+        for index, case in enumerate(cases):
+            sealed = cipher.seal(case, layer, _layer_aad(clear, index))
+            layer = orjson.dumps(sealed)
+        return {**clear, SEALED: sealed}
 
     def encode(self) -> bytes:
         return orjson.dumps(self.to_wire())
 
     @classmethod
-    def from_wire(cls, value: Mapping[str, Any]) -> DeadLetterRecord:
-        """Inverse of to_wire, for a schema-valid value (one written before sizes were kept counts as whole)."""
+    def from_wire(cls, value: Mapping[str, Any], cipher: CaseCipher | None = None) -> DeadLetterRecord:
+        """The dead letter of a decoded value (v1 or v2), its sealed content opened with `cipher`.
+
+        Raises CaseErasedError when its content is sealed and a case's key is destroyed (or no
+        cipher is given), RejectedError(SCHEMA) when the value is no dead letter.
+        """
+        schema = value.get("schema")
+        if schema not in (SchemaId.DEAD_LETTER, SchemaId.DEAD_LETTER_V1):
+            raise RejectedError(Rejection.SCHEMA, f"not a dead letter: schema {str(schema)[:40]!r}")
+        try:
+            validate(SchemaId(schema), value)
+        except SchemaError as exc:
+            raise RejectedError(Rejection.SCHEMA, f"not a dead letter: {exc}") from exc
+        content: Mapping[str, Any] = value
+        if SEALED in value:
+            content = _opened(value, cipher)
+        elif value.get("withheld") == WITHHELD:
+            content = {"detail": "", "original_key_b64": None, "original_value_b64": ""}
         return cls(
             reason=Rejection(value["reason"]),
-            detail=value["detail"],
+            detail=content["detail"],
             source_topic=value["source_topic"],
             source=LogPosition(int(value["source_partition"]), int(value["source_offset"])),
-            original_key=_original(value, "key"),
-            original_value=_original(value, "value") or Original(b"", 0, hashlib.sha256(b"").hexdigest()),
+            original_key=_original({**value, **content}, "key"),
+            original_value=_original({**value, **content}, "value") or _NOTHING,
             worker_id=value["worker_id"],
         )
+
+    @classmethod
+    def decode(cls, data: bytes | None, cipher: CaseCipher | None = None) -> DeadLetterRecord:
+        return cls.from_wire(decode_object(data, "dead letter"), cipher)
+
+
+def _layer_aad(clear: Mapping[str, Any], index: int) -> bytes:
+    """Associated data of one layer: the clear fields, so neither they nor the layers' order can be changed."""
+    return orjson.dumps({**clear, "layer": index}, option=orjson.OPT_SORT_KEYS)
+
+
+def _opened(value: Mapping[str, Any], cipher: CaseCipher | None) -> dict[str, Any]:
+    clear = {k: v for k, v in value.items() if k != SEALED}
+    cases = tuple(CaseRef(c["tenant"], c["case_id"]) for c in value["sealed_under"])
+    if cipher is None:
+        raise CaseErasedError.of(cases[0], "its content is sealed and this reader has no keys (set DPM_KEYS_DIR)")
+    layer: Mapping[str, Any] = value[SEALED]
+    plain = b""
+    for index in reversed(range(len(cases))):
+        plain = cipher.open(cases[index], layer, _layer_aad(clear, index))
+        if index:
+            layer = orjson.loads(plain)
+    content = orjson.loads(plain)
+    if not isinstance(content, dict) or set(content) != set(_CONTENT):
+        raise RejectedError(Rejection.SCHEMA, "a dead letter's sealed content holds other fields than its content")
+    return content
+
+
+def cases_named(record: RawRecord, tenant: str | None = None) -> tuple[CaseRef, ...]:
+    """The cases a record names by its key (`tenant/case[/seq]`) or by its value's clear fields, key's first.
+
+    With `tenant` (the record came from that tenant's own topic) only that tenant's cases count: a
+    record of one tenant never has content sealed, nor a data key made, in another's name.
+    """
+    named: list[CaseRef] = []
+    parts = (record.key or b"").decode("utf-8", "replace").split("/")
+    candidates: list[tuple[object, object]] = [(parts[0], parts[1])] if len(parts) >= 2 else []
+    try:
+        body = decode_object(record.value, "record")
+        candidates.append((body.get("tenant"), body.get("case_id")))
+    except RejectedError:
+        pass
+    for found_tenant, case_id in candidates:
+        if not isinstance(found_tenant, str) or not isinstance(case_id, str):
+            continue
+        try:
+            case = CaseRef(found_tenant, case_id)
+        except InvalidEventError:
+            continue
+        if case not in named and (tenant is None or case.tenant == tenant):
+            named.append(case)
+    return tuple(named)
 
 
 def _original(value: Mapping[str, Any], part: str) -> Original | None:

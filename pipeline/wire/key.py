@@ -3,16 +3,22 @@
 from __future__ import annotations
 
 import base64
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
-from pipeline.core.events import CaseRef
+from pipeline.core.events import CaseRef, InvalidEventError
 from pipeline.wire.rejection import RejectedError, Rejection, decode_object
 from pipeline.wire.schema_ids import SchemaId
 from pipeline.wire.validation import SchemaError, validate
+
+# A key-encryption key version: `v<N>`. A key record is written by whoever may write its key topic (a
+# tenant's agents, with tenancy by topic), and a provider looks its KEK up by this name: a fixed form
+# leaves no room for a path, a URL or another tenant's key name.
+KEK_ID = re.compile(r"v[1-9][0-9]{0,8}")
 
 
 @dataclass(frozen=True)
@@ -45,8 +51,14 @@ class KeyRecord:
             validate(SchemaId.KEY, value)
         except SchemaError as exc:
             raise RejectedError(Rejection.SCHEMA, str(exc)) from exc
-        case = CaseRef(value["tenant"], value["case_id"])
-        return cls(case, value["kid"], value["kek_id"], base64.b64decode(value["wrapped_b64"]), value["created_ms"])
+        if not KEK_ID.fullmatch(value["kek_id"]):
+            raise RejectedError(Rejection.SCHEMA, f"kek_id {value['kek_id'][:40]!r} is not a key version (v<N>)")
+        try:
+            case = CaseRef(value["tenant"], value["case_id"])
+            wrapped = base64.b64decode(value["wrapped_b64"], validate=True)
+        except (InvalidEventError, ValueError) as exc:
+            raise RejectedError(Rejection.SCHEMA, f"key record: {exc}") from exc
+        return cls(case, value["kid"], value["kek_id"], wrapped, value["created_ms"])
 
     @classmethod
     def decode(cls, data: bytes | None) -> KeyRecord:

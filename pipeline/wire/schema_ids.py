@@ -15,7 +15,8 @@ class SchemaId(StrEnum):
     DECISION = "dpm.decision.v2"
     DECISION_V1 = "dpm.decision.v1"  # read, upcast to v2 (wire/decision.py); never written since 0.2.0
     AUDIT = "dpm.audit.v1"
-    DEAD_LETTER = "dpm.dlq.v1"
+    DEAD_LETTER = "dpm.dlq.v2"
+    DEAD_LETTER_V1 = "dpm.dlq.v1"  # read as is (its content in clear); never written since 0.2.0
     KEY = "dpm.key.v1"
     LEDGER = "dpm.ledger.v1"
     SEGMENT = "dpm.segment.v1"

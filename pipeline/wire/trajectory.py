@@ -2,13 +2,76 @@
 
 from __future__ import annotations
 
-from pipeline.core.event_log import ReadResult
-from pipeline.core.events import CaseRef, Event, InvalidEventError, LogPosition, Trajectory
+from collections.abc import Mapping
+from typing import Any
+
+from pipeline.core.event_log import RawRecord, ReadResult
+from pipeline.core.events import SEQ_WIDTH, CaseRef, Event, InvalidEventError, LogPosition, Trajectory
 from pipeline.wire.event import EventRecord
 from pipeline.wire.limits import MAX_TRAJECTORY_CHARS
-from pipeline.wire.record_keys import check_event_key
-from pipeline.wire.rejection import RejectedError, Rejection
-from pipeline.wire.sealing import CaseCipher
+from pipeline.wire.record_keys import check_event_key, check_tenant_of_topic
+from pipeline.wire.rejection import RejectedError, Rejection, decode_object
+from pipeline.wire.sealing import CaseCipher, open_body
+
+
+def _claimed(body: Mapping[str, Any]) -> tuple[CaseRef, str] | None:
+    """The case and event key an event's clear fields name (tenant, case id, seq); None when they name none."""
+    tenant, case_id, seq = body.get("tenant"), body.get("case_id"), body.get("seq")
+    if not isinstance(tenant, str) or not isinstance(case_id, str) or type(seq) is not int:
+        return None
+    try:
+        case = CaseRef(tenant, case_id)
+    except InvalidEventError:
+        return None
+    return case, f"{case.key}/{seq:0{SEQ_WIDTH}d}"
+
+
+def own_records(case: CaseRef, read: ReadResult) -> tuple[ReadResult, tuple[RawRecord, ...]]:
+    """A scan's records split into the case's own (key and clear fields name the same event of it) and the rest.
+
+    A scan finds records by key; one whose value names another event (forged, or written by a
+    faulty producer) is not the case's, and must not stop the case from being decided: it is left
+    out, for the caller to report, and the baseline dead-letters it when it folds the events topic.
+    """
+    own: list[RawRecord] = []
+    others: list[RawRecord] = []
+    for record in read.records:
+        try:
+            claimed = _claimed(decode_object(record.value, "event"))
+        except RejectedError:
+            claimed = None
+        mine = claimed is not None and claimed[0] == case and record.key == claimed[1].encode()
+        (own if mine else others).append(record)
+    return ReadResult(tuple(own), read.missing), tuple(others)
+
+
+def _event(record: RawRecord, case: CaseRef, cipher: CaseCipher | None, topic_tenant: str | None) -> Event:
+    """The record's event, its clear fields checked against the topic, its key and the case before it is opened.
+
+    Opening first would look the named case's key up: a record naming another tenant's case would
+    have a worker open that tenant's key topic on the writer's say-so.
+    """
+    body = decode_object(record.value, f"event at {record.position}")
+    claimed = _claimed(body)
+    if claimed is not None:
+        check_tenant_of_topic(topic_tenant, claimed[0])
+        keyed = (record.key or b"").decode("utf-8", "replace")[:80]
+        if record.key != claimed[1].encode():
+            raise RejectedError(Rejection.KEY_MISMATCH,
+                                f"position {record.position} is keyed {keyed!r} but holds {claimed[1]}")  # fmt: skip
+        if claimed[0] != case:
+            raise RejectedError(
+                Rejection.CROSS_TENANT,
+                f"position {record.position} holds an event of {claimed[0].key}, not of {case.key}",
+            )
+    event = EventRecord.from_wire(open_body(body, cipher)).event
+    check_event_key(record.key, event)
+    if event.case != case:
+        raise RejectedError(
+            Rejection.CROSS_TENANT,
+            f"position {record.position} holds an event of {event.case.key}, not of {case.key}",
+        )
+    return event
 
 
 def assemble(
@@ -17,6 +80,8 @@ def assemble(
     expected_count: int | None,
     max_chars: int = MAX_TRAJECTORY_CHARS,
     cipher: CaseCipher | None = None,
+    *,
+    topic_tenant: str | None = None,
 ) -> tuple[Trajectory, tuple[LogPosition, ...]]:
     """The case's trajectory (seq 1..n, gap-free) and the positions it was read from, in seq order.
 
@@ -25,6 +90,7 @@ def assemble(
     asked-for positions hold nothing though the case was not erased (compaction removed a record
     that a later one with its key replaced); KEY_MISMATCH when a record's key is not
     its own event's; CROSS_TENANT when a record belongs to another tenant or case (isolation);
+    TENANT_MISMATCH when, read from `topic_tenant`'s own topic, a record names another tenant;
     SEQUENCE_GAP for gaps, duplicates or a count other than expected; UNKNOWN_CASE when there are
     no events; OVERSIZE past max_chars.
     """
@@ -35,16 +101,7 @@ def assemble(
         raise RejectedError(Rejection.SUPERSEDED, f"{where}: a later record with the same key replaced it")
     if not read.records:
         raise RejectedError(Rejection.UNKNOWN_CASE, f"no events found for case {case.key}")
-    events: list[tuple[Event, LogPosition]] = []
-    for record in read.records:
-        event = EventRecord.decode(record.value, f"event at {record.position}", cipher).event
-        check_event_key(record.key, event)
-        if event.case != case:
-            raise RejectedError(
-                Rejection.CROSS_TENANT,
-                f"position {record.position} holds an event of {event.case.key}, not of {case.key}",
-            )
-        events.append((event, record.position))
+    events = [(_event(record, case, cipher, topic_tenant), record.position) for record in read.records]
     # A re-sent event has the same key as its twin; the later record replaces it, as compaction would.
     latest = {e.seq: (e, p) for e, p in sorted(events, key=lambda pair: pair[1])}
     events = [latest[seq] for seq in sorted(latest)]

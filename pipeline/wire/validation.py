@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterator
 from functools import cache
 from typing import Any
 
 import orjson
-from jsonschema import Draft202012Validator
+from jsonschema import Draft202012Validator, validators
 from jsonschema.exceptions import ValidationError, best_match
 
 from pipeline.core.errors import DpmError
@@ -19,11 +21,27 @@ class SchemaError(DpmError):
 
 
 @cache
+def _ecma_regex(pattern: str) -> re.Pattern[str]:
+    """`pattern` with ECMA-262's `$` (the end of the input) where Python's `$` also matches before a final newline."""
+    return re.compile(re.sub(r"(?<!\\)\$", r"\\Z", pattern))
+
+
+def _pattern(_validator: Any, pattern: str, instance: Any, _schema: Any) -> Iterator[ValidationError]:  # noqa: ANN401 - jsonschema's keyword signature
+    """The `pattern` keyword as JSON Schema defines it: `^[a-z]+$` does not admit a trailing newline."""
+    if isinstance(instance, str) and not _ecma_regex(pattern).search(instance):
+        yield ValidationError(f"{instance!r} does not match {pattern!r}")
+
+
+# Draft 2020-12, with `pattern` read as ECMA-262 regular expressions read it (jsonschema uses re.search).
+_Validator = validators.extend(Draft202012Validator, {"pattern": _pattern})  # type: ignore[no-untyped-call]
+
+
+@cache
 def validator(schema: SchemaId) -> Draft202012Validator:
     """The validator of the schema's file, e.g. `schemas/case.v1.json` for SchemaId.CASE."""
     document = orjson.loads((schemas_dir() / f"{schema.file_stem}.json").read_bytes())
     Draft202012Validator.check_schema(document)
-    return Draft202012Validator(document)
+    return _Validator(document)  # type: ignore[no-any-return]
 
 
 # An error names the offending path and what was wrong, never more than this of the offending value.

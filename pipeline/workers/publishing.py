@@ -13,7 +13,7 @@ from pipeline.core.task import Architecture
 from pipeline.kafka.steps import Output
 from pipeline.kafka.topics import TopicNames
 from pipeline.observability.metrics import PipelineMetrics
-from pipeline.wire.dead_letter import DeadLetterRecord
+from pipeline.wire.dead_letter import DeadLetterRecord, cases_named
 from pipeline.wire.headers import REASON_HEADER, Headers, standard_headers
 from pipeline.wire.rejection import Rejection
 from pipeline.wire.run_records import RunRecords
@@ -67,10 +67,40 @@ def observe_published(
 
 
 def dead_letter(
-    names: TopicNames, record: RawRecord, *, source_topic: str, reason: Rejection, detail: str, worker_id: str
+    names: TopicNames,
+    record: RawRecord,
+    *,
+    source_topic: str,
+    reason: Rejection,
+    detail: str,
+    worker_id: str,
+    cipher: CaseCipher | None = None,
 ) -> Output:
-    """The DLQ record: the original bytes and why they were refused, keyed by the original key."""
+    """The DLQ record: the original bytes and why they were refused, keyed by the original key.
+
+    With a cipher (sealing on) a refused event of a case keeps its content sealed under the case's
+    data key, so that erasing the case erases its dead letters too (wire/dead_letter.py).
+    """
     letter = DeadLetterRecord.of(record, source_topic=source_topic, reason=reason, detail=detail, worker_id=worker_id)
     where = f"{source_topic}/{record.position.partition}/{record.position.offset}"
     headers = standard_headers(SchemaId.DEAD_LETTER, source=f"/dpm/workers/{worker_id}", event_id=where, tenant=None)
-    return Output(names.dlq, letter.record_key, letter.encode(), (*headers, (REASON_HEADER, reason.value.encode())))
+    value = orjson.dumps(_letter_wire(letter, record, names, cipher))
+    return Output(names.dlq, letter.record_key, value, (*headers, (REASON_HEADER, reason.value.encode())))
+
+
+def _letter_wire(
+    letter: DeadLetterRecord, record: RawRecord, names: TopicNames, cipher: CaseCipher | None
+) -> dict[str, Any]:
+    cases = cases_named(record, names.tenant) if cipher is not None and _holds_content(letter.source_topic) else ()
+    if cipher is None or not cases:
+        return letter.to_wire()
+    cipher.sync()
+    if letter.reason is Rejection.ERASED or any(cipher.erased(case) for case in cases):
+        return letter.withheld_wire()  # no new data key for an erased case: its content is simply not kept
+    return letter.sealed_wire(cases, cipher)
+
+
+def _holds_content(topic: str) -> bool:
+    """Whether records of `topic` carry case content: an events topic (`<scope>events`, any generation)."""
+    name = topic.rsplit(".", 1)[-1]
+    return name == "events" or name.startswith("events-g")

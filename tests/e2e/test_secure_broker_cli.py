@@ -19,11 +19,14 @@ pytestmark = pytest.mark.e2e
 def test_a_secured_broker_is_started_with_a_user_per_role_and_reported_on(private_home: Path) -> None:
     env = {"DPM_HOME": str(private_home)}
     port = free_cluster_port(1, secure=True)
-    started = dpm_cli("broker", "up", "--secure", "--port", str(port), "--user", "tenant-acme", env=env)
+    refused = dpm_cli("broker", "up", "--secure", "--port", str(port), "--user", "tenant-acme", env=env)
+    assert refused.returncode != 0
+    assert "dpm tenants add acme" in refused.stdout + refused.stderr  # a tenant's principal lives with its tenant
+    started = dpm_cli("broker", "up", "--secure", "--port", str(port), "--user", "analyst", env=env)
     try:
         assert started.returncode == 0, started.stdout + started.stderr
         listed = dict(re.findall(r"^\s+([\w-]+)\s+(\S+\.properties)$", started.stdout, re.MULTILINE))
-        assert set(listed) == {"admin", "producer", "worker", "baseline", "auditor", "operator", "tenant-acme"}
+        assert set(listed) == {"admin", "producer", "worker", "baseline", "auditor", "operator", "analyst"}
         for user, path in listed.items():
             props = read_properties(Path(path))
             assert props["sasl.username"] == user

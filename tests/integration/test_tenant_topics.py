@@ -57,12 +57,13 @@ class Tenanted:
         return tenant_principal(tenant).removeprefix("User:")
 
     def onboard(self, tenant: str) -> None:
-        """The plan's grants on the tenant's topics (as the admin; ACLs may precede their topics), then
-        `dpm tenants add` as the operator."""
-        apply_grants(self.secured.config("admin"), plan(self.names, tenants=[tenant]))
+        """`dpm tenants add` as the operator (its topics, and its principal's credential on this local broker),
+        then the plan's grants on its topics (as the admin)."""
         added = self.secured.dpm(Role.OPERATOR.value, "tenants", "add", tenant, "--partitions", "3",
                                  DPM_TOPIC_PREFIX=self.names.prefix, DPM_TENANCY="topics")  # fmt: skip
         assert added.returncode == 0, added.stderr[-2000:]
+        assert str(self.secured.properties(self.user(tenant))) in added.stdout
+        apply_grants(self.secured.config("admin"), plan(self.names, tenants=[tenant]))
 
     def keys(self, user: str, tenant: str) -> CaseKeys:
         folder = keys_folder(Path(os.environ["DPM_KEYS_DIR"]), self.names.prefix)
@@ -73,6 +74,7 @@ class Tenanted:
 @pytest.fixture(scope="module")
 def tenanted(secured: Secured) -> Tenanted:
     tenanted = Tenanted(secured, TopicNames(unique_prefix("ten")))
+    apply_grants(secured.config("admin"), plan(tenanted.names, [Role.OPERATOR]))  # the pipeline's operator, once
     for tenant in TENANTS:
         tenanted.onboard(tenant)
     return tenanted
@@ -153,8 +155,9 @@ def test_a_worker_and_the_baseline_decide_each_tenant_on_its_own_topics_and_pick
     assert all(r.trigger_id in replayed.stdout for rs in (*requests.values(), late) for r in rs)
     compared = tenanted.secured.dpm(Role.AUDITOR.value, "compare", **as_auditor)
     assert compared.returncode == 0, compared.stderr[-2000:]
-    removed = tenanted.secured.dpm(Role.OPERATOR.value, "tenants", "remove", "initech", "--yes", **as_auditor)
+    removed = tenanted.secured.dpm("admin", "tenants", "remove", "initech", "--yes", **as_auditor)
     assert "initech: 2 case key(s) destroyed, 9 topic(s) deleted" in removed.stdout, removed.stderr[-2000:]
+    assert "1 SCRAM credential(s) deleted" in removed.stdout
     listed = tenanted.secured.dpm(Role.OPERATOR.value, "tenants", "list", **as_auditor).stdout
     assert "initech" not in listed
     assert "acme: 9 topic(s), complete" in listed

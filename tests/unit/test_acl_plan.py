@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shlex
+
 import yaml
 
 from pipeline.kafka.acl_plan import (
@@ -84,11 +86,20 @@ def test_case_partitioned_topics_are_granted_in_every_generation_and_nothing_els
 
 def test_kafka_acls_commands_name_principal_operations_and_pattern() -> None:
     commands = kafka_acls_commands(_of(Role.WORKER))
-    assert ("kafka-acls.sh --bootstrap-server $BOOTSTRAP --command-config admin.properties --add --allow-principal "
+    assert ('kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --command-config admin.properties --add --allow-principal '
             "User:worker --operation Read --operation Describe --topic bank.triggers --resource-pattern-type prefixed"
             ) in commands  # fmt: skip
     assert any(c.endswith("--transactional-id bank-projection --resource-pattern-type prefixed") for c in commands)
     assert len(commands) == len(_of(Role.WORKER))
+
+
+def test_kafka_acls_commands_quote_every_name_for_the_shell() -> None:
+    hostile = [Grant("User:tenant-x; rm -rf /", Resource.TOPIC, "bank.x $(id)\n", Pattern.LITERAL, ("Read",))]
+    (command,) = kafka_acls_commands(hostile, command_config="my admin.properties")
+    words = shlex.split(command)
+    assert words[words.index("--allow-principal") + 1] == "User:tenant-x; rm -rf /"
+    assert words[words.index("--topic") + 1] == "bank.x $(id)\n"
+    assert words[words.index("--command-config") + 1] == "my admin.properties"
 
 
 def test_strimzi_users_are_one_scram_user_per_role_with_the_same_acls() -> None:

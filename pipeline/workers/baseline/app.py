@@ -360,13 +360,25 @@ class Baseline:
         )
 
     def refusal(self, record: RawRecord, source: str, exc: RejectedError) -> Outcome:
-        """A refused record's dead letter, counted once it is committed."""
+        """A refused record's dead letter, counted once it is committed.
+
+        An event's dead letter is sealed under its case's key (which may publish a new data key): call
+        it off the event loop (`_refused`) for records of the events topics.
+        """
         _LOG.warning("record at %s of %s rejected: %s", record.position, source, exc,
                      extra={"worker_id": self.options.worker_id})  # fmt: skip
-        letter = dead_letter(self.inputs.scope_of(source), record, source_topic=source, reason=exc.reason,
-                             detail=exc.detail, worker_id=self.options.worker_id)  # fmt: skip
+        letter = self._dead_letter(record, source, exc.reason, exc.detail)
         metrics = self.metrics
         return Outcome([letter], (lambda: metrics.observe_rejection(exc.reason)) if metrics else lambda: None)
+
+    def _dead_letter(self, record: RawRecord, source: str, reason: Rejection, detail: str) -> Output:
+        """The record's dead letter on its scope's dead-letter topic, an event's content sealed when sealing is on."""
+        return dead_letter(self.inputs.scope_of(source), record, source_topic=source, reason=reason, detail=detail,
+                           worker_id=self.options.worker_id, cipher=self.folding.sealing)  # fmt: skip
+
+    async def _refused(self, record: RawRecord, source: str, exc: RejectedError) -> Outcome:
+        """`refusal` off the event loop, waiting for Kafka while a new data key cannot be published."""
+        return await self._until_kafka_answers(functools.partial(self.blocking, self.refusal, record, source, exc))
 
     async def _consume(self, stream: Any, handle: Callable[[RawRecord], Awaitable[Outcome]]) -> None:  # noqa: ANN401
         """Feeds each record of a faust stream to `handle`, cases concurrently; refused input becomes a dead letter.
@@ -465,17 +477,18 @@ class Baseline:
             try:
                 return await self._until_kafka_answers(functools.partial(handle, record))
             except RejectedError as exc:
-                return self.refusal(record, source, exc)
+                return await self._refused(record, source, exc)
             except PartitionRevoked:
                 raise
             except ModelBackendError as exc:
                 if attempt < _MODEL_ATTEMPTS:
                     await asyncio.sleep(_RETRY_BACKOFF_S * attempt)
                     continue
-                return self.refusal(record, source, RejectedError(Rejection.MODEL_ERROR, str(exc)))
+                return await self._refused(record, source, RejectedError(Rejection.MODEL_ERROR, str(exc)))
             except Exception as exc:  # noqa: BLE001 - a bug must not stop the stream
                 _LOG.exception("record at %s of %s broke the baseline", record.position, source)
-                return self.refusal(record, source, RejectedError(Rejection.INTERNAL, f"{type(exc).__name__}: {exc}"))
+                bug = RejectedError(Rejection.INTERNAL, f"{type(exc).__name__}: {exc}")
+                return await self._refused(record, source, bug)
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def _until_kafka_answers(self, work: Callable[[], Awaitable[_T]]) -> _T:
@@ -507,21 +520,28 @@ class Baseline:
         partition back.
         """
         too_large = oversized(outputs, self.options.max_record_bytes)
-        stages = [] if too_large is not None else [list(outputs)]
-        stages += [[self._unpublishable(record, source, outputs, too_large)], []]
-        for stage in stages:
-            if not stage:
-                _LOG.error("record at %s of %s: neither its outputs nor its dead letter could be published",
-                           record.position, source)  # fmt: skip
-            for _ in range(_PUBLISH_ATTEMPTS):
-                self.check_owned()
-                try:
-                    await self._until_kafka_answers(functools.partial(self.blocking, self.publisher.publish, source,
-                                                                      record.position, stage))  # fmt: skip
-                except (OutputsRefusedError, PublishFailedError) as exc:
-                    _LOG.warning("outputs of the record at %s of %s refused: %s", record.position, source, exc)
-                    continue
-                return
+        if too_large is None and await self._published(record, source, outputs):
+            return
+        # Made only when needed: an event's dead letter is sealed, which may publish the case's data key.
+        letter = await self._until_kafka_answers(functools.partial(self.blocking, self._unpublishable, record, source,
+                                                                   outputs, too_large))  # fmt: skip
+        if not await self._published(record, source, [letter]):
+            _LOG.error("record at %s of %s: neither its outputs nor its dead letter could be published",
+                       record.position, source)  # fmt: skip
+            await self._published(record, source, [])
+
+    async def _published(self, record: RawRecord, source: str, stage: Sequence[Output]) -> bool:
+        """Whether `stage` was published (with the ledger's record), within _PUBLISH_ATTEMPTS refusals."""
+        for _ in range(_PUBLISH_ATTEMPTS):
+            self.check_owned()
+            try:
+                await self._until_kafka_answers(functools.partial(self.blocking, self.publisher.publish, source,
+                                                                  record.position, stage))  # fmt: skip
+            except (OutputsRefusedError, PublishFailedError) as exc:
+                _LOG.warning("outputs of the record at %s of %s refused: %s", record.position, source, exc)
+                continue
+            return True
+        return False
 
     def _unpublishable(
         self, record: RawRecord, source: str, outputs: Sequence[Output], too_large: Output | None
@@ -531,8 +551,7 @@ class Baseline:
             reason, detail = Rejection.OVERSIZE, f"an output to {too_large.topic} of {too_large.size()} bytes"
         else:
             reason, detail = Rejection.UNPUBLISHABLE, f"Kafka refused its {len(outputs)} output(s)"
-        return dead_letter(self.inputs.scope_of(source), record, source_topic=source, reason=reason, detail=detail,
-                           worker_id=self.options.worker_id)  # fmt: skip
+        return self._dead_letter(record, source, reason, detail)
 
     async def _on_events(self, stream: Any) -> None:  # noqa: ANN401 - faust's StreamT
         await self._consume(stream, self.folding.apply_event)

@@ -11,7 +11,14 @@ from typing import NamedTuple, TypeVar
 
 from cachetools import LRUCache
 
-from pipeline.core.event_log import EventLog, PositionOutOfRangeError, RawRecord, ReadDeadlineError, RecordId
+from pipeline.core.event_log import (
+    EventLog,
+    PositionOutOfRangeError,
+    RawRecord,
+    ReadDeadlineError,
+    ReadResult,
+    RecordId,
+)
 from pipeline.core.events import CaseRef, LogPosition, Trajectory
 from pipeline.core.model import ModelBackend, ModelBackendError
 from pipeline.core.run import RunResult, run_dpm
@@ -30,7 +37,7 @@ from pipeline.wire.record_keys import check_case_key, check_tenant_of_topic
 from pipeline.wire.rejection import RejectedError, Rejection
 from pipeline.wire.run_records import run_records
 from pipeline.wire.sealing import CaseCipher
-from pipeline.wire.trajectory import assemble
+from pipeline.wire.trajectory import assemble, own_records
 from pipeline.wire.trigger import DecisionId, DecisionRequest, TriggerLimits
 from pipeline.workers.publishing import dead_letter, observe_published, run_outputs
 
@@ -229,14 +236,27 @@ class ProjectionHandler:
             if request.positions is not None:
                 read, source = topics.log.read(request.positions, deadline), PositionsSource.TRIGGER
             else:
-                read, source = topics.log.scan(request.case, deadline), PositionsSource.SCAN
+                read, source = self._scan(topics, request.case, deadline), PositionsSource.SCAN
         except ReadDeadlineError as exc:
             raise RejectedError(Rejection.DEADLINE, f"{exc} (limit {self.read_deadline_s:g} s)") from exc
         except PositionOutOfRangeError as exc:
             raise RejectedError(Rejection.SCHEMA, str(exc)) from exc
         trajectory, positions = assemble(request.case, read, request.events_count, self.max_trajectory_chars,
-                                         topics.cipher)  # fmt: skip
+                                         topics.cipher, topic_tenant=topics.names.tenant)  # fmt: skip
         return _CaseRead(trajectory, positions, source, topics)
+
+    def _scan(self, topics: CaseTopics, case: CaseRef, deadline: float) -> ReadResult:
+        """The case's own records found by a scan; a record keyed under the case whose value names another is left out.
+
+        It is the baseline's to dead-letter (it folds every event once); here it is only logged, so it
+        never blocks the case's decisions nor fills the dead-letter topic at every scan.
+        """
+        read, others = own_records(case, topics.log.scan(case, deadline))
+        for record in others:
+            _LOG.warning("%s at %s is keyed under %s but its value names another event: left out of the scan",
+                         topics.names.events, record.position, case.key,
+                         extra={"worker_id": self.worker_id})  # fmt: skip
+        return read
 
     def _project(self, topics: CaseTopics, request: DecisionRequest, trajectory: Trajectory) -> _Projected | Exception:
         """The projection and the decision (the model calls; on a pool thread when the loop runs concurrently).

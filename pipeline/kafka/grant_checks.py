@@ -1,0 +1,129 @@
+"""Checks on ACL grants: that none reaches another tenant's topics, which tenant ids would collide, what to revoke.
+
+Pure functions over `Grant`s (acl_plan.py), whether planned or read back from a cluster
+(acls.cluster_grants). The services of the pipeline (worker, baseline, auditor, operator) and the
+admin serve every tenant by design; every other principal is held to this: a tenant's principal
+(`User:tenant-<t>`) reaches only its own topics, and any other principal (the shared mode's agents,
+`User:producer`, or one made by hand) reaches no tenant's own topics at all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+
+from pipeline.kafka.acl_plan import Grant, Pattern, Resource, Role, plan, principal
+from pipeline.kafka.admin import READER_GROUP_PREFIX
+from pipeline.kafka.topics import TopicNames
+
+ADMIN_PRINCIPAL = "User:admin"
+SERVICES = frozenset({principal(r) for r in (Role.WORKER, Role.BASELINE, Role.AUDITOR, Role.OPERATOR)}
+                     | {ADMIN_PRINCIPAL})  # fmt: skip
+_TENANT_PRINCIPAL = "User:tenant-"
+
+
+@dataclass(frozen=True)
+class Overlap:
+    """A grant that reaches topics its principal has no business with."""
+
+    grant: Grant
+    why: str
+    tenant: str | None = None  # whose topics it reaches, when it reaches another tenant's
+
+    def __str__(self) -> str:
+        g = self.grant
+        return f"{g.principal}: {g.resource.value} {g.name!r} ({g.pattern.value}, {'/'.join(g.operations)}) {self.why}"
+
+
+def tenant_of_principal(who: str) -> str | None:
+    """The tenant whose agents' principal `who` is (`User:tenant-<t>`), None for any other principal."""
+    return who.removeprefix(_TENANT_PRINCIPAL) if who.startswith(_TENANT_PRINCIPAL) else None
+
+
+def reaches(grant: Grant, scope: str) -> bool:
+    """Whether `grant` allows something on a topic whose name starts with `scope` (a tenant's `<prefix>.<t>.`)."""
+    if grant.resource is not Resource.TOPIC:
+        return False
+    if grant.name == "*":
+        return True
+    if grant.pattern is Pattern.PREFIXED:
+        return grant.name.startswith(scope) or scope.startswith(grant.name)
+    return grant.name.startswith(scope)
+
+
+def overlaps(grants: Iterable[Grant], names: TopicNames, tenants: Sequence[str]) -> list[Overlap]:
+    """Every grant of `grants` that reaches another tenant's topics, or (a tenant's) anything outside its own.
+
+    `tenants` are every tenant with topics of its own under `names.prefix`; a tenant principal with
+    grants but no such tenant is a removed tenant's leftover.
+    """
+    scopes = {tenant: _scope(names, tenant) for tenant in tenants}
+    found: list[Overlap] = []
+    for grant in grants:
+        if grant.principal in SERVICES:
+            continue
+        own = tenant_of_principal(grant.principal)
+        found += [Overlap(grant, f"reaches the topics of tenant {tenant!r}", tenant)
+                  for tenant, scope in scopes.items() if tenant != own and reaches(grant, scope)]  # fmt: skip
+        if own is None or not _ours(grant, names):
+            continue
+        if own not in scopes:
+            found.append(Overlap(grant, f"belongs to tenant {own!r}, which has no topics (left by its removal)"))
+        elif grant.resource is Resource.TOPIC and not grant.name.startswith(scopes[own]):
+            found.append(Overlap(grant, f"reaches a topic outside tenant {own!r}'s own ({scopes[own]}*)"))
+        elif grant.resource is not Resource.TOPIC and not _reader_groups(grant):
+            found.append(Overlap(grant, "reaches a group or transactional id that serves every tenant"))
+    return found
+
+
+def _reader_groups(grant: Grant) -> bool:
+    """The one non-topic grant every principal has: describing the throwaway groups of partition readers."""
+    return (grant.resource is Resource.GROUP and grant.name == READER_GROUP_PREFIX
+            and grant.pattern is Pattern.PREFIXED and set(grant.operations) <= {"Describe"})  # fmt: skip
+
+
+def _scope(names: TopicNames, tenant: str) -> str:
+    return f"{names.prefix}.{tenant}."  # not TopicNames.of_tenant: a leftover tenant's id may no longer be valid
+
+
+def _ours(grant: Grant, names: TopicNames) -> bool:
+    """Whether a grant is on a resource of this pipeline (its prefix), where its plan is the authority."""
+    if grant.resource is Resource.CLUSTER:
+        return False
+    return grant.name.startswith((f"{names.prefix}.", f"{names.prefix}-"))
+
+
+def colliding_tenant(names: TopicNames, tenant: str) -> str | None:
+    """Why `tenant` cannot have topics of its own under `names.prefix` (a shared grant covers them), or None.
+
+    The shared mode's agents are granted the case-partitioned topics by prefix (every generation:
+    `<prefix>.events`, `<prefix>.events-g2`, ...), so a tenant whose id starts with such a name would
+    have its own topics reached by them: `keystone`'s `dpm.keystone.decisions` by `dpm.keys*`.
+    """
+    scope = _scope(names, tenant)
+    shared = [g for g in plan(names, tuple(Role)) if g.principal not in SERVICES and reaches(g, scope)]
+    if not shared:
+        return None
+    return (f"tenant {tenant!r} cannot have topics of its own under {names.prefix!r}: the shared grant on "
+            f"{shared[0].name!r} ({shared[0].pattern.value}) would reach {scope}*; choose an id that does not start "
+            f"with a shared topic's name")  # fmt: skip
+
+
+def single_operations(grants: Iterable[Grant]) -> set[Grant]:
+    """Each grant split into one grant per operation (what a cluster keeps: one ACL binding each)."""
+    return {replace(g, operations=(op,)) for g in grants for op in g.operations}
+
+
+def revocable(existing: Iterable[Grant], desired: Iterable[Grant], principals: Iterable[str], names: TopicNames
+              ) -> list[Grant]:  # fmt: skip
+    """The grants on the cluster that the plan no longer gives: of `principals`, on this pipeline's resources.
+
+    What `dpm acl apply` removes after it creates the plan's: the shared mode's grants once a
+    cluster moves to tenancy by topic, a removed tenant's, one that an older plan gave. Grants on
+    other resources (another pipeline's prefix, the cluster) are left to whoever made them.
+    """
+    wanted = single_operations(desired)
+    managed = set(principals)
+    return sorted((g for g in single_operations(existing)
+                   if g.principal in managed and _ours(g, names) and g not in wanted),
+                  key=lambda g: (g.principal, g.resource.value, g.name, g.operations))  # fmt: skip

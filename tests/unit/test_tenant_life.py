@@ -1,0 +1,276 @@
+"""A tenant's life and erasure's edges, without a broker: ids, grants that cannot overlap, key records, dead letters."""
+
+from __future__ import annotations
+
+import base64
+import stat
+from pathlib import Path
+
+import orjson
+import pytest
+
+from pipeline.core.event_log import RawRecord, ReadResult
+from pipeline.core.events import CaseRef, Event, InvalidEventError, LogPosition
+from pipeline.core.memory_log import InMemoryEventLog
+from pipeline.kafka.acl_plan import Grant, Pattern, Resource, Role, plan, tenant_principal
+from pipeline.kafka.grant_checks import colliding_tenant, overlaps, revocable, single_operations
+from pipeline.kafka.keystore import checked_key_record
+from pipeline.kafka.local_broker import ClusterLayout, _private
+from pipeline.kafka.topics import TenantNameError, TopicNames, check_topic_tenant
+from pipeline.keys.providers import KeyDestroyedError, LocalFileKeyProvider, WrappedKey
+from pipeline.keys.ring import KeyRing
+from pipeline.keys.store import CaseKeys, MemoryKeyTopic
+from pipeline.wire.dead_letter import DeadLetterRecord, cases_named
+from pipeline.wire.event import EventRecord, append_events
+from pipeline.wire.key import KeyRecord
+from pipeline.wire.rejection import RejectedError, Rejection
+from pipeline.wire.schema_ids import SchemaId
+from pipeline.wire.sealing import CaseErasedError, seal_body
+from pipeline.wire.trajectory import assemble, own_records
+from pipeline.wire.validation import SchemaError, validate
+from pipeline.workers.publishing import dead_letter
+
+NAMES = TopicNames("dpm")
+MARKER = "OKAPI-4411-MARKER"
+ACME = CaseRef("acme", "c-1")
+
+
+@pytest.fixture
+def keys(tmp_path: Path) -> CaseKeys:
+    return CaseKeys(KeyRing(LocalFileKeyProvider(tmp_path / "keks")), MemoryKeyTopic())
+
+
+# --- ids are matched whole ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("bad", ["acme\n", "acme\r\n", "acme/x", ""])
+def test_an_id_ending_in_a_newline_is_refused_everywhere_an_id_is_checked(bad: str) -> None:
+    with pytest.raises(InvalidEventError):
+        CaseRef(bad, "case")
+    with pytest.raises(TenantNameError):
+        check_topic_tenant(bad)
+    body = EventRecord(Event(ACME, 1, "note", "text")).to_wire() | {"tenant": bad}
+    with pytest.raises(SchemaError):
+        validate(SchemaId.EVENT, body)
+
+
+# --- grants that cannot overlap ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("tenant", ["keystone", "events2", "triggers-x", "keys", "events-g3"])
+def test_a_tenant_id_that_a_shared_grant_would_reach_is_refused_with_the_grant(tenant: str) -> None:
+    why = colliding_tenant(NAMES, tenant)
+    assert why is not None
+    assert f"dpm.{tenant}." in why
+
+
+@pytest.mark.parametrize("tenant", ["acme", "views2", "audit", "dlqx", "layoutco", "segments-r-us", "k"])
+def test_other_tenant_ids_are_free_of_every_shared_grant(tenant: str) -> None:
+    assert colliding_tenant(NAMES, tenant) is None
+
+
+def test_the_plan_for_every_role_and_tenant_reaches_no_other_tenant() -> None:
+    tenants = ["acme", "acme-2", "globex", "views2"]
+    assert overlaps(plan(NAMES, tuple(Role), tenants), NAMES, tenants) == []
+
+
+def test_the_check_names_each_grant_that_reaches_a_tenant_it_must_not() -> None:
+    tenants = ["acme", "globex", "keystone"]  # keystone was onboarded before ids were checked
+    shared_agents = plan(NAMES, (Role.PRODUCER,))  # left on the cluster from the shared mode
+    hand_made = [
+        Grant(tenant_principal("acme"), Resource.TOPIC, "dpm.globex.decisions", Pattern.LITERAL, ("Read",)),
+        Grant(tenant_principal("acme"), Resource.GROUP, "dpm-projection", Pattern.LITERAL, ("Read",)),
+        Grant(tenant_principal("beta"), Resource.TOPIC, "dpm.beta.", Pattern.PREFIXED, ("Read",)),  # removed tenant
+        Grant("User:someone", Resource.TOPIC, "*", Pattern.LITERAL, ("Read",)),
+    ]
+    found = overlaps([*plan(NAMES, tuple(Role), tenants), *shared_agents, *hand_made], NAMES, tenants)
+    said = [str(o) for o in found]
+    assert any(s.startswith("User:producer: topic 'dpm.keys'") and "'keystone'" in s for s in said)
+    assert any("'dpm.globex.decisions'" in s and "tenant 'globex'" in s for s in said)
+    assert any("'dpm-projection'" in s and "serves every tenant" in s for s in said)
+    assert any(s.startswith("User:tenant-beta") and "has no topics" in s for s in said)
+    assert {o.grant.principal for o in found if o.grant.name == "*"} == {"User:someone"}
+    assert not [o for o in found if o.grant.principal in ("User:worker", "User:auditor", "User:operator")]
+
+
+def test_what_apply_revokes_is_the_managed_principals_grants_the_plan_no_longer_gives() -> None:
+    shared = plan(NAMES, (Role.PRODUCER, Role.WORKER))
+    by_topic = plan(NAMES, (Role.PRODUCER, Role.WORKER), ["acme"])
+    elsewhere = Grant("User:worker", Resource.TOPIC, "other.events", Pattern.LITERAL, ("Read",))
+    existing = [*single_operations(shared), *single_operations(by_topic), elsewhere]
+    gone = revocable(existing, by_topic, {"User:producer", "User:worker", tenant_principal("acme")}, NAMES)
+    assert {g.principal for g in gone} == {"User:producer", "User:worker"}
+    assert all(g.principal != "User:worker" or not g.name.startswith("dpm.acme.") for g in gone)
+    assert elsewhere not in gone  # another pipeline's resource
+    assert not single_operations(by_topic) & set(gone)
+
+
+# --- key records are checked where they enter --------------------------------------------------------
+
+
+def _key_record(kek_id: str, case: CaseRef = ACME) -> dict[str, object]:
+    return KeyRecord(case, "kid-1", "v1", b"wrapped-bytes", 1).to_wire() | {"kek_id": kek_id}
+
+
+@pytest.mark.parametrize("kek_id", ["../../../etc/passwd", "v1/../../x", "/tmp/x", "v0", "v1\n", "key"])
+def test_a_key_record_whose_kek_id_is_no_version_name_is_refused(kek_id: str) -> None:
+    value = orjson.dumps(_key_record(kek_id))
+    with pytest.raises(RejectedError) as refused:
+        checked_key_record(b"acme/c-1", value, None)
+    assert refused.value.reason is Rejection.SCHEMA
+
+
+def test_the_local_provider_never_reads_a_file_named_by_a_forged_kek_id(tmp_path: Path) -> None:
+    chosen = tmp_path / "chosen.key"
+    chosen.write_bytes(b"x" * 32)
+    provider = LocalFileKeyProvider(tmp_path / "keks")
+    provider.wrap("acme", b"k" * 32)
+    forged = WrappedKey(f"../../{chosen.stem}", b"\0" * 60)
+    with pytest.raises(KeyDestroyedError, match="not a key-encryption key version"):
+        provider.unwrap("acme", forged)
+
+
+def test_a_key_record_is_applied_only_when_its_key_value_and_topic_name_one_tenant_and_case() -> None:
+    value = orjson.dumps(_key_record("v1"))
+    assert checked_key_record(b"acme/c-1", value, "acme")[0] == ACME
+    assert checked_key_record(b"acme/c-1", None, "acme") == (ACME, None)  # a tombstone
+    refusals = [
+        (b"acme/c-2", value, None, Rejection.KEY_MISMATCH),
+        (b"globex/c-1", orjson.dumps(_key_record("v1", CaseRef("globex", "c-1"))), "acme", Rejection.TENANT_MISMATCH),
+        (b"no-case", None, None, Rejection.SCHEMA),
+    ]
+    for key, body, tenant, reason in refusals:
+        with pytest.raises(RejectedError) as refused:
+            checked_key_record(key, body, tenant)
+        assert refused.value.reason is reason
+
+
+# --- a scan is not blocked by a mis-keyed record; nothing is opened on a forger's say-so ---------------
+
+
+def _events(log: InMemoryEventLog, case: CaseRef, count: int) -> list[LogPosition]:
+    return append_events(log, [Event(case, n, "note", f"event {n} of {case.key}") for n in range(1, count + 1)])
+
+
+def test_a_scan_leaves_out_a_record_keyed_under_the_case_whose_value_names_another() -> None:
+    log = InMemoryEventLog(partitions=1)
+    _events(log, ACME, 3)
+    other = Event(CaseRef("acme", "c-9"), 1, "note", "filed under c-1")
+    log.append(ACME, b"acme/c-1/00000004", EventRecord(other).encode())  # keyed under c-1, its value names c-9
+    read, others = own_records(ACME, log.scan(ACME))
+    assert [r.key for r in others] == [b"acme/c-1/00000004"]
+    trajectory, _ = assemble(ACME, read, None)
+    assert [e.seq for e in trajectory.events] == [1, 2, 3]
+
+
+class _Refusing:
+    """A cipher that fails the test if asked for any case but `allowed`'s key."""
+
+    def __init__(self, inner: CaseKeys, allowed: CaseRef) -> None:
+        self.inner, self.allowed = inner, allowed
+
+    def sync(self) -> None:
+        self.inner.sync()
+
+    def seal(self, case: CaseRef, plaintext: bytes, aad: bytes) -> dict[str, str]:
+        assert case == self.allowed, f"sealed for {case.key}"
+        return self.inner.seal(case, plaintext, aad)
+
+    def open(self, case: CaseRef, sealed: object, aad: bytes) -> bytes:
+        assert case == self.allowed, f"opened for {case.key}"
+        return self.inner.open(case, sealed, aad)  # type: ignore[arg-type]
+
+    def erased(self, case: CaseRef) -> bool:
+        return self.inner.erased(case)
+
+
+def test_an_event_naming_another_tenant_on_a_tenant_s_topic_is_a_tenant_mismatch_before_any_key_opens(
+    keys: CaseKeys,
+) -> None:
+    forged = Event(CaseRef("globex", "c-1"), 1, "note", "globex's?")
+    body = orjson.dumps(seal_body(EventRecord(forged).to_wire(), keys))
+    read = ReadResult((RawRecord(LogPosition(0, 0), forged.key.encode(), body),))
+    with pytest.raises(RejectedError) as refused:
+        assemble(ACME, read, 1, cipher=_Refusing(keys, ACME), topic_tenant="acme")
+    assert refused.value.reason is Rejection.TENANT_MISMATCH
+
+
+# --- dead letters are erased with their case ---------------------------------------------------------
+
+
+def _event_record(case: CaseRef, key: bytes, seq: int = 1) -> RawRecord:
+    value = EventRecord(Event(case, seq, "note", f"{MARKER} of {case.key}")).encode()
+    return RawRecord(LogPosition(0, 5), key, value, topic=NAMES.events)
+
+
+def _letter(record: RawRecord, keys: CaseKeys | None, reason: Rejection = Rejection.KEY_MISMATCH) -> bytes:
+    return dead_letter(NAMES, record, source_topic=record.topic or "", reason=reason, detail=f"detail {MARKER}",
+                       worker_id="w", cipher=keys).value  # fmt: skip
+
+
+def test_an_event_s_dead_letter_is_sealed_under_its_case_and_gone_when_the_case_is_erased(keys: CaseKeys) -> None:
+    record = _event_record(ACME, b"acme/c-1/00000009")
+    value = _letter(record, keys)
+    assert MARKER.encode() not in value
+    assert MARKER.encode() not in base64.b64decode(orjson.loads(value)["sealed"]["ct"])
+    validate(SchemaId.DEAD_LETTER, orjson.loads(value))
+    opened = DeadLetterRecord.decode(value, keys)
+    assert opened.original_value.kept == record.value
+    assert opened.detail == f"detail {MARKER}"
+    keys.erase_case(ACME)
+    with pytest.raises(CaseErasedError):
+        DeadLetterRecord.decode(value, keys)
+
+
+def test_a_dead_letter_naming_two_cases_is_gone_when_either_is_erased(tmp_path: Path) -> None:
+    record = _event_record(CaseRef("acme", "c-2"), b"acme/c-1/00000001")  # keyed under c-1, its value names c-2
+    assert cases_named(record) == (ACME, CaseRef("acme", "c-2"))
+    for erased in (ACME, CaseRef("acme", "c-2")):
+        keys = CaseKeys(KeyRing(LocalFileKeyProvider(tmp_path / erased.case_id)), MemoryKeyTopic())
+        value = _letter(record, keys)
+        assert DeadLetterRecord.decode(value, keys).original_value.kept == record.value
+        keys.erase_case(erased)
+        with pytest.raises(CaseErasedError):
+            DeadLetterRecord.decode(value, keys)
+
+
+def test_a_dead_letter_of_an_erased_case_keeps_none_of_its_content(keys: CaseKeys) -> None:
+    keys.seal(ACME, b"x", b"")
+    keys.erase_case(ACME)
+    value = _letter(_event_record(ACME, b"acme/c-1/00000001"), keys, Rejection.ERASED)
+    assert MARKER.encode() not in value
+    body = orjson.loads(value)
+    assert body["withheld"] == "erased"
+    assert body["original_value_size"] > 0
+    assert not keys.knows(ACME)  # no new data key was made for it
+
+
+def test_dead_letters_of_a_tenant_s_topic_are_never_sealed_in_another_tenant_s_name(keys: CaseKeys) -> None:
+    forged = RawRecord(LogPosition(0, 1), b"globex/c-1/00000001",
+                       EventRecord(Event(CaseRef("globex", "c-1"), 1, "note", MARKER)).encode(),
+                       topic="dpm.acme.events")  # fmt: skip
+    letter = dead_letter(NAMES.of_tenant("acme"), forged, source_topic="dpm.acme.events",
+                         reason=Rejection.TENANT_MISMATCH, detail="x", worker_id="w", cipher=keys)  # fmt: skip
+    assert "sealed" not in orjson.loads(letter.value)  # in clear: nothing of acme's is in it
+    assert not keys.knows(CaseRef("globex", "c-1"))
+
+
+def test_a_trigger_s_dead_letter_stays_in_clear_and_a_v1_dead_letter_still_reads(keys: CaseKeys) -> None:
+    trigger = RawRecord(LogPosition(0, 2), b"acme/c-1", b'{"not": "a trigger"}', topic=NAMES.triggers)
+    value = dead_letter(NAMES, trigger, source_topic=NAMES.triggers, reason=Rejection.SCHEMA, detail="d",
+                        worker_id="w", cipher=keys).value  # fmt: skip
+    assert DeadLetterRecord.decode(value).original_value.kept == trigger.value
+    v1 = orjson.loads(value) | {"schema": SchemaId.DEAD_LETTER_V1.value}
+    assert DeadLetterRecord.from_wire(v1).original_value.kept == trigger.value
+
+
+# --- the local broker's data --------------------------------------------------------------------------
+
+
+def test_the_local_broker_s_folders_are_its_owner_s_alone(tmp_path: Path) -> None:
+    layout = ClusterLayout(tmp_path, 1, 39092)
+    layout.node_dir(1).mkdir(parents=True)
+    layout.node_dir(1).chmod(0o755)  # as an earlier release left it
+    _private(layout)
+    for folder in (tmp_path / "broker", layout.root, layout.node_dir(1)):
+        assert stat.S_IMODE(folder.stat().st_mode) == 0o700
