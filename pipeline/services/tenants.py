@@ -173,7 +173,7 @@ def _local_credential(settings: Settings, tenant: str) -> Path | None:
 
     Returns its client properties file; None for any other cluster, whose credentials are made
     the cluster's own way (a Strimzi KafkaUser: `dpm acl plan --tenant T --format strimzi`). A
-    credential that exists is kept (and so is its properties file).
+    credential that exists is never changed: only another pipeline's grants can be using it here.
     """
     home = settings.paths.home
     running = read_running(home)
@@ -182,8 +182,8 @@ def _local_credential(settings: Settings, tenant: str) -> Path | None:
         return None
     user = _user(tenant)
     path = credentials_dir(home) / f"{user}.properties"
-    if path.exists() and scram_mechanisms(settings.kafka.client_config(), user):
-        return path
+    if scram_mechanisms(settings.kafka.client_config(), user):  # kept: another pipeline's grants use it
+        return path if path.exists() else None
     (made,) = provision(running.layout, home, (user,))
     return made.path
 

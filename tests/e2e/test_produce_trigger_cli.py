@@ -43,6 +43,7 @@ def test_a_bad_file_sends_nothing_and_a_good_run_is_decided(
     manifest = tmp_path / "manifest.json"
     produced = dpm_cli("produce", "--cases", str(folder), "--manifest", str(manifest), env=env)
     assert produced.returncode == 0, produced.stderr
+    assert f"appended {sum(len(c.trajectory) for c in cases[:2])} event(s) to {topic_names.events}" in produced.stdout
     entries = orjson.loads(manifest.read_bytes())
     lengths = {c.ref.case_id: len(c.trajectory) for c in cases[:2]}
     assert {e["case_id"]: len(e["positions"]) for e in entries} == lengths

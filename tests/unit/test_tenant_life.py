@@ -274,3 +274,14 @@ def test_the_local_broker_s_folders_are_its_owner_s_alone(tmp_path: Path) -> Non
     _private(layout)
     for folder in (tmp_path / "broker", layout.root, layout.node_dir(1)):
         assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+
+
+@pytest.mark.parametrize("key", [b"acme/c-1/00000001", b"acme/c-2/00000001"])  # one case, then key and value apart
+def test_a_sealed_dead_letter_of_a_900_kb_event_stays_under_400_kb(keys: CaseKeys, key: bytes) -> None:
+    big = EventRecord(Event(ACME, 1, "document", "Scanned appendix. " * 50_000)).encode()
+    record = RawRecord(LogPosition(0, 3), key, big, topic=NAMES.events)
+    value = _letter(record, keys, Rejection.OVERSIZE)
+    assert len(value) < 400_000
+    opened = DeadLetterRecord.decode(value, keys)
+    assert big.startswith(opened.original_value.kept)
+    assert opened.original_value.size == len(big)
