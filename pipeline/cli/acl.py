@@ -13,7 +13,7 @@ from pipeline.kafka.acl_plan import ROLE_PURPOSE, Role, kafka_acls_commands, pla
 from pipeline.kafka.acls import apply_grants
 from pipeline.kafka.grant_checks import colliding_tenant
 from pipeline.kafka.topics import TopicNames
-from pipeline.services.tenants import isolation_problems, revoke_unplanned, tenants_on_cluster
+from pipeline.services.tenants import isolation_report, revoke_unplanned
 
 app = typer.Typer(help="Least-privilege ACLs per role (producer, worker, baseline, auditor, operator).",
                   no_args_is_help=True)  # fmt: skip
@@ -80,15 +80,13 @@ def plan_command(
 
 def _check(tenants: list[str] | None) -> None:
     settings = broker_settings()
-    extra = _tenants(settings, tenants, required=False)
-    problems = isolation_problems(settings, extra, applied=True)
-    for problem in problems:
-        _out.print(f"overlap: {problem}")
-    if problems:
+    report = isolation_report(settings, _tenants(settings, tenants, required=False))
+    for overlap in report.overlaps:
+        _out.print(f"overlap: {overlap}")
+    if report.overlaps:
         raise typer.Exit(1)
-    on_cluster = tenants_on_cluster(settings)
-    _out.print(f"isolation check: every role, {len(set(on_cluster) | set(extra))} tenant(s), the plan's grants and "
-               "the cluster's: no principal's grants reach another tenant's topics")  # fmt: skip
+    _out.print(f"isolation check: every role, {len(report.tenants)} tenant(s), the plan's grants and the cluster's: "
+               "no principal's grants reach another tenant's topics")  # fmt: skip
 
 
 @app.command()

@@ -81,13 +81,14 @@ def remove(
                    "credential: add --yes to go on")  # fmt: skip
         raise typer.Exit(2)
     removed = remove_tenant(broker_settings(), tenant)
+    revoked = removed.revoked
     _out.print(f"{tenant}: {removed.keys_destroyed} case key(s) destroyed, {len(removed.topics)} topic(s) deleted, "
-               f"{removed.grants_revoked} ACL binding(s) revoked, {removed.credentials_deleted} SCRAM credential(s) "
-               f"deleted")  # fmt: skip
-    if removed.credential_kept:
-        _out.print(removed.credential_kept)
-    if removed.properties_removed is not None:
-        _out.print(f"deleted {removed.properties_removed}")
+               f"{revoked.grants} ACL binding(s) revoked, {revoked.credentials} SCRAM credential(s) "
+               "deleted")  # fmt: skip
+    if revoked.kept:
+        _out.print(revoked.kept)
+    if revoked.properties is not None:
+        _out.print(f"deleted {revoked.properties}")
     if removed.offsets_left:
         _out.print(f"committed offsets still on its deleted topics: {', '.join(removed.offsets_left[:5])}")
         raise typer.Exit(1)

@@ -80,10 +80,15 @@ def cluster_operations(client_config: dict[str, str], timeout_s: float = 30.0) -
     return frozenset(op.name for op in described.authorized_operations or ())
 
 
+def cluster_allows(client_config: dict[str, str], operation: str) -> bool:
+    """Whether the principal may `operation` (`DESCRIBE`, `ALTER`, ...) the cluster resource, itself or through ALL."""
+    allowed = cluster_operations(client_config)
+    return operation in allowed or "ALL" in allowed
+
+
 def require_cluster_operation(client_config: dict[str, str], operation: str, doing: str) -> None:
     """Raises NotAuthorizedError, naming what was being done, unless the principal may `operation` the cluster."""
-    allowed = cluster_operations(client_config)
-    if operation not in allowed and "ALL" not in allowed:
+    if not cluster_allows(client_config, operation):
         raise NotAuthorizedError(f"{doing} needs {operation.title()} on the cluster, which the principal of "
                                  "DPM_KAFKA_CONFIG lacks (the operator has Describe, the admin all)")  # fmt: skip
 

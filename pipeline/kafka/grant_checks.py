@@ -57,7 +57,7 @@ def overlaps(grants: Iterable[Grant], names: TopicNames, tenants: Sequence[str])
     `tenants` are every tenant with topics of its own under `names.prefix`; a tenant principal with
     grants but no such tenant is a removed tenant's leftover.
     """
-    scopes = {tenant: _scope(names, tenant) for tenant in tenants}
+    scopes = {tenant: tenant_scope(names, tenant) for tenant in tenants}
     found: list[Overlap] = []
     for grant in grants:
         if grant.principal in SERVICES:
@@ -65,7 +65,7 @@ def overlaps(grants: Iterable[Grant], names: TopicNames, tenants: Sequence[str])
         own = tenant_of_principal(grant.principal)
         found += [Overlap(grant, f"reaches the topics of tenant {tenant!r}", tenant)
                   for tenant, scope in scopes.items() if tenant != own and reaches(grant, scope)]  # fmt: skip
-        if own is None or not _ours(grant, names):
+        if own is None or not of_pipeline(grant, names):
             continue
         if own not in scopes:
             found.append(Overlap(grant, f"belongs to tenant {own!r}, which has no topics (left by its removal)"))
@@ -76,17 +76,26 @@ def overlaps(grants: Iterable[Grant], names: TopicNames, tenants: Sequence[str])
     return found
 
 
+def isolation(names: TopicNames, tenants: Sequence[str], applied: Iterable[Grant]) -> list[Overlap]:
+    """The overlaps of the plan for every role and tenant, and of the grants `applied` on the cluster."""
+    return overlaps([*plan(names, tuple(Role), tenants), *applied], names, tenants)
+
+
 def _reader_groups(grant: Grant) -> bool:
     """The one non-topic grant every principal has: describing the throwaway groups of partition readers."""
     return (grant.resource is Resource.GROUP and grant.name == READER_GROUP_PREFIX
             and grant.pattern is Pattern.PREFIXED and set(grant.operations) <= {"Describe"})  # fmt: skip
 
 
-def _scope(names: TopicNames, tenant: str) -> str:
-    return f"{names.prefix}.{tenant}."  # not TopicNames.of_tenant: a leftover tenant's id may no longer be valid
+def tenant_scope(names: TopicNames, tenant: str) -> str:
+    """What every topic of `tenant`'s own starts with: `<prefix>.<tenant>.`.
+
+    Not TopicNames.of_tenant(...).scope: a leftover tenant's id may no longer be a valid one.
+    """
+    return f"{names.prefix}.{tenant}."
 
 
-def _ours(grant: Grant, names: TopicNames) -> bool:
+def of_pipeline(grant: Grant, names: TopicNames) -> bool:
     """Whether a grant is on a resource of this pipeline (its prefix), where its plan is the authority."""
     if grant.resource is Resource.CLUSTER:
         return False
@@ -100,7 +109,7 @@ def colliding_tenant(names: TopicNames, tenant: str) -> str | None:
     `<prefix>.events`, `<prefix>.events-g2`, ...), so a tenant whose id starts with such a name would
     have its own topics reached by them: `keystone`'s `dpm.keystone.decisions` by `dpm.keys*`.
     """
-    scope = _scope(names, tenant)
+    scope = tenant_scope(names, tenant)
     shared = [g for g in plan(names, tuple(Role)) if g.principal not in SERVICES and reaches(g, scope)]
     if not shared:
         return None
@@ -125,5 +134,5 @@ def revocable(existing: Iterable[Grant], desired: Iterable[Grant], principals: I
     wanted = single_operations(desired)
     managed = set(principals)
     return sorted((g for g in single_operations(existing)
-                   if g.principal in managed and _ours(g, names) and g not in wanted),
+                   if g.principal in managed and of_pipeline(g, names) and g not in wanted),
                   key=lambda g: (g.principal, g.resource.value, g.name, g.operations))  # fmt: skip

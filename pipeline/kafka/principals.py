@@ -1,4 +1,4 @@
-"""A principal's SCRAM credential and the cluster operations a principal may perform, through the admin API."""
+"""A principal's SCRAM credentials, and the consumer groups' committed offsets, through the admin API."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from confluent_kafka.admin import (
     UserScramCredentialDeletion,
 )
 
-from pipeline.kafka.admin import admin_client, cluster_operations, require_cluster_operation
+from pipeline.kafka.admin import admin_client, require_cluster_operation
 from pipeline.kafka.errors import KafkaAdapterError
 
 _TIMEOUT_S = 30.0
@@ -51,12 +51,6 @@ def delete_scram_credentials(admin_config: dict[str, str], user: str) -> int:
     except KafkaException as exc:
         raise KafkaAdapterError(f"the cluster refused to delete the credential of {user!r}: {exc.args[0]}") from exc
     return len(mechanisms)
-
-
-def may_alter_cluster(admin_config: dict[str, str]) -> bool:
-    """Whether the principal may change ACLs and credentials: Alter on the cluster (anyone, without an authorizer)."""
-    allowed = cluster_operations(admin_config)
-    return "ALTER" in allowed or "ALL" in allowed
 
 
 def committed_offsets_on(admin_config: dict[str, str], topics: Iterable[str], group_prefix: str) -> list[str]:

@@ -118,6 +118,11 @@ class TopicNames:
         app = f"{self.prefix}-baseline"
         return app if self.generation == 1 else f"{app}-g{self.generation}"
 
+    def is_events(self, topic: str) -> bool:
+        """Whether `topic` is this scope's events topic in any generation (`<scope>events`, `<scope>events-g<k>`)."""
+        first = self.of_generation(1).events
+        return topic == first or (topic.startswith(f"{first}-g") and topic.removeprefix(f"{first}-g").isdigit())
+
     def case_partitioned(self) -> tuple[str, str, str, str]:
         """The topics whose partition is the case's: all must have the generation's partition count."""
         return (self.events, self.triggers, self.keys, self.segments)

@@ -16,6 +16,7 @@ outlived an earlier tenant of that name, and an id that a shared grant would rea
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable, Sequence
 from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,24 +25,21 @@ from pipeline.config.settings import Settings
 from pipeline.core.errors import DpmError
 from pipeline.kafka.acl_plan import Grant, Resource, Role, plan, principal, tenant_principal
 from pipeline.kafka.acls import cluster_grants, revoke_grants
-from pipeline.kafka.admin import READER_GROUP_PREFIX
+from pipeline.kafka.admin import READER_GROUP_PREFIX, cluster_allows
 from pipeline.kafka.credentials import credentials_dir, provision
 from pipeline.kafka.grant_checks import (
     Overlap,
     colliding_tenant,
-    overlaps,
+    isolation,
+    of_pipeline,
     revocable,
     tenant_of_principal,
+    tenant_scope,
 )
 from pipeline.kafka.keystore import case_keys_from
 from pipeline.kafka.layout import current_generation
 from pipeline.kafka.local_broker import read_running
-from pipeline.kafka.principals import (
-    committed_offsets_on,
-    delete_scram_credentials,
-    may_alter_cluster,
-    scram_mechanisms,
-)
+from pipeline.kafka.principals import committed_offsets_on, delete_scram_credentials, scram_mechanisms
 from pipeline.kafka.topics import (
     ErasureBound,
     TopicNames,
@@ -102,23 +100,18 @@ def _user(tenant: str) -> str:
     return tenant_principal(tenant).removeprefix("User:")
 
 
-def leftovers(settings: Settings, tenant: str) -> Leftovers:
-    """The tenant's credential and grants on the cluster (none known without an authorizer)."""
+def leftovers(settings: Settings, tenant: str, on_cluster: list[Grant]) -> Leftovers:
+    """The tenant's credential, and its grants among the cluster's `on_cluster` (cluster_grants)."""
     config, names = settings.kafka.client_config(), TopicNames(settings.kafka.topic_prefix)
-    scope, who = f"{names.prefix}.{tenant}.", tenant_principal(tenant)
-    on_cluster = cluster_grants(config) or []
+    scope, who = tenant_scope(names, tenant), tenant_principal(tenant)
     # Grants that name its topics (not the operator's on every topic of the pipeline), and its principal's.
     mine = [g for g in on_cluster if (g.resource is Resource.TOPIC and g.name.startswith(scope))
-            or (g.principal == who and _of_pipeline(g, names))]  # fmt: skip
+            or (g.principal == who and of_pipeline(g, names))]  # fmt: skip
     # The partition readers' groups (one prefix for every pipeline) go with the principal, not with a pipeline.
     readers = [g for g in on_cluster if g.principal == who and g.name == READER_GROUP_PREFIX and g not in mine]
     elsewhere = tuple(g for g in on_cluster if g.principal == who and g not in mine and g not in readers)
     return Leftovers(tenant, len(scram_mechanisms(config, _user(tenant))),
                      tuple(mine + ([] if elsewhere else readers)), elsewhere)  # fmt: skip
-
-
-def _of_pipeline(grant: Grant, names: TopicNames) -> bool:
-    return grant.name.startswith((f"{names.prefix}.", f"{names.prefix}-"))
 
 
 @dataclass(frozen=True)
@@ -148,16 +141,17 @@ def add_tenant(
     replaced: Leftovers | None = None
     others: tuple[Overlap, ...] = ()
     if not any(spec.name in existing for spec in pipeline_topics(own)):
-        left = leftovers(settings, tenant)
+        on_cluster = cluster_grants(config) or []
+        left = leftovers(settings, tenant, on_cluster)
         if left and not replace:
             raise DpmError(f"tenant {tenant!r} has no topics, but {left.described()} outlived an earlier tenant of "
                            f"that name (an old client properties file would read the new tenant's data): remove them "
                            f"with `dpm tenants remove {tenant} --yes`, or add with --replace")  # fmt: skip
         if left:
-            _revoke(settings, left)
-            _forget_properties(settings, tenant)  # its password goes with it: the new principal gets a new one
+            _revoke(settings, left)  # its password goes with it: the new principal gets a new one
+            on_cluster = [g for g in on_cluster if g not in left.grants]
             replaced = left
-        problems = isolation_problems(settings, extra_tenants=[tenant], applied=True)
+        problems = isolation(names, sorted({*_tenants_in(names, existing), tenant}), on_cluster)
         reaching = [p for p in problems if p.tenant == tenant]
         if reaching:
             raise DpmError(f"tenant {tenant!r} not added: grants on the cluster would reach its topics:\n"
@@ -188,17 +182,20 @@ def _local_credential(settings: Settings, tenant: str) -> Path | None:
     return made.path
 
 
-def isolation_problems(settings: Settings, extra_tenants: list[str] | None = None, *, applied: bool) -> list[Overlap]:
-    """Every grant (planned for every role and tenant, and `applied`: on the cluster) that reaches a tenant it must not.
+@dataclass(frozen=True)
+class IsolationReport:
+    """The tenants checked, and every grant (planned or on the cluster) that reaches one it must not."""
 
-    Tenants are every tenant with topics of its own under the prefix, and `extra_tenants`.
-    """
+    tenants: tuple[str, ...]
+    overlaps: tuple[Overlap, ...]
+
+
+def isolation_report(settings: Settings, extra_tenants: Sequence[str] = ()) -> IsolationReport:
+    """The isolation check over every tenant on the cluster and `extra_tenants`, every role, the cluster's grants."""
     names = TopicNames(settings.kafka.topic_prefix)
-    tenants = sorted({*tenants_on_cluster(settings), *(extra_tenants or [])})
-    grants = plan(names, tuple(Role), tenants)
-    if applied:
-        grants += cluster_grants(settings.kafka.client_config()) or []
-    return overlaps(grants, names, tenants)
+    tenants = sorted({*tenants_on_cluster(settings), *extra_tenants})
+    found = isolation(names, tenants, cluster_grants(settings.kafka.client_config()) or [])
+    return IsolationReport(tuple(tenants), tuple(found))
 
 
 @dataclass(frozen=True)
@@ -208,18 +205,20 @@ class TenantTopics:
     missing: tuple[str, ...]
 
 
+def _tenants_in(names: TopicNames, topics: Iterable[str]) -> list[str]:
+    return sorted({t for topic in topics if (t := names.tenant_of(topic)) is not None})
+
+
 def tenants_on_cluster(settings: Settings) -> list[str]:
     """Every tenant with a topic of its own under the prefix, whatever the tenancy mode this process runs in."""
-    names = TopicNames(settings.kafka.topic_prefix)
-    topics = existing_topics(settings.kafka.client_config())
-    return sorted({t for topic in topics if (t := names.tenant_of(topic)) is not None})
+    return _tenants_in(TopicNames(settings.kafka.topic_prefix), existing_topics(settings.kafka.client_config()))
 
 
 def list_tenants(settings: Settings) -> list[TenantTopics]:
     """Every tenant with a topic of its own under the prefix, and which of its nine topics exist."""
     names = _require_topics_mode(settings)
     topics = existing_topics(settings.kafka.client_config())
-    tenants = tenants_on_cluster(settings)
+    tenants = _tenants_in(names, topics)
     listed = []
     for tenant in tenants:
         wanted = [spec.name for spec in pipeline_topics(names.of_tenant(tenant))]
@@ -235,11 +234,8 @@ class TenantRemoval:
     tenant: str
     keys_destroyed: int
     topics: tuple[str, ...]
-    grants_revoked: int
-    credentials_deleted: int
-    credential_kept: str | None  # why the principal's credential stays (another pipeline's grants use it)
+    revoked: Revoked
     offsets_left: tuple[str, ...]  # committed offsets still on its topics (Kafka drops them with the topics)
-    properties_removed: Path | None
 
 
 def remove_tenant(settings: Settings, tenant: str) -> TenantRemoval:
@@ -252,11 +248,11 @@ def remove_tenant(settings: Settings, tenant: str) -> TenantRemoval:
     config = settings.kafka.client_config()
     existing = existing_topics(config)
     mine = tuple(spec.name for spec in pipeline_topics(names) if spec.name in existing)
-    left = leftovers(settings, tenant)
+    left = leftovers(settings, tenant, cluster_grants(config) or [])
     if not mine and not left:
         raise DpmError(f"tenant {tenant!r} has no topics under {names.scope}, no grants and no credential: "
                        "nothing to remove")  # fmt: skip
-    if left and not may_alter_cluster(config):
+    if left and not cluster_allows(config, "ALTER"):
         raise DpmError(f"removing tenant {tenant!r} takes away {left.described()}, which needs Alter on the "
                        "cluster: run it as the admin (DPM_KAFKA_CONFIG naming admin.properties); "
                        "nothing was changed")  # fmt: skip
@@ -265,20 +261,30 @@ def remove_tenant(settings: Settings, tenant: str) -> TenantRemoval:
         with closing(case_keys_from(settings, names=names)) as keys:
             shredded = len(keys.erase_tenant(tenant))
     delete_topics(config, list(mine))  # its keys are destroyed already: what it leaves is unreadable
-    revoked, deleted, kept = _revoke(settings, left)
-    return TenantRemoval(tenant, shredded, mine, revoked, deleted, kept, _offsets_left(config, mine, names.prefix),
-                         _forget_properties(settings, tenant))  # fmt: skip
+    revoked = _revoke(settings, left)
+    return TenantRemoval(tenant, shredded, mine, revoked, _offsets_left(config, mine, names.prefix))
 
 
-def _revoke(settings: Settings, left: Leftovers) -> tuple[int, int, str | None]:
-    """Revokes the leftovers' grants and deletes the credential unless grants elsewhere still use it."""
+@dataclass(frozen=True)
+class Revoked:
+    """What a tenant's leftovers were: grants revoked, credentials deleted (or why kept), its properties file."""
+
+    grants: int
+    credentials: int
+    kept: str | None  # why the principal's credential stays (another pipeline's grants use it)
+    properties: Path | None  # the local properties file deleted with the credential
+
+
+def _revoke(settings: Settings, left: Leftovers) -> Revoked:
+    """Revokes the leftovers' grants; deletes the credential and its local file unless grants elsewhere use it."""
     config = settings.kafka.client_config()
     revoked = revoke_grants(config, left.grants)
     if left.elsewhere:
         kept = (f"{tenant_principal(left.tenant)} keeps its credential: {len(left.elsewhere)} grant(s) of other "
                 f"pipelines use it, e.g. {left.elsewhere[0].resource.value} {left.elsewhere[0].name!r}")  # fmt: skip
-        return revoked, 0, kept
-    return revoked, delete_scram_credentials(config, _user(left.tenant)), None
+        return Revoked(revoked, 0, kept, None)
+    deleted = delete_scram_credentials(config, _user(left.tenant))
+    return Revoked(revoked, deleted, None, _forget_properties(settings, left.tenant))
 
 
 _OFFSETS_SETTLE_S = 10.0

@@ -11,6 +11,7 @@ keep their content in clear: they carry routing and tasks, not case content.
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -19,19 +20,20 @@ from typing import Any
 import orjson
 
 from pipeline.core.event_log import RawRecord
-from pipeline.core.events import CaseRef, InvalidEventError, LogPosition
+from pipeline.core.events import CaseRef, LogPosition
 from pipeline.wire.limits import (
     MAX_DEAD_LETTER_DETAIL_CHARS,
     MAX_DEAD_LETTER_KEY_BYTES,
     MAX_DEAD_LETTER_RECORD_KEY_BYTES,
     MAX_DEAD_LETTER_VALUE_BYTES,
 )
+from pipeline.wire.record_keys import claimed_case
 from pipeline.wire.rejection import RejectedError, Rejection, decode_object
 from pipeline.wire.schema_ids import SchemaId
 from pipeline.wire.sealing import SEALED, CaseCipher, CaseErasedError
 from pipeline.wire.validation import SchemaError, validate
 
-_CONTENT = ("detail", "original_key_b64", "original_value_b64")
+_SEALED_HEAD = ("detail", "original_key_b64")  # a sealed dead letter's JSON line; the value's raw bytes follow it
 WITHHELD = "erased"
 
 
@@ -98,23 +100,19 @@ class DeadLetterRecord:
             clear |= {"original_key_size": key.size, "original_key_sha256": key.sha256}
         return clear
 
-    def _content(self) -> dict[str, Any]:
+    def _head(self) -> dict[str, Any]:
         key = self.original_key
-        return {
-            "detail": self.detail,
-            "original_key_b64": None if key is None else base64.b64encode(key.kept).decode(),
-            "original_value_b64": base64.b64encode(self.original_value.kept).decode(),
-        }
+        return {"detail": self.detail, "original_key_b64": None if key is None else base64.b64encode(key.kept).decode()}
 
     def to_wire(self) -> dict[str, Any]:
         """The dead letter with its content in clear."""
-        return {**self._clear(), **self._content()}
+        return {
+            **self._clear(),
+            **self._head(),
+            "original_value_b64": base64.b64encode(self.original_value.kept).decode(),
+        }
 
-    def withheld_wire(self) -> dict[str, Any]:
-        """The dead letter of a case already erased: its content left out."""
-        return {**self._clear(), "withheld": WITHHELD}
-
-    def sealed_wire(self, cases: tuple[CaseRef, ...], cipher: CaseCipher) -> dict[str, Any]:
+    def _sealed_wire(self, cases: tuple[CaseRef, ...], cipher: CaseCipher) -> dict[str, Any]:
         """The dead letter with its content sealed under each case's data key in turn (innermost first).
 
         The innermost plaintext is the detail and key as a JSON line, then the value's raw bytes (no
@@ -123,17 +121,25 @@ class DeadLetterRecord:
         """
         clear = {**self._clear(), "sealed_under": [{"tenant": c.tenant, "case_id": c.case_id} for c in cases]}
         kept = self.original_value.kept[: MAX_DEAD_LETTER_VALUE_BYTES * 3 // 4 if len(cases) > 1 else None]
-        key = self.original_key
-        head = {"detail": self.detail, "original_key_b64": None if key is None else base64.b64encode(key.kept).decode()}
-        layer = orjson.dumps(head) + b"\n" + kept
+        layer = orjson.dumps(self._head()) + b"\n" + kept
         sealed: dict[str, str] = {}
         for index, case in enumerate(cases):
             sealed = cipher.seal(case, layer, _layer_aad(clear, index))
             layer = orjson.dumps(sealed)
         return {**clear, SEALED: sealed}
 
-    def encode(self) -> bytes:
-        return orjson.dumps(self.to_wire())
+    def encode(self, cases: tuple[CaseRef, ...] = (), cipher: CaseCipher | None = None) -> bytes:
+        """The dead letter's bytes: its content sealed under `cases`' data keys, left out when one is erased.
+
+        Without cases or a cipher (sealing off, or a record that carries no case content) in clear. No
+        data key is made for an erased case: its content is simply not kept (`withheld`).
+        """
+        if cipher is None or not cases:
+            return orjson.dumps(self.to_wire())
+        cipher.sync()
+        if self.reason is Rejection.ERASED or any(cipher.erased(case) for case in cases):
+            return orjson.dumps({**self._clear(), "withheld": WITHHELD})
+        return orjson.dumps(self._sealed_wire(cases, cipher))
 
     @classmethod
     def from_wire(cls, value: Mapping[str, Any], cipher: CaseCipher | None = None) -> DeadLetterRecord:
@@ -187,7 +193,7 @@ def _opened(value: Mapping[str, Any], cipher: CaseCipher | None) -> dict[str, An
             layer = orjson.loads(plain)
     head, newline, kept = plain.partition(b"\n")
     content = orjson.loads(head) if newline else None
-    if not isinstance(content, dict) or set(content) != set(_CONTENT) - {"original_value_b64"}:
+    if not isinstance(content, dict) or set(content) != set(_SEALED_HEAD):
         raise RejectedError(Rejection.SCHEMA, "a dead letter's sealed content is not its detail, key and value")
     return {**content, "original_value_b64": base64.b64encode(kept).decode()}
 
@@ -198,22 +204,13 @@ def cases_named(record: RawRecord, tenant: str | None = None) -> tuple[CaseRef, 
     With `tenant` (the record came from that tenant's own topic) only that tenant's cases count: a
     record of one tenant never has content sealed, nor a data key made, in another's name.
     """
-    named: list[CaseRef] = []
     parts = (record.key or b"").decode("utf-8", "replace").split("/")
-    candidates: list[tuple[object, object]] = [(parts[0], parts[1])] if len(parts) >= 2 else []
-    try:
-        body = decode_object(record.value, "record")
-        candidates.append((body.get("tenant"), body.get("case_id")))
-    except RejectedError:
-        pass
-    for found_tenant, case_id in candidates:
-        if not isinstance(found_tenant, str) or not isinstance(case_id, str):
-            continue
-        try:
-            case = CaseRef(found_tenant, case_id)
-        except InvalidEventError:
-            continue
-        if case not in named and (tenant is None or case.tenant == tenant):
+    candidates = [claimed_case({"tenant": parts[0], "case_id": parts[1]})] if len(parts) >= 2 else []
+    with contextlib.suppress(RejectedError):
+        candidates.append(claimed_case(decode_object(record.value, "record")))
+    named: list[CaseRef] = []
+    for case in candidates:
+        if case is not None and case not in named and (tenant is None or case.tenant == tenant):
             named.append(case)
     return tuple(named)
 

@@ -8,9 +8,12 @@ decided, folded or kept. Our producers derive every key from the value, so they 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import orjson
 
-from pipeline.core.events import CaseRef, Event
+from pipeline.core.events import SEQ_WIDTH, CaseRef, Event, InvalidEventError
 from pipeline.wire.rejection import RejectedError, Rejection
 
 
@@ -19,10 +22,37 @@ def _shown(key: bytes | None) -> str:
     return repr(text if len(text) <= 80 else f"{text[:80]}...")
 
 
+def claimed_case(body: Mapping[str, Any]) -> CaseRef | None:
+    """The case a record's clear fields name (`tenant`, `case_id`); None when they name none.
+
+    Readable before any key opens the record: whose it claims to be decides which checks come first.
+    """
+    tenant, case_id = body.get("tenant"), body.get("case_id")
+    if not isinstance(tenant, str) or not isinstance(case_id, str):
+        return None
+    try:
+        return CaseRef(tenant, case_id)
+    except InvalidEventError:
+        return None
+
+
+def claimed_event(body: Mapping[str, Any]) -> tuple[CaseRef, str] | None:
+    """The case and the event key (`tenant/case/seq`) an event's clear fields name; None when they name none."""
+    case, seq = claimed_case(body), body.get("seq")
+    if case is None or type(seq) is not int:
+        return None
+    return case, f"{case.key}/{seq:0{SEQ_WIDTH}d}"
+
+
 def check_event_key(key: bytes | None, event: Event) -> None:
     """Raises RejectedError(KEY_MISMATCH) unless `key` is the event's own `tenant/case/seq`."""
-    if key != event.key.encode("utf-8"):
-        raise RejectedError(Rejection.KEY_MISMATCH, f"key {_shown(key)} but the value is event {event.key}")
+    check_record_key(key, event.key)
+
+
+def check_record_key(key: bytes | None, event_key: str) -> None:
+    """Raises RejectedError(KEY_MISMATCH) unless `key` is `event_key` (`tenant/case/seq`)."""
+    if key != event_key.encode("utf-8"):
+        raise RejectedError(Rejection.KEY_MISMATCH, f"key {_shown(key)} but the value is event {event_key}")
 
 
 def check_case_key(key: bytes | None, case: CaseRef, what: str) -> None:

@@ -2,28 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 from pipeline.core.event_log import RawRecord, ReadResult
-from pipeline.core.events import SEQ_WIDTH, CaseRef, Event, InvalidEventError, LogPosition, Trajectory
+from pipeline.core.events import CaseRef, Event, InvalidEventError, LogPosition, Trajectory
 from pipeline.wire.event import EventRecord
 from pipeline.wire.limits import MAX_TRAJECTORY_CHARS
-from pipeline.wire.record_keys import check_event_key, check_tenant_of_topic
+from pipeline.wire.record_keys import check_record_key, check_tenant_of_topic, claimed_event
 from pipeline.wire.rejection import RejectedError, Rejection, decode_object
 from pipeline.wire.sealing import CaseCipher, open_body
-
-
-def _claimed(body: Mapping[str, Any]) -> tuple[CaseRef, str] | None:
-    """The case and event key an event's clear fields name (tenant, case id, seq); None when they name none."""
-    tenant, case_id, seq = body.get("tenant"), body.get("case_id"), body.get("seq")
-    if not isinstance(tenant, str) or not isinstance(case_id, str) or type(seq) is not int:
-        return None
-    try:
-        case = CaseRef(tenant, case_id)
-    except InvalidEventError:
-        return None
-    return case, f"{case.key}/{seq:0{SEQ_WIDTH}d}"
 
 
 def own_records(case: CaseRef, read: ReadResult) -> tuple[ReadResult, tuple[RawRecord, ...]]:
@@ -37,7 +22,7 @@ def own_records(case: CaseRef, read: ReadResult) -> tuple[ReadResult, tuple[RawR
     others: list[RawRecord] = []
     for record in read.records:
         try:
-            claimed = _claimed(decode_object(record.value, "event"))
+            claimed = claimed_event(decode_object(record.value, "event"))
         except RejectedError:
             claimed = None
         mine = claimed is not None and claimed[0] == case and record.key == claimed[1].encode()
@@ -52,26 +37,21 @@ def _event(record: RawRecord, case: CaseRef, cipher: CaseCipher | None, topic_te
     have a worker open that tenant's key topic on the writer's say-so.
     """
     body = decode_object(record.value, f"event at {record.position}")
-    claimed = _claimed(body)
+    claimed = claimed_event(body)
     if claimed is not None:
         check_tenant_of_topic(topic_tenant, claimed[0])
-        keyed = (record.key or b"").decode("utf-8", "replace")[:80]
-        if record.key != claimed[1].encode():
-            raise RejectedError(Rejection.KEY_MISMATCH,
-                                f"position {record.position} is keyed {keyed!r} but holds {claimed[1]}")  # fmt: skip
-        if claimed[0] != case:
-            raise RejectedError(
-                Rejection.CROSS_TENANT,
-                f"position {record.position} holds an event of {claimed[0].key}, not of {case.key}",
-            )
+        _check_belongs(record, *claimed, case)
     event = EventRecord.from_wire(open_body(body, cipher)).event
-    check_event_key(record.key, event)
-    if event.case != case:
-        raise RejectedError(
-            Rejection.CROSS_TENANT,
-            f"position {record.position} holds an event of {event.case.key}, not of {case.key}",
-        )
+    _check_belongs(record, event.case, event.key, case)
     return event
+
+
+def _check_belongs(record: RawRecord, named: CaseRef, event_key: str, case: CaseRef) -> None:
+    """KEY_MISMATCH unless the record is keyed as the event it holds; CROSS_TENANT unless that event is `case`'s."""
+    check_record_key(record.key, event_key)
+    if named != case:
+        raise RejectedError(Rejection.CROSS_TENANT,
+                            f"position {record.position} holds an event of {named.key}, not of {case.key}")  # fmt: skip
 
 
 def assemble(

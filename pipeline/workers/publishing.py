@@ -84,23 +84,7 @@ def dead_letter(
     letter = DeadLetterRecord.of(record, source_topic=source_topic, reason=reason, detail=detail, worker_id=worker_id)
     where = f"{source_topic}/{record.position.partition}/{record.position.offset}"
     headers = standard_headers(SchemaId.DEAD_LETTER, source=f"/dpm/workers/{worker_id}", event_id=where, tenant=None)
-    value = orjson.dumps(_letter_wire(letter, record, names, cipher))
+    # Only events carry case content: their dead letters are sealed under the cases they name.
+    cases = cases_named(record, names.tenant) if cipher is not None and names.is_events(source_topic) else ()
+    value = letter.encode(cases, cipher)
     return Output(names.dlq, letter.record_key, value, (*headers, (REASON_HEADER, reason.value.encode())))
-
-
-def _letter_wire(
-    letter: DeadLetterRecord, record: RawRecord, names: TopicNames, cipher: CaseCipher | None
-) -> dict[str, Any]:
-    cases = cases_named(record, names.tenant) if cipher is not None and _holds_content(letter.source_topic) else ()
-    if cipher is None or not cases:
-        return letter.to_wire()
-    cipher.sync()
-    if letter.reason is Rejection.ERASED or any(cipher.erased(case) for case in cases):
-        return letter.withheld_wire()  # no new data key for an erased case: its content is simply not kept
-    return letter.sealed_wire(cases, cipher)
-
-
-def _holds_content(topic: str) -> bool:
-    """Whether records of `topic` carry case content: an events topic (`<scope>events`, any generation)."""
-    name = topic.rsplit(".", 1)[-1]
-    return name == "events" or name.startswith("events-g")

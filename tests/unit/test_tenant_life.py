@@ -9,10 +9,12 @@ from pathlib import Path
 import orjson
 import pytest
 
+from pipeline.config.settings import Settings
 from pipeline.core.event_log import RawRecord, ReadResult
 from pipeline.core.events import CaseRef, Event, InvalidEventError, LogPosition
 from pipeline.core.memory_log import InMemoryEventLog
 from pipeline.kafka.acl_plan import Grant, Pattern, Resource, Role, plan, tenant_principal
+from pipeline.kafka.credentials import credentials_dir
 from pipeline.kafka.grant_checks import colliding_tenant, overlaps, revocable, single_operations
 from pipeline.kafka.keystore import checked_key_record
 from pipeline.kafka.local_broker import ClusterLayout, _private
@@ -20,6 +22,7 @@ from pipeline.kafka.topics import TenantNameError, TopicNames, check_topic_tenan
 from pipeline.keys.providers import KeyDestroyedError, LocalFileKeyProvider, WrappedKey
 from pipeline.keys.ring import KeyRing
 from pipeline.keys.store import CaseKeys, MemoryKeyTopic
+from pipeline.services import tenants
 from pipeline.wire.dead_letter import DeadLetterRecord, cases_named
 from pipeline.wire.event import EventRecord, append_events
 from pipeline.wire.key import KeyRecord
@@ -285,3 +288,42 @@ def test_a_sealed_dead_letter_of_a_900_kb_event_stays_under_400_kb(keys: CaseKey
     opened = DeadLetterRecord.decode(value, keys)
     assert big.startswith(opened.original_value.kept)
     assert opened.original_value.size == len(big)
+
+
+def test_an_events_topic_is_told_apart_in_every_generation_and_scope() -> None:
+    acme = NAMES.of_tenant("acme")
+    assert all(acme.is_events(t) for t in ("dpm.acme.events", "dpm.acme.events-g2", "dpm.acme.events-g12"))
+    assert not any(acme.is_events(t) for t in ("dpm.acme.triggers", "dpm.acme.events-gx", "dpm.events",
+                                               "dpm.acme.eventsx", "dpm.acme2.events"))  # fmt: skip
+    assert NAMES.of_generation(3).is_events("dpm.events")  # the first generation's, read by a later one
+
+
+def test_a_credential_another_pipeline_uses_is_kept_and_so_is_its_properties_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    deleted: list[str] = []
+
+    def delete(_config: dict[str, str], user: str) -> int:
+        deleted.append(user)
+        return 1
+
+    monkeypatch.setattr(tenants, "revoke_grants", lambda _config, grants: len(grants))
+    monkeypatch.setattr(tenants, "delete_scram_credentials", delete)
+    settings = Settings.from_env({"DPM_HOME": str(tmp_path), "DPM_TENANCY": "topics"})
+    properties = credentials_dir(tmp_path) / "tenant-acme.properties"
+    properties.parent.mkdir(parents=True)
+    other = Grant(tenant_principal("acme"), Resource.TOPIC, "bank.acme.", Pattern.PREFIXED, ("Read",))
+    mine = Grant(tenant_principal("acme"), Resource.TOPIC, "dpm.acme.", Pattern.PREFIXED, ("Read",))
+
+    properties.write_text("sasl.password=kept\n")
+    shared = tenants._revoke(settings, tenants.Leftovers("acme", 1, (mine,), (other,)))
+    assert (shared.grants, shared.credentials, shared.properties) == (1, 0, None)
+    assert shared.kept is not None
+    assert "bank.acme." in shared.kept
+    assert properties.exists()
+    assert deleted == []
+
+    alone = tenants._revoke(settings, tenants.Leftovers("acme", 1, (mine,), ()))
+    assert (alone.grants, alone.credentials, alone.kept, alone.properties) == (1, 1, None, properties)
+    assert not properties.exists()
+    assert deleted == ["tenant-acme"]

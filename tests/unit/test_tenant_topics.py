@@ -22,8 +22,8 @@ from pipeline.keys.store import CaseKeys, MemoryKeyTopic, TenantCaseKeys
 from pipeline.llm.extractive.backend import ExtractiveBackend
 from pipeline.wire.dead_letter import DeadLetterRecord
 from pipeline.wire.event import append_events
+from pipeline.wire.record_keys import claimed_case
 from pipeline.wire.trigger import DecisionRequest
-from pipeline.workers.baseline.folding import _claimed_case
 from pipeline.workers.baseline.tenancy import BaselineInputs
 from pipeline.workers.projection.handler import CaseTopics, ProjectionHandler
 from pipeline.workers.projection.tenants import Opened, TenantTopics
@@ -173,7 +173,7 @@ def test_tenant_case_keys_open_each_tenant_s_keys_once_and_read_them_on_after_a_
 
 
 def test_the_baseline_reads_whose_an_event_is_from_its_clear_fields_only_when_they_name_a_case() -> None:
-    assert _claimed_case({"tenant": "acme", "case_id": "c-1"}) == CaseRef("acme", "c-1")
+    assert claimed_case({"tenant": "acme", "case_id": "c-1"}) == CaseRef("acme", "c-1")
     bad_ones: list[dict[str, Any]] = [
         {},
         {"tenant": "", "case_id": "c"},
@@ -182,4 +182,4 @@ def test_the_baseline_reads_whose_an_event_is_from_its_clear_fields_only_when_th
         {"tenant": "acme", "case_id": None},
     ]
     for bad in bad_ones:
-        assert _claimed_case(bad) is None  # left to the decode, which refuses it as SCHEMA, not as a bug
+        assert claimed_case(bad) is None  # left to the decode, which refuses it as SCHEMA, not as a bug

@@ -10,13 +10,13 @@ import orjson
 
 from pipeline.core.domains import rules_for
 from pipeline.core.event_log import RawRecord
-from pipeline.core.events import CaseRef, Event, InvalidEventError
+from pipeline.core.events import CaseRef, Event
 from pipeline.core.model import ModelRequest, ModelResponse
 from pipeline.core.run import ModelCall, SummMemory, folded_in_parts, summ_step
 from pipeline.core.task import Architecture, Budget, TaskSpec
 from pipeline.core.view import EMPTY_VIEW
 from pipeline.wire.event import EventRecord
-from pipeline.wire.record_keys import check_event_key, check_partition, check_tenant_of_topic
+from pipeline.wire.record_keys import check_event_key, check_partition, check_tenant_of_topic, claimed_case
 from pipeline.wire.rejection import RejectedError, Rejection, decode_object
 from pipeline.wire.sealing import CaseCipher, open_body, open_state, seal_state
 from pipeline.workers.baseline.outcome import Outcome
@@ -31,17 +31,6 @@ _LOG = logging.getLogger("pipeline.workers.baseline")
 # larger events are refused here, as dead letters, and a step over MAX_STEP_BYTES is never stored.
 MAX_BASELINE_EVENT_BYTES = 256 * 1024
 MAX_STEP_BYTES = 900 * 1024
-
-
-def _claimed_case(body: dict[str, Any]) -> CaseRef | None:
-    """The case a record's clear fields name; None when they name none (the decode refuses it: SCHEMA)."""
-    tenant, case_id = body.get("tenant"), body.get("case_id")
-    if not isinstance(tenant, str) or not isinstance(case_id, str):
-        return None
-    try:
-        return CaseRef(tenant, case_id)
-    except InvalidEventError:
-        return None
 
 
 class Folding:
@@ -75,7 +64,7 @@ class Folding:
         if size > limit:
             raise RejectedError(Rejection.OVERSIZE, f"event of {size} bytes exceeds the baseline's {limit}")
         body = decode_object(record.value, "event")
-        claimed = _claimed_case(body)
+        claimed = claimed_case(body)  # None: left to the decode, which refuses it (SCHEMA)
         if claimed is not None:  # whose it is, before any key opens it: the topic's tenant
             check_tenant_of_topic(self.host.inputs.tenant_of(record.topic or ""), claimed)
         decoded = EventRecord.from_wire(open_body(body, self.cipher))
