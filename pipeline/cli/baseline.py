@@ -24,7 +24,7 @@ def baseline(
     ),
     backend: str | None = typer.Option(None, "--backend", help="A registered backend (default DPM_BACKEND)."),
     metrics_port: int | None = typer.Option(
-        None, "--metrics-port", help="Port of /metrics (default DPM_METRICS_PORT or 9400; -1: off)."
+        None, "--metrics-port", help="Port of /metrics (default DPM_METRICS_PORT, else 9401; -1: off)."
     ),
 ) -> None:
     """Serve the Summ-only baseline: one summarization call per event, one decision per `summ` trigger."""

@@ -17,7 +17,7 @@ def worker(
     batch_size: int = typer.Option(8, "--batch-size", min=1, help="Triggers per transaction."),
     backend: str | None = typer.Option(None, "--backend", help="A registered backend (default DPM_BACKEND)."),
     metrics_port: int | None = typer.Option(
-        None, "--metrics-port", help="Port of /metrics (default DPM_METRICS_PORT or 9400; -1: off)."
+        None, "--metrics-port", help="Port of /metrics (default DPM_METRICS_PORT, else 9400; -1: off)."
     ),
 ) -> None:
     """Serve decision triggers: read the case by offset, project once, decide, publish in one transaction."""

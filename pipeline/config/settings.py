@@ -291,10 +291,20 @@ class WorkerSettings(_Group):
         return self.max_poll_interval_ms / 2000
 
 
+WORKER_METRICS_PORT = 9400
+BASELINE_METRICS_PORT = 9401
+
+
 class MetricsSettings(_Group):
     """The /metrics endpoint of the long-running processes."""
 
-    port: int = Field(9400, ge=-1, validation_alias="DPM_METRICS_PORT", description="port of /metrics (-1: off)")
+    port: int | None = Field(
+        None,
+        ge=-1,
+        validation_alias="DPM_METRICS_PORT",
+        description=f"port of /metrics (-1: off; unset: {WORKER_METRICS_PORT} for dpm worker, "
+        f"{BASELINE_METRICS_PORT} for dpm baseline, so both run on one host)",
+    )
     addr: str = Field(
         "127.0.0.1", validation_alias="DPM_METRICS_ADDR", description="address /metrics binds to (containers: 0.0.0.0)"
     )
@@ -308,6 +318,10 @@ class MetricsSettings(_Group):
     @classmethod
     def _split(cls, value: Any) -> Any:  # noqa: ANN401 - pydantic passes the raw input
         return _comma_list(value)
+
+    def port_or(self, default: int) -> int:
+        """The port set (DPM_METRICS_PORT or --metrics-port), else the process's own default."""
+        return default if self.port is None else self.port
 
 
 class UiSettings(_Group):

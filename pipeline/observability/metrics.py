@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import logging
 import threading
 import time
@@ -13,12 +14,19 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make_wsgi_app
 
 from pipeline.core.domains import DOMAINS
+from pipeline.core.errors import DpmError
 from pipeline.core.model import Purpose
 from pipeline.core.run import ModelCall, RunResult
 from pipeline.core.task import Architecture
 from pipeline.wire.rejection import Rejection
 
 _LOG = logging.getLogger("pipeline.metrics")
+
+
+class MetricsPortInUseError(DpmError):
+    """The /metrics port is taken: the process does not start (one line, naming the setting)."""
+
+
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 OTHER_TENANT = "other"
 # Outcome labels come from a fixed set: a trigger's label space is the sender's to choose, and a
@@ -115,7 +123,15 @@ class PipelineMetrics:
             body: Iterable[bytes] = metrics_app(request, start_response)
             return body
 
-        server = make_server(addr, port, app, _ThreadingWSGIServer, handler_class=_QuietHandler)
+        try:
+            server = make_server(addr, port, app, _ThreadingWSGIServer, handler_class=_QuietHandler)
+        except OSError as exc:
+            if exc.errno != errno.EADDRINUSE:
+                raise
+            raise MetricsPortInUseError(
+                f"the metrics port {addr}:{port} is in use (another worker or baseline on this host?): "
+                "choose another with --metrics-port or DPM_METRICS_PORT (-1: no metrics)"
+            ) from exc
         threading.Thread(target=server.serve_forever, name="metrics-http", daemon=True).start()
         _LOG.info("metrics on %s:%d/metrics, health on /healthz", addr, port)
         return server

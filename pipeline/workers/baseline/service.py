@@ -13,7 +13,7 @@ from typing import Any
 
 import faust
 
-from pipeline.config.settings import Settings
+from pipeline.config.settings import BASELINE_METRICS_PORT, Settings
 from pipeline.core.errors import DpmError
 from pipeline.core.run import SummVariant
 from pipeline.kafka.admin import admin_client, topic_partitions, topic_replication
@@ -129,8 +129,9 @@ class _DrainedWorker(faust.Worker):
 def serve_baseline(settings: Settings, choices: BaselineChoices) -> None:
     """Runs one baseline member (and its /metrics endpoint) until it is signalled to stop."""
     metrics = PipelineMetrics(settings.metrics.tenants)
-    if settings.metrics.port >= 0:
-        metrics.serve(settings.metrics.port, settings.metrics.addr)
+    port = settings.metrics.port_or(BASELINE_METRICS_PORT)
+    if port >= 0:
+        metrics.serve(port, settings.metrics.addr)
     baseline = build_baseline(settings, choices, metrics)
     if not baseline.inputs.by_topic:  # a growth or a changed partition count stops the member (SIGTERM: it drains)
         LayoutWatch(settings.kafka.client_config(), baseline.inputs.names,

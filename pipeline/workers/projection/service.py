@@ -7,7 +7,7 @@ import threading
 from contextlib import ExitStack
 from dataclasses import dataclass
 
-from pipeline.config.settings import Settings
+from pipeline.config.settings import WORKER_METRICS_PORT, Settings
 from pipeline.core.memory_log import InMemoryEventLog
 from pipeline.core.task import Architecture
 from pipeline.kafka.keystore import case_keys_from
@@ -115,8 +115,8 @@ def serve_projection(settings: Settings, options: WorkerOptions, stop: threading
         stop.set()
 
     watch = LayoutWatch(settings.kafka.client_config(), names, follow_layout)
-    server = (metrics.serve(settings.metrics.port, settings.metrics.addr, health=liveness.check)
-              if settings.metrics.port >= 0 else None)  # fmt: skip
+    port = settings.metrics.port_or(WORKER_METRICS_PORT)
+    server = metrics.serve(port, settings.metrics.addr, health=liveness.check) if port >= 0 else None
     group = options.group(settings)
     # The lag gauge is reported from the probe's thread, so it keeps moving during a long model call.
     probe = LagProbe(settings.kafka.client_config(), lambda topic, lags: metrics.observe_lag(group, topic, lags))
