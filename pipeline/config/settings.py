@@ -494,6 +494,10 @@ class Settings(BaseModel):
             shown = f" (got {first.get('input')!r})" if where and where not in _SECRET_VARIABLES else ""
             raise SettingsError(f"{where or 'settings'}: {first['msg']}{shown}") from exc
 
+    def with_bootstrap(self, bootstrap: str) -> Settings:
+        """These settings pointed at another cluster (the local broker recorded under DPM_HOME)."""
+        return self.model_copy(update={"kafka": self.kafka.model_copy(update={"bootstrap_servers": bootstrap})})
+
     def with_choices(
         self, *, backend: str | None = None, metrics_port: int | None = None, kafka_version: str | None = None
     ) -> Settings:

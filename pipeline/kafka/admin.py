@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import socket
 import time
 import uuid
 from collections.abc import Callable, Mapping
@@ -144,11 +145,28 @@ def ensure_reachable(client_config: dict[str, str], timeout_s: float = REACH_TIM
     try:
         fetch_metadata(client_config, timeout_s=timeout_s)
     except BrokerUnavailableError as exc:
-        address = client_config.get("bootstrap.servers")
+        address = client_config.get("bootstrap.servers", "")
+        if _listening(address):  # a server is there: it wants another protocol than the one we speak
+            protocol = client_config.get("security.protocol", "plaintext")
+            raise BrokerUnavailableError(
+                f"a server listens at {address} but did not answer as Kafka over {protocol} within {timeout_s:g} s: "
+                "if the cluster needs TLS or SASL, set DPM_KAFKA_CONFIG to its client properties "
+                "(security.protocol, sasl.*, ssl.*)"
+            ) from exc
         raise BrokerUnavailableError(
             f"no Kafka broker answered at {address} within {timeout_s:g} s: start the local one with "
             "`dpm broker up`, or set DPM_BOOTSTRAP to your cluster's address"
         ) from exc
+
+
+def _listening(bootstrap: str, timeout_s: float = 1.0) -> bool:
+    """Whether the first bootstrap address accepts a TCP connection."""
+    host, _, port = bootstrap.split(",", maxsplit=1)[0].strip().rpartition(":")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s):
+            return True
+    except (OSError, ValueError):
+        return False
 
 
 def wait_for_brokers(client_config: dict[str, str], expected_brokers: int, timeout_s: float) -> ClusterInfo:

@@ -44,6 +44,17 @@ def test_a_secured_broker_is_started_with_a_user_per_role_and_reported_on(privat
         assert again.returncode == 0, again.stderr
         assert "already running" in again.stdout
         assert read_properties(Path(listed["worker"]))["sasl.password"] == password
+        for command in (("topics", "create"), ("ui",), ("replay", "--all")):  # each finds the broker under DPM_HOME
+            anonymous = dpm_cli(*command, env={**env, "DPM_UI_ADMIN_TOKEN": "0123456789abcdef0123456789abcdef"})
+            assert anonymous.returncode == 1
+            assert anonymous.stderr.strip().splitlines() == [
+                f"error: the local broker at 127.0.0.1:{port} is secured (SASL over TLS): set DPM_KAFKA_CONFIG to "
+                f"a role's client properties, one of {private_home}/credentials/<role>.properties"
+            ]
+        named = dpm_cli("topics", "create", env={**env, "DPM_BOOTSTRAP": f"127.0.0.1:{port}"})
+        assert named.returncode == 1
+        assert f"a server listens at 127.0.0.1:{port} but did not answer as Kafka over plaintext" in named.stderr
+        assert "no Kafka broker answered" not in named.stderr
         plain = dpm_cli("broker", "up", "--port", str(port), env=env)
         assert plain.returncode != 0
         assert "secured" in plain.stdout + plain.stderr
