@@ -11,7 +11,7 @@ from pipeline.cli import acl, bench, broker, docs, keys, model, schemas, tenants
 from pipeline.cli.baseline import baseline
 from pipeline.cli.demo import demo
 from pipeline.cli.ingest import erase, produce, trigger
-from pipeline.cli.inspect import compare, replay
+from pipeline.cli.inspect import compare, decisions, replay
 from pipeline.cli.ui import ui
 from pipeline.cli.worker import worker
 from pipeline.core.errors import DpmError
@@ -39,7 +39,7 @@ app.command()(demo)
 app.command()(worker)
 app.command()(baseline)
 app.command()(ui)
-for command in (produce, trigger, compare, replay, erase):
+for command in (produce, trigger, decisions, compare, replay, erase):
     app.command()(command)
 
 _err = Console(stderr=True, soft_wrap=True)

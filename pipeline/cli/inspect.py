@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from contextlib import closing
 from itertools import groupby
 
@@ -10,12 +11,15 @@ import typer
 from pipeline.cli.reach import broker_settings
 from pipeline.cli.render import (
     comparison_json,
+    decisions_json,
     output_console,
     print_comparison,
+    print_decisions,
     print_json,
     print_replays,
     replays_json,
 )
+from pipeline.config.settings import Settings
 from pipeline.core.errors import DpmError
 from pipeline.core.verification import ReplayStatus
 from pipeline.kafka.keystore import case_keys_from
@@ -53,6 +57,51 @@ def compare(as_json: bool = typer.Option(False, "--json", help="Print JSON inste
                    + ", ".join(erased))  # fmt: skip
 
 
+def decisions(
+    tenant: str | None = typer.Option(
+        None,
+        "--tenant",
+        help="One tenant's decisions (with tenancy by topic, read with no more than that tenant's grants).",
+    ),
+    case_id: str | None = typer.Option(None, "--case", help="One case's decisions."),
+    wait: float = typer.Option(0, "--wait", min=0, help="Seconds to wait for --count matching decisions."),
+    count: int = typer.Option(1, "--count", min=1, help="With --wait: how many decisions to wait for."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON (with each view's facts) instead of a table."),
+) -> None:
+    """List published decisions: label, events read, facts and how to replay each (erased cases by id only)."""
+    settings = broker_settings()
+    deadline = time.monotonic() + wait
+    while True:
+        outputs = _published(settings, tenant)
+        chosen = [record for key, record in sorted(outputs.decisions.items(), key=lambda kv: kv[0])
+                  if tenant in (None, key.tenant) and case_id in (None, record.case.case_id)]  # fmt: skip
+        erased = sorted(str(key.decision_id) for key, case in outputs.erased.items()
+                        if tenant in (None, case.tenant) and case_id in (None, case.case_id))  # fmt: skip
+        if len(chosen) + len(erased) >= count or time.monotonic() >= deadline:
+            break
+        time.sleep(1)
+    if not chosen and not erased:
+        raise DpmError("no published decision matches" + (f" after waiting {wait:g} s" if wait else ""))
+    if as_json:
+        print_json({"decisions": decisions_json(chosen, outputs.views), "erased": erased})
+    else:
+        print_decisions(_out, chosen)
+        if erased:
+            _out.print(f"{len(erased)} decision(s) of erased cases (content destroyed): " + ", ".join(erased))
+    if len(chosen) + len(erased) < count:
+        raise DpmError(f"{len(chosen) + len(erased)} of {count} decision(s) published within {wait:g} s")
+
+
+def _published(settings: Settings, tenant: str | None) -> PublishedOutputs:
+    """The decisions and views on every set of topics this principal can read (`tenant`'s only, when given)."""
+    outputs = PublishedOutputs()
+    for scope in topic_scopes(settings, tenant):
+        with closing(case_keys_from(settings, names=scope)) as keys:
+            outputs.absorb(load_outputs(settings.kafka.client_config(), scope, cipher=keys, with_audits=False,
+                                        with_triggers=False))  # fmt: skip
+    return outputs
+
+
 def replay(
     decision: str | None = typer.Option(None, "--decision", help="One decision id."),
     tenant: str | None = typer.Option(None, "--tenant", help="All decisions of a tenant (and --case)."),
@@ -71,9 +120,9 @@ def replay(
     backends = registry_backends(settings.model, backend)
     lines: list[ReplayLine] = []
     config = settings.kafka.client_config()
-    for scope in topic_scopes(settings):  # each decision is replayed against the events topic it was read from
+    for scope in topic_scopes(settings, tenant):  # each decision is replayed against the events topic it read
         with closing(case_keys_from(settings, names=scope)) as keys:
-            outputs = load_outputs(config, scope, cipher=keys)
+            outputs = load_outputs(config, scope, cipher=keys, with_triggers=False)
             records = select_decisions(outputs.decisions.values(), decision=decision, tenant=tenant, case_id=case_id,
                                        every=all_decisions)  # fmt: skip
             erased = select_erased(outputs.erased, decision=decision, tenant=tenant, case_id=case_id,

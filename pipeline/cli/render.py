@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -13,6 +13,9 @@ from rich.table import Table
 if TYPE_CHECKING:
     from pipeline.services.compare import Comparison
     from pipeline.services.replay import ReplayLine
+    from pipeline.wire.decision import DecisionRecord
+    from pipeline.wire.trigger import DecisionKey
+    from pipeline.wire.view import ViewRecord
 
 # Piped output is read by programs and people later: tables keep their natural width instead of
 # being cut to 80 columns (ids would end in an ellipsis).
@@ -123,4 +126,31 @@ def print_replays(console: Console, lines: Sequence[ReplayLine]) -> None:
             "" if r.prefix_distance is None else f"{r.prefix_distance:.4f}",
             r.detail,
         )
+    console.print(table)
+
+
+def decisions_json(records: Sequence[DecisionRecord], views: Mapping[DecisionKey, ViewRecord]) -> list[dict[str, Any]]:
+    """One object per decision: what it decided, on what, and the view's facts with their citations."""
+    shown = []
+    for record in records:
+        view = views.get(record.key)
+        shown.append({
+            "decision_id": str(record.decision_id), "tenant": record.case.tenant, "case_id": record.case.case_id,
+            "architecture": record.architecture.value, "label": record.outcome.label,
+            "rationale": record.outcome.rationale, "events": record.events_count, "model": record.model,
+            "facts": [{"text": f.text, "citations": list(f.citations)} for f in view.view.facts] if view else None,
+            "replay": f"dpm replay --decision {record.decision_id}",
+        })  # fmt: skip
+    return shown
+
+
+def print_decisions(console: Console, records: Sequence[DecisionRecord]) -> None:
+    """One row per decision, with the command that replays it."""
+    table = Table(title=f"{len(records)} decision(s)")
+    for column in ("decision", "tenant", "case", "arch", "label", "events", "replay with"):
+        table.add_column(column)
+    for record in records:
+        table.add_row(str(record.decision_id), record.case.tenant, record.case.case_id, record.architecture.value,
+                      record.outcome.label or "(none)", str(record.events_count),
+                      f"dpm replay --decision {record.decision_id}")  # fmt: skip
     console.print(table)

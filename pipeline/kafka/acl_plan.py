@@ -104,7 +104,8 @@ def plan(names: TopicNames, roles: Iterable[Role] = tuple(Role), tenants: Sequen
 
     With `tenants` (tenancy by topic), each role's topic grants name every tenant's own topics
     instead of the shared ones, and the producer role is one principal per tenant, granted its
-    tenant's topics only: writing its inputs, reading its outputs.
+    tenant's topics only: writing its inputs, reading its outputs. The auditor keeps reading the
+    shared topics too: decisions made there before a move to tenancy by topic stay auditable.
     """
     scopes = [names.of_tenant(t) for t in tenants] or [names]
     grants: list[Grant] = []
@@ -113,7 +114,8 @@ def plan(names: TopicNames, roles: Iterable[Role] = tuple(Role), tenants: Sequen
             grants += [g for scope in scopes for g in _tenant_producer(scope, tenant_principal(scope.tenant or ""))]
             continue
         who = principal(role)
-        grants += [g for scope in scopes for g in _TOPIC_GRANTS[role](scope, who)]
+        read = [names, *scopes] if role is Role.AUDITOR and tenants else scopes
+        grants += [g for scope in read for g in _TOPIC_GRANTS[role](scope, who)]
         grants += [*_FIXED_GRANTS[role](names, who), _readers(who)]
     return grants
 

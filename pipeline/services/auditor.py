@@ -12,6 +12,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from pipeline.config.settings import Settings
+from pipeline.core.errors import DpmError
 from pipeline.core.event_log import ReadResult
 from pipeline.core.events import CaseRef, LogPosition, Trajectory
 from pipeline.core.verification import ReplayReport
@@ -106,9 +107,11 @@ class KafkaAuditor:
     Reads go through pools of DPM_UI_CONCURRENCY Kafka readers (one for events, one for audit
     records): that many pages read at once, and a page holds a reader only while it reads. The case keys are
     thread-safe; the index has its own lock and is refreshed by one thread. List pages read the
-    index only. With tenancy by topic every tenant's own topics are followed into the one index
-    (tenants onboarded later are found at the next look, every TENANTS_EVERY_S); each tenant then
-    has one reader of each kind, since its readers hold consumers.
+    index only. With tenancy by topic the shared topics (where they exist) and every tenant's own are
+    followed into the one index (tenants onboarded later are found at the next look, every
+    TENANTS_EVERY_S); each then has one reader of each kind, since its readers hold consumers. A
+    decision is read back from the scope that owns the events topic it read: a tenant decided on the
+    shared topics before it got its own is audited in both.
     """
 
     TENANTS_EVERY_S = 10.0
@@ -153,7 +156,14 @@ class KafkaAuditor:
 
     def _scope(self, item: IndexedDecision) -> _Scope:
         with self._scopes_lock:
-            return self._scopes[item.case.tenant if self._by_topic else None]
+            own = self._scopes.get(item.case.tenant) if self._by_topic else None
+            shared = self._scopes.get(None)
+            read_from = item.record.events_topic  # None: a record older than tenancy by topic
+            on_own = own is not None and (read_from is None or own.names.is_events(read_from))
+            chosen = own if on_own and (shared is None or read_from is not None) else shared
+            if chosen is None:
+                raise DpmError(f"no topics of {item.case.tenant} hold decision {item.decision_id}")
+            return chosen
 
     def start(self, interval_s: float) -> None:
         """Reads every output so far (failing loudly), then follows new ones every `interval_s`."""

@@ -111,14 +111,20 @@ def _decisions(config: dict[str, str], names: TopicNames, outputs: PublishedOutp
 
 
 def load_outputs(
-    client_config: dict[str, str], names: TopicNames, *, cipher: CaseCipher | None, with_audits: bool = True
+    client_config: dict[str, str],
+    names: TopicNames,
+    *,
+    cipher: CaseCipher | None,
+    with_audits: bool = True,
+    with_triggers: bool = True,
 ) -> PublishedOutputs:
     """Reads the output topics to their ends: one decision, view and audit trail per decision id.
 
     A worker refuses a trigger id it committed recently (dead letter `duplicate`), but one sent
     again after a rebalance or beyond that window is decided twice; readers keep the first
     committed records of each tenant's id, so compare, replay and every report see each decision once,
-    and `duplicates` says how many were set aside. Sealed content is opened with `cipher`.
+    and `duplicates` says how many were set aside. Sealed content is opened with `cipher`. Without
+    `with_triggers` the triggers topic is not read (a tenant's principal may only write it).
     """
     outputs = PublishedOutputs()
     if cipher is not None:
@@ -132,7 +138,7 @@ def load_outputs(
             if (audit.key, audit.call_index) not in seen:
                 seen.add((audit.key, audit.call_index))
                 outputs.audits[audit.key].append(audit)
-    for raw in read_topic(client_config, names.triggers):
+    for raw in read_topic(client_config, names.triggers) if with_triggers else ():
         try:
             trigger = DecisionRequest.decode(raw.value, limits=_READ_ANY)
         except RejectedError:

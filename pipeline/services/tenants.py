@@ -40,6 +40,7 @@ from pipeline.kafka.keystore import case_keys_from
 from pipeline.kafka.layout import current_generation
 from pipeline.kafka.local_broker import read_running
 from pipeline.kafka.principals import committed_offsets_on, delete_scram_credentials, scram_mechanisms
+from pipeline.kafka.range_reads import read_topic
 from pipeline.kafka.topics import (
     ErasureBound,
     TopicNames,
@@ -59,12 +60,20 @@ def topics_of(settings: Settings, tenant: str) -> TopicNames:
     return current_generation(settings.kafka.client_config(), names)
 
 
-def topic_scopes(settings: Settings) -> list[TopicNames]:
-    """Every set of topics outputs are on: the shared ones (current generation), or each tenant's own (those it has)."""
+def topic_scopes(settings: Settings, tenant: str | None = None) -> list[TopicNames]:
+    """Every set of topics outputs are on, as far as this principal can see them.
+
+    The shared ones (current generation); with tenancy by topic, those only if they exist (a tenant
+    may have been decided there before it got topics of its own), then each tenant's own, or only
+    `tenant`'s. A tenant's principal sees its own topics only, so it reads with its own grants.
+    """
     names = TopicNames(settings.kafka.topic_prefix)
+    config = settings.kafka.client_config()
     if settings.kafka.tenancy != "topics":
-        return [current_generation(settings.kafka.client_config(), names)]
-    return [names.of_tenant(t.tenant) for t in list_tenants(settings)]
+        return [current_generation(config, names)]
+    topics = existing_topics(config)
+    shared = [current_generation(config, names)] if names.decisions in topics else []
+    return shared + [names.of_tenant(t) for t in _tenants_in(names, topics) if tenant in (None, t)]
 
 
 def _require_topics_mode(settings: Settings) -> TopicNames:
@@ -151,6 +160,7 @@ def add_tenant(
             _revoke(settings, left)  # its password goes with it: the new principal gets a new one
             on_cluster = [g for g in on_cluster if g not in left.grants]
             replaced = left
+        _refuse_shared_cases(settings, names, tenant, existing)
         problems = isolation(names, sorted({*_tenants_in(names, existing), tenant}), on_cluster)
         reaching = [p for p in problems if p.tenant == tenant]
         if reaching:
@@ -160,6 +170,35 @@ def add_tenant(
     bound = ErasureBound(settings.keys.erasure_lag_ms, settings.keys.tombstone_retention_ms)
     report = create_pipeline_topics(config, own, partitions, replication, bound)
     return TenantAdded(report, replaced, _local_credential(settings, tenant), others)
+
+
+def _refuse_shared_cases(settings: Settings, names: TopicNames, tenant: str, existing: Iterable[str]) -> None:
+    """Refuses a tenant that still has cases on the shared topics, naming them.
+
+    Moving a case between the two modes is not supported: its events, data key and the baseline's
+    folded state live on the shared topics, and the same case id decided on new topics would be a
+    second, diverging log (the baseline took the case for erased). The cases are found by their data
+    keys on the shared keys topic; with DPM_ENCRYPTION=off a case has none and is not seen here.
+    """
+    if names.keys not in existing:
+        return
+    shared = current_generation(settings.kafka.client_config(), names)
+    cases = shared_cases(settings.kafka.client_config(), shared.keys, tenant)
+    if cases:
+        shown = ", ".join(cases[:10]) + (f" and {len(cases) - 10} more" if len(cases) > 10 else "")
+        raise DpmError(f"tenant {tenant!r} has {len(cases)} case(s) on the shared topics ({shown}): a case cannot "
+                       f"move to topics of its own; decide them on the shared topics, or erase them there first "
+                       f"(DPM_TENANCY=shared dpm erase --tenant {tenant})")  # fmt: skip
+
+
+def shared_cases(client_config: dict[str, str], keys_topic: str, tenant: str) -> list[str]:
+    """Case ids of `tenant` whose data key is live (not tombstoned) on a keys topic."""
+    live: dict[str, bool] = {}
+    prefix = f"{tenant}/".encode()
+    for record in read_topic(client_config, keys_topic):
+        if record.key is not None and record.key.startswith(prefix):
+            live[record.key[len(prefix) :].decode(errors="replace")] = record.value is not None
+    return sorted(case for case, alive in live.items() if alive)
 
 
 def _local_credential(settings: Settings, tenant: str) -> Path | None:

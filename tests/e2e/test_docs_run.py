@@ -1,0 +1,51 @@
+"""Every how-to and the getting-started page, followed literally: each shell block in order, in a fresh home.
+
+A page runs as a reader on a fresh machine would run it: from the repository's root, with a HOME of its own
+(so `~/...` and the default DPM_HOME are empty), none of the test session's DPM_* settings, and the virtual
+environment only once the page activates it. Only the broker jars' cache is shared, so that a page does not
+download them again. What each page promises is checked by its `output` blocks (tests/docs_runner.py).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from pipeline.config.settings import Settings
+from tests.docs_runner import REPO, ShellSession, run_page
+
+pytestmark = [pytest.mark.e2e, pytest.mark.docs]
+
+PAGES = sorted([REPO / "docs" / "getting-started.md", *(REPO / "docs" / "how-to").glob("*.md")])
+
+
+def reader_env(home: Path) -> dict[str, str]:
+    """A fresh reader's environment: its own HOME, the system PATH without our virtual environment."""
+    venv = str(REPO / ".venv" / "bin")
+    path = os.pathsep.join(p for p in os.environ["PATH"].split(os.pathsep) if p != venv)
+    env = {"HOME": str(home), "PATH": path, "LANG": "C.UTF-8", "TMPDIR": str(home / "tmp"),
+           "DPM_CACHE_DIR": str(Settings.from_env().paths.cache_dir)}  # fmt: skip
+    (home / "tmp").mkdir(parents=True, exist_ok=True)
+    if "JAVA_HOME" in os.environ:
+        env["JAVA_HOME"] = os.environ["JAVA_HOME"]
+    return env
+
+
+@pytest.mark.timeout(1800)
+@pytest.mark.parametrize("page", PAGES, ids=[p.relative_to(REPO / "docs").as_posix() for p in PAGES])
+def test_the_page_followed_literally_reaches_its_result(page: Path, tmp_path: Path) -> None:
+    session = ShellSession(tmp_path / "blocks", reader_env(tmp_path / "home"))
+    try:
+        run_page(page, session)
+    finally:
+        session.close()
+    text = page.read_text()
+    if "```bash" in text:
+        assert session.ran, "the page's shell blocks ran"
+        assert 'title="output"' in text or all(r.status == 0 for r in session.ran), "the page states a result"
+    for ran in session.ran:
+        print(f"{ran.seconds:7.1f} s  {ran.source.splitlines()[0] if ran.source.strip() else ''}")
+    for skipped in session.skipped:
+        print(f"skipped: {skipped}")
