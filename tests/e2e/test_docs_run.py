@@ -8,6 +8,7 @@ download them again. What each page promises is checked by its `output` blocks (
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from tests.docs_runner import REPO, ShellSession, run_page
 
 pytestmark = [pytest.mark.e2e, pytest.mark.docs]
 
+_LOG = logging.getLogger(__name__)
 PAGES = sorted([REPO / "docs" / "getting-started.md", *(REPO / "docs" / "how-to").glob("*.md")])
 
 
@@ -45,7 +47,7 @@ def test_the_page_followed_literally_reaches_its_result(page: Path, tmp_path: Pa
     if "```bash" in text:
         assert session.ran, "the page's shell blocks ran"
         assert 'title="output"' in text or all(r.status == 0 for r in session.ran), "the page states a result"
-    for ran in session.ran:
-        print(f"{ran.seconds:7.1f} s  {ran.source.splitlines()[0] if ran.source.strip() else ''}")
+    for ran in session.ran:  # shown with -o log_cli=true: where a page's time goes
+        _LOG.info("%7.1f s  %s", ran.seconds, ran.source.strip().splitlines()[0] if ran.source.strip() else "")
     for skipped in session.skipped:
-        print(f"skipped: {skipped}")
+        _LOG.info("skipped: %s", skipped)

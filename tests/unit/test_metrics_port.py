@@ -31,4 +31,5 @@ def test_a_port_in_use_is_one_line_naming_the_port_and_the_setting() -> None:
     said = str(refused.value)
     assert "\n" not in said
     assert f"127.0.0.1:{port} is in use" in said
-    assert "--metrics-port" in said and "DPM_METRICS_PORT" in said
+    assert "--metrics-port" in said
+    assert "DPM_METRICS_PORT" in said
