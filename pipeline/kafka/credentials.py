@@ -3,8 +3,9 @@
 `dpm broker up --secure` calls provision: it makes (once) a password per user, upserts the SCRAM
 credential on the cluster through the nodes' own mutual-TLS listener (the only way in before any
 user exists), and writes `<user>.properties` (mode 600, under `$DPM_HOME/credentials/`), which a
-process names in DPM_KAFKA_CONFIG. Passwords are in those files only: never on a command line, in a
-log or in an error.
+process names in DPM_KAFKA_CONFIG, and `<user>.java.properties`, the same user's settings for the
+Java client (Kafka's console tools: `--producer.config`, `--consumer.config`, `--command-config`).
+Passwords are in those files only: never on a command line, in a log or in an error.
 """
 
 from __future__ import annotations
@@ -70,6 +71,25 @@ def client_properties(layout: ClusterLayout, user: str, password: str) -> dict[s
     }
 
 
+def java_client_properties(layout: ClusterLayout, user: str, password: str) -> dict[str, str]:
+    """The same user's properties for the Java client (its own key names, a JAAS line, a PEM truststore)."""
+    quoted = password.replace("\\", "\\\\").replace('"', '\\"')
+    return {
+        "bootstrap.servers": layout.bootstrap,
+        "security.protocol": "SASL_SSL",
+        "sasl.mechanism": "SCRAM-SHA-512",
+        "sasl.jaas.config": f'org.apache.kafka.common.security.scram.ScramLoginModule required username="{user}" '
+        f'password="{quoted}";',
+        "ssl.truststore.type": "PEM",
+        "ssl.truststore.location": str(layout.tls.ca),
+    }
+
+
+def credential_files(folder: Path, user: str) -> tuple[Path, Path]:
+    """The user's client properties files: librdkafka's (DPM_KAFKA_CONFIG) and the Java client's."""
+    return folder / f"{user}.properties", folder / f"{user}.java.properties"
+
+
 def _password(folder: Path, user: str) -> str:
     """The user's password: the one its properties file holds (a restarted cluster keeps its users), else a new one."""
     path = folder / f"{user}.properties"
@@ -78,10 +98,15 @@ def _password(folder: Path, user: str) -> str:
 
 
 def _write_properties(folder: Path, layout: ClusterLayout, user: str, password: str) -> Path:
-    path = folder / f"{user}.properties"
-    lines = [f"# dpm: user {user!r} of the secured local broker (DPM_KAFKA_CONFIG={path})"]
-    lines += [f"{key}={value}" for key, value in client_properties(layout, user, password).items()]
+    path, java = credential_files(folder, user)
+    _write_private(path, f"user {user!r} of the secured local broker (DPM_KAFKA_CONFIG={path})",
+                   client_properties(layout, user, password))  # fmt: skip
+    _write_private(java, f"user {user!r} of the secured local broker, for the Java client (Kafka's tools)",
+                   java_client_properties(layout, user, password))  # fmt: skip
+    return path
+
+
+def _write_private(path: Path, about: str, properties: dict[str, str]) -> None:
     path.touch(mode=0o600, exist_ok=True)
     path.chmod(0o600)
-    path.write_text("\n".join(lines) + "\n")
-    return path
+    path.write_text("\n".join([f"# dpm: {about}", *(f"{k}={v}" for k, v in properties.items())]) + "\n")

@@ -26,7 +26,7 @@ from pipeline.core.errors import DpmError
 from pipeline.kafka.acl_plan import Grant, Resource, Role, plan, principal, tenant_principal
 from pipeline.kafka.acls import cluster_grants, revoke_grants
 from pipeline.kafka.admin import READER_GROUP_PREFIX, cluster_allows
-from pipeline.kafka.credentials import credentials_dir, provision
+from pipeline.kafka.credentials import credential_files, credentials_dir, provision
 from pipeline.kafka.grant_checks import (
     Overlap,
     colliding_tenant,
@@ -340,8 +340,9 @@ def _offsets_left(config: dict[str, str], topics: tuple[str, ...], prefix: str) 
 
 
 def _forget_properties(settings: Settings, tenant: str) -> Path | None:
-    """Deletes the local broker's properties file of the tenant's principal (its password), if there is one."""
-    path = credentials_dir(settings.paths.home) / f"{_user(tenant)}.properties"
+    """Deletes the local broker's properties files of the tenant's principal (its password), if there are any."""
+    path, java = credential_files(credentials_dir(settings.paths.home), _user(tenant))
+    java.unlink(missing_ok=True)
     if not path.exists():
         return None
     path.unlink()
