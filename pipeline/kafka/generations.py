@@ -6,6 +6,7 @@ A case's records all come from one partition of the source and go to one partiti
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable
 
 from confluent_kafka import (
@@ -25,11 +26,16 @@ from pipeline.kafka.partitioning import key_partition
 from pipeline.kafka.range_reads import read_topic
 
 Progress = Callable[[str], None]
+_LIB_LOG = logging.getLogger("pipeline.kafka.librdkafka")
 
 
 def end_offsets(config: dict[str, str], topic: str, partitions: int) -> dict[int, int]:
     """Each partition's end offset (high watermark)."""
-    consumer = Consumer({**config, "group.id": reader_group("growth"), "enable.auto.commit": False})
+    # Its library lines go to logging (dropped unless configured), never to the terminal: a consumer
+    # closed while it still looked its group coordinator up logs a SASL "transport failure" on a
+    # secured cluster, which is noise after a growth that succeeded.
+    consumer = Consumer({**config, "group.id": reader_group("growth"), "enable.auto.commit": False},
+                        logger=_LIB_LOG)  # fmt: skip
     try:
         return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in range(partitions)}
     except KafkaException as exc:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,7 @@ from tests.docs_runner import REPO, ShellSession, run_page
 pytestmark = [pytest.mark.e2e, pytest.mark.docs]
 
 _LOG = logging.getLogger(__name__)
+_LIBRDKAFKA_LINE = re.compile(r"^%\d\|\d+\.\d+\|[A-Z]+\|rdkafka#", re.MULTILINE)
 PAGES = sorted([REPO / "docs" / "getting-started.md", *(REPO / "docs" / "how-to").glob("*.md")])
 
 
@@ -47,6 +49,8 @@ def test_the_page_followed_literally_reaches_its_result(page: Path, tmp_path: Pa
     if "```bash" in text:
         assert session.ran, "the page's shell blocks ran"
         assert 'title="output"' in text or all(r.status == 0 for r in session.ran), "the page states a result"
+    for ran in session.ran:  # a command speaks in its own words: librdkafka's raw log lines are noise to a reader
+        assert not _LIBRDKAFKA_LINE.search(ran.output), f"librdkafka lines from:\n{ran.source}\n{ran.output[-3000:]}"
     for ran in session.ran:  # shown with -o log_cli=true: where a page's time goes
         _LOG.info("%7.1f s  %s", ran.seconds, ran.source.strip().splitlines()[0] if ran.source.strip() else "")
     for skipped in session.skipped:
