@@ -7,12 +7,14 @@ import re
 from pathlib import Path
 from typing import Any
 
+import kubernetes_validate
 import yaml
 
 from pipeline.config.settings import ENVIRONMENT
 
 REPO = Path(__file__).resolve().parents[2]
 K8S = REPO / "deploy" / "k8s"
+KUBERNETES_VERSION = "1.33"  # a release still supported upstream; the manifests use only stable APIs
 
 
 def _docs(path: Path) -> list[dict[str, Any]]:
@@ -64,6 +66,23 @@ def test_manifests_parse_and_use_known_settings() -> None:
     assert (trigger["consumerGroup"], trigger["topic"]) == ("dpm-projection", "dpm.triggers")
     listed = yaml.safe_load((K8S / "kustomization.yaml").read_text())["resources"]
     assert sorted(listed) == sorted(p.name for p in K8S.glob("*.yaml") if p.name != "kustomization.yaml")
+
+
+def test_manifests_are_valid_objects_of_the_kubernetes_api() -> None:
+    """Every manifest but the custom resources validates, strictly (no unknown field), against Kubernetes' schemas.
+
+    No cluster runs here, so `kubectl apply --dry-run=server` cannot; kubernetes-validate carries the
+    API's published schemas. KEDA's ScaledObject and kustomize's Kustomization are not Kubernetes API
+    objects: their fields are checked above.
+    """
+    custom = {"ScaledObject", "Kustomization"}
+    checked = []
+    for path in sorted(K8S.glob("*.yaml")):
+        for doc in _docs(path):
+            if doc["kind"] not in custom:
+                kubernetes_validate.validate(doc, KUBERNETES_VERSION, strict=True)
+                checked.append(f"{doc['kind']}/{doc['metadata']['name']}")
+    assert len(checked) == 11
 
 
 def _check_principals(kinds: dict[str, dict[str, Any]]) -> None:
