@@ -62,15 +62,23 @@ def test_two_members_forget_an_erased_case_and_refuse_its_triggers_as_erased(
         assert erased.returncode == 0, erased.stderr
         asked = time.monotonic()
         trigger("after-gone", gone.ref)
-        letters: list[dict[str, str]] = []
-        while not letters and time.monotonic() - asked < 60:
-            letters = [orjson.loads(r.value or b"") for r in read_topic(kafka_config, topic_names.dlq)]
+        refused: list[dict[str, str]] = []  # the triggers' dead letters
+        while not refused and time.monotonic() - asked < 60:
+            letters = [(r.key or b"", orjson.loads(r.value or b"")) for r in read_topic(kafka_config, topic_names.dlq)]
+            refused = [letter for _, letter in letters if letter["source_topic"] == topic_names.triggers]
             time.sleep(0.5)
         refused_in = time.monotonic() - asked
     producer.close()
-    assert [(letter["reason"], letter["source_topic"]) for letter in letters] == [("erased", topic_names.triggers)], \
-        letters  # fmt: skip
-    assert orjson.loads(base64.b64decode(letters[0]["original_value_b64"]))["trigger_id"] == "after-gone"
+    assert [(letter["reason"], orjson.loads(base64.b64decode(letter["original_value_b64"]))["trigger_id"])
+            for letter in refused] == [("erased", "after-gone")]  # fmt: skip
+    # A member that reads the erased case's events again (a rebalance after the erasure hands their
+    # partition over before its offsets were committed: seen on Kafka 4.4.0) cannot open them: their dead
+    # letters say `erased` and keep nothing of the content.
+    again = [(key, letter) for key, letter in letters if letter["source_topic"] == topic_names.events]
+    assert all(key.decode().startswith(f"{gone.ref.key}/") for key, _ in again), again
+    assert all(letter["reason"] == "erased" and "withheld" in letter for _, letter in again), again
+    assert not [letter for letter in letters if letter[1]["source_topic"] not in (topic_names.triggers,
+                                                                                 topic_names.events)]  # fmt: skip
     assert refused_in < 30  # refused as erased at once, not after waiting for events that will never come
     # Exactly one member held the case, and it forgot it; the other case's state is untouched.
     logs = [p.read_text(errors="replace") for p in sorted((tmp_path / "logs").glob("*.log"))]
