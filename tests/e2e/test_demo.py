@@ -5,7 +5,12 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
 from tests.processes import dpm_cli
+
+# What this proves is the command's own (parsing, rendering, reports, readers): `make test-kafka4` leaves it out.
+pytestmark = pytest.mark.any_broker
 
 
 def test_demo_runs_end_to_end_and_its_decisions_replay_with_the_commands_it_prints(

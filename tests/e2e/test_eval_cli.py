@@ -12,6 +12,9 @@ import pytest
 from tests.kafka_support import unique_prefix
 from tests.processes import dpm_cli
 
+# What this proves is the command's own (parsing, rendering, reports, readers): `make test-kafka4` leaves it out.
+pytestmark = pytest.mark.any_broker
+
 DESIGN_FIELDS = {"case_id", "domain", "arch", "budget", "budget_chars", "frp", "rcs", "eda", "crr", "llm_calls",
                  "wall_s", "view_sha256", "decision"}  # fmt: skip
 

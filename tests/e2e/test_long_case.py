@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from pipeline.bench.generate import GenerationSpec, generate_cases
 from pipeline.core.events import Event
 from pipeline.core.task import Architecture
@@ -17,6 +19,9 @@ from pipeline.services.read_outputs import await_decisions
 from pipeline.wire.trigger import DecisionRequest
 from tests.pipeline_support import create_topics, worker_env
 from tests.processes import dpm_cli
+
+# What this proves is the command's own (parsing, rendering, reports, readers): `make test-kafka4` leaves it out.
+pytestmark = pytest.mark.any_broker
 
 # A reference-size case (about 27,000 characters) cut for a 4,096-token window: several segments.
 _WINDOW = {"DPM_CONTEXT_TOKENS": "4096", "DPM_SEGMENT_TOKENS": "3000"}

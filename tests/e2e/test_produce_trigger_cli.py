@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import orjson
+import pytest
 
 from pipeline.core.events import CaseRef
 from pipeline.kafka.reader import KafkaEventLog
@@ -16,6 +17,9 @@ from pipeline.wire.case_files import write_case
 from pipeline.wire.decision import PositionsSource
 from tests.pipeline_support import create_topics, small_cases, worker_env
 from tests.processes import dpm_cli
+
+# What this proves is the command's own (parsing, rendering, reports, readers): `make test-kafka4` leaves it out.
+pytestmark = pytest.mark.any_broker
 
 
 def test_a_bad_file_sends_nothing_and_a_good_run_is_decided(

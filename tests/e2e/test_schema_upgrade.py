@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import orjson
+import pytest
 from confluent_kafka import Producer
 
 from pipeline.core.events import LogPosition
@@ -24,6 +25,9 @@ from pipeline.wire.trigger import DecisionRequest
 from tests.cases import load_fixture
 from tests.pipeline_support import committed_records, create_topics, worker_env
 from tests.processes import dpm_cli
+
+# What this proves is the command's own (parsing, rendering, reports, readers): `make test-kafka4` leaves it out.
+pytestmark = pytest.mark.any_broker
 
 RELEASED = Path(__file__).parents[1] / "fixtures" / "release-0.1.0" / "outputs.jsonl"
 

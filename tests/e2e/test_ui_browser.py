@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
 
+import pytest
 from playwright.sync_api import Browser, Page, expect
 
 from pipeline.core.case import Case
@@ -27,6 +28,9 @@ from pipeline.wire.trigger import DecisionId, DecisionRequest
 from tests.conftest import free_port
 from tests.pipeline_support import small_cases, worker_env
 from tests.processes import dpm_cli
+
+# What this proves is the command's own (parsing, rendering, reports, readers): `make test-kafka4` leaves it out.
+pytestmark = pytest.mark.any_broker
 
 BUDGET = 900
 SHOTS = Path("out/ui-screenshots")
