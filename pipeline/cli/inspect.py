@@ -116,6 +116,8 @@ def replay(
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
 ) -> None:
     """Re-read each decision's recorded offsets, re-derive its view and report MATCH, DRIFT, LOG-CHANGED or ERASED."""
+    if decision is None and tenant is None and not all_decisions:
+        raise DpmError("say which decisions to replay: --decision ID, --tenant T [--case C], or --all")
     settings = broker_settings()
     backends = registry_backends(settings.model, backend)
     lines: list[ReplayLine] = []

@@ -8,6 +8,7 @@ import sys
 from typer.testing import CliRunner
 
 from pipeline.cli import app
+from pipeline.core.errors import DpmError
 
 HEAVY = ("anthropic", "openai", "scipy", "matplotlib", "faust", "xllamacpp", "numpy")
 
@@ -25,3 +26,9 @@ def test_flags_show_as_flags_and_options_show_their_value() -> None:
     lines = {line.split()[0]: line for line in result.output.splitlines() if line.strip().startswith("--")}
     assert lines["--all"].split()[1] == "Every"  # the help text follows the flag directly
     assert lines["--decision"].split()[1] == "<str>"
+
+
+def test_a_bare_replay_says_what_to_choose_before_it_reaches_for_a_broker() -> None:
+    result = CliRunner().invoke(app, ["replay"], env={"DPM_BOOTSTRAP": "127.0.0.1:1"})  # no broker there
+    assert isinstance(result.exception, DpmError)  # main() prints it as one line, exit 1
+    assert str(result.exception) == "say which decisions to replay: --decision ID, --tenant T [--case C], or --all"
