@@ -72,14 +72,17 @@ def client_properties(layout: ClusterLayout, user: str, password: str) -> dict[s
 
 
 def java_client_properties(layout: ClusterLayout, user: str, password: str) -> dict[str, str]:
-    """The same user's properties for the Java client (its own key names, a JAAS line, a PEM truststore)."""
-    quoted = password.replace("\\", "\\\\").replace('"', '\\"')
+    """The same user's properties for the Java client (its own key names, a JAAS line, a PEM truststore).
+
+    Passwords are URL-safe base64 (secrets.token_urlsafe): nothing in them needs quoting in a JAAS line
+    or escaping in a properties file.
+    """
     return {
         "bootstrap.servers": layout.bootstrap,
         "security.protocol": "SASL_SSL",
         "sasl.mechanism": "SCRAM-SHA-512",
         "sasl.jaas.config": f'org.apache.kafka.common.security.scram.ScramLoginModule required username="{user}" '
-        f'password="{quoted}";',
+        f'password="{password}";',
         "ssl.truststore.type": "PEM",
         "ssl.truststore.location": str(layout.tls.ca),
     }
@@ -92,7 +95,7 @@ def credential_files(folder: Path, user: str) -> tuple[Path, Path]:
 
 def _password(folder: Path, user: str) -> str:
     """The user's password: the one its properties file holds (a restarted cluster keeps its users), else a new one."""
-    path = folder / f"{user}.properties"
+    path, _ = credential_files(folder, user)
     kept = read_properties(path).get("sasl.password") if path.exists() else None
     return kept or secrets.token_urlsafe(24)
 

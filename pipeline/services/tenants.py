@@ -183,7 +183,7 @@ def _refuse_shared_cases(settings: Settings, names: TopicNames, tenant: str, exi
     if names.keys not in existing:
         return
     shared = current_generation(settings.kafka.client_config(), names)
-    cases = shared_cases(settings.kafka.client_config(), shared.keys, tenant)
+    cases = _cases_with_live_keys(settings.kafka.client_config(), shared.keys, tenant)
     if cases:
         shown = ", ".join(cases[:10]) + (f" and {len(cases) - 10} more" if len(cases) > 10 else "")
         raise DpmError(f"tenant {tenant!r} has {len(cases)} case(s) on the shared topics ({shown}): a case cannot "
@@ -191,7 +191,7 @@ def _refuse_shared_cases(settings: Settings, names: TopicNames, tenant: str, exi
                        f"(DPM_TENANCY=shared dpm erase --tenant {tenant})")  # fmt: skip
 
 
-def shared_cases(client_config: dict[str, str], keys_topic: str, tenant: str) -> list[str]:
+def _cases_with_live_keys(client_config: dict[str, str], keys_topic: str, tenant: str) -> list[str]:
     """Case ids of `tenant` whose data key is live (not tombstoned) on a keys topic."""
     live: dict[str, bool] = {}
     prefix = f"{tenant}/".encode()
@@ -214,7 +214,7 @@ def _local_credential(settings: Settings, tenant: str) -> Path | None:
     if running is None or not running.secure or bootstrap != running.bootstrap:
         return None
     user = _user(tenant)
-    path = credentials_dir(home) / f"{user}.properties"
+    path, _ = credential_files(credentials_dir(home), user)
     if scram_mechanisms(settings.kafka.client_config(), user):  # kept: another pipeline's grants use it
         return path if path.exists() else None
     (made,) = provision(running.layout, home, (user,))
