@@ -160,10 +160,6 @@ class DecisionIndex:
             self._items.popitem(last=False)
             self.dropped += 1
 
-    def sealed_cases(self) -> set[CaseRef]:
-        with self._lock:
-            return {i.case for i in self._items.values() if isinstance(i, IndexedDecision) and i.sealed}
-
     def erase_case(self, case: CaseRef) -> int:
         """Drops the content of the case's decisions, keeping them listed as erased; returns how many."""
         with self._lock:
@@ -206,8 +202,10 @@ class LiveIndex:
     ) -> None:
         """Follows `names`' output topics into `index`, which the output topics of other tenants may fill too."""
         self.index = index
-        self._tenant = names.tenant  # a tenant's own topics: its keys know its cases only
         self._keys = keys
+        # The cases of the sealed decisions this follower indexed: its keys know those only (another
+        # scope's cases, the shared topics' beside a tenant's own, are another follower's to erase).
+        self._sealed: set[CaseRef] = set()
         self._decisions = TopicFollower(client_config, names.decisions)
         self._views = TopicFollower(client_config, names.views)
         self._audits = TopicFollower(client_config, names.audit)
@@ -219,6 +217,8 @@ class LiveIndex:
             self._keys.sync()
         for decision in self._decoded(self._decisions, DecisionRecord.from_wire, sink):
             self.index.add_decision(decision.record, decision.raw.timestamp_ms or 0, sealed=decision.sealed)
+            if decision.sealed:
+                self._sealed.add(decision.record.case)
         for view in self._decoded(self._views, ViewRecord.from_wire, sink):
             self.index.add_view(view.record)
         for audit in self._decoded(self._audits, AuditRecord.from_wire, sink):
@@ -226,9 +226,9 @@ class LiveIndex:
         for key, case in sink.erased.items():
             self.index.add_erased(key, case, sink.erased_ms.get(key, 0))
         if self._keys is not None:
-            for case in self.index.sealed_cases():
-                if (self._tenant is None or case.tenant == self._tenant) and not self._keys.knows(case):
-                    self.index.erase_case(case)
+            for case in [c for c in self._sealed if not self._keys.knows(c)]:
+                self.index.erase_case(case)
+                self._sealed.discard(case)
 
     def _decoded(self, follower: TopicFollower, decode: Callable[[Mapping[str, Any]], OutputRecord],
                  sink: PublishedOutputs) -> Iterator[Opened[OutputRecord]]:  # fmt: skip
