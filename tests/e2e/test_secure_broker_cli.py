@@ -44,8 +44,10 @@ def test_a_secured_broker_is_started_with_a_user_per_role_and_reported_on(privat
         assert again.returncode == 0, again.stderr
         assert "already running" in again.stdout
         assert read_properties(Path(listed["worker"]))["sasl.password"] == password
-        for command in (("topics", "create"), ("ui",), ("replay", "--all")):  # each finds the broker under DPM_HOME
-            anonymous = dpm_cli(*command, env={**env, "DPM_UI_ADMIN_TOKEN": "0123456789abcdef0123456789abcdef"})
+        # Each finds the broker under DPM_HOME (the session's DPM_BOOTSTRAP, CI's broker, emptied: unset).
+        unnamed = {**env, "DPM_BOOTSTRAP": "", "DPM_KAFKA_CONFIG": "", "DPM_UI_ADMIN_TOKEN": "0123456789abcdef" * 2}
+        for command in (("topics", "create"), ("ui",), ("replay", "--all")):
+            anonymous = dpm_cli(*command, env=unnamed)
             assert anonymous.returncode == 1
             assert anonymous.stderr.strip().splitlines() == [
                 f"error: the local broker at 127.0.0.1:{port} is secured (SASL over TLS): set DPM_KAFKA_CONFIG to "
