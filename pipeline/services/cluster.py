@@ -11,6 +11,23 @@ from pathlib import Path
 
 from pipeline.config.settings import Settings
 from pipeline.kafka import local_broker
+from pipeline.kafka.credentials import credentials_dir
+from pipeline.kafka.errors import BrokerUnavailableError
+
+
+def cluster_settings(settings: Settings) -> Settings:
+    """`settings` pointed at the local broker recorded under DPM_HOME when they name no cluster themselves."""
+    if settings.kafka.bootstrap_configured:
+        return settings
+    running = local_broker.read_running(settings.paths.home)
+    if running is None:
+        return settings
+    if running.secure and settings.kafka.client_config_file is None:
+        raise BrokerUnavailableError(
+            f"the local broker at {running.bootstrap} is secured (SASL over TLS): set DPM_KAFKA_CONFIG to a "
+            f"role's client properties, one of {credentials_dir(settings.paths.home)}/<role>.properties"
+        )
+    return settings.with_bootstrap(running.bootstrap)
 
 
 @contextmanager

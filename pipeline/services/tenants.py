@@ -182,8 +182,8 @@ def _refuse_shared_cases(settings: Settings, names: TopicNames, tenant: str, exi
     """
     if names.keys not in existing:
         return
-    shared = current_generation(settings.kafka.client_config(), names)
-    cases = _cases_with_live_keys(settings.kafka.client_config(), shared.keys, tenant)
+    config = settings.kafka.client_config()
+    cases = _cases_with_live_keys(config, current_generation(config, names).keys, tenant)
     if cases:
         shown = ", ".join(cases[:10]) + (f" and {len(cases) - 10} more" if len(cases) > 10 else "")
         raise DpmError(f"tenant {tenant!r} has {len(cases)} case(s) on the shared topics ({shown}): a case cannot "
