@@ -83,12 +83,24 @@ class Folding:
             await self._check_resent(state, event)
             return Outcome()
         if event.seq != state.last_seq + 1:
-            raise RejectedError(Rejection.SEQUENCE_GAP, f"{event.case.key}: seq {event.seq} after {state.last_seq}")
+            raise await self._gap(event, state.last_seq)
         for budget in state.budgets:
             await self._step(record, event, state.task, budget)
         self.host.check_owned()
         self.host.cases[event.case.key] = state.after(event.seq).to_json()
         return Outcome()
+
+    async def _gap(self, event: Event, last_seq: int) -> RejectedError:
+        """The refusal of an event that does not follow the case's last folded one.
+
+        A case forgotten because it was erased has no state, so an event of it read again (a
+        rebalance hands its partition over before the offsets were committed) looks like a gap: when
+        the case's data key is destroyed by now, it is refused as erased. The event itself may have
+        opened with a key this member had not yet learnt was destroyed.
+        """
+        if self.cipher is not None and await self.host.blocking(_erased_by_now, self.cipher, event.case):
+            return RejectedError(Rejection.ERASED, f"{event.case.key}: its data key is destroyed")
+        return RejectedError(Rejection.SEQUENCE_GAP, f"{event.case.key}: seq {event.seq} after {last_seq}")
 
     async def _check_resent(self, state: CaseState, event: Event) -> None:
         """An event sent again: the same content is a retry; other content is noted, as the summary cannot unfold it."""
@@ -152,3 +164,9 @@ class Folding:
         _LOG.info("forgot erased case %s (%d steps)", case_key, len(slots),
                   extra={"worker_id": self.host.options.worker_id})  # fmt: skip
         return len(slots)
+
+
+def _erased_by_now(cipher: CaseCipher, case: CaseRef) -> bool:
+    """Whether the case's data key is destroyed, as the keys topic says now (blocking: it reads the topic)."""
+    cipher.sync()
+    return cipher.erased(case)
