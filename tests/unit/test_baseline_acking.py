@@ -9,7 +9,7 @@ from typing import cast
 from faust.transport.consumer import Consumer
 from faust.types import TP
 
-from pipeline.workers.baseline.acking import InOrderAcks
+from pipeline.workers.baseline.acking import InOrderAcks, Rewinds
 
 _TRIGGERS = TP("triggers", 1)
 
@@ -95,3 +95,48 @@ def test_unfinished_counts_the_records_of_the_current_generation_only() -> None:
     assert acks.unfinished(_TRIGGERS, 2) == 2
     assert acks.unfinished(_TRIGGERS, 3) == 0  # a rebalance since: the old copies are not in flight for it
     assert acks.unfinished(TP("events", 0), 2) == 0
+
+
+def _delivered(rewinds: Rewinds, acks: InOrderAcks[int], committed: int, offsets: list[int]) -> list[int]:
+    """The offsets the baseline handles when faust delivers `offsets` in generation 2 (what _consume does)."""
+    handled = []
+    for offset in offsets:
+        if rewinds.skips(_TRIGGERS, 2, offset):
+            continue
+        if acks.starts(_TRIGGERS, 2, offset) and rewinds.needed(_TRIGGERS, 2, offset, committed):
+            continue  # sought back to `committed`
+        acks.read(_TRIGGERS, 2, offset, offset)
+        handled.append(offset)
+    return handled
+
+
+def test_a_reading_that_starts_past_the_committed_offset_is_read_again_from_it() -> None:
+    # Offset 1 committed, faust delivers 2 first (its seek back to 1 was undone), then 3 of the same
+    # earlier fetch, then the partition again from 1 after our seek: 1, 2, 3 are handled, in order.
+    rewinds, acks = Rewinds(), InOrderAcks[int]()
+    assert _delivered(rewinds, acks, 1, [2, 3, 1, 2, 3, 4]) == [1, 2, 3, 4]
+    assert [r for o in (1, 2, 3, 4) for r in acks.finished(_TRIGGERS, 2, o)] == [1, 2, 3, 4]
+
+
+def test_a_real_gap_costs_one_seek_and_is_then_read_on() -> None:
+    # Offset 5 committed holds nothing any more (a transaction's marker, a compacted record): the
+    # reading starts at 7 twice, the second time it is handled.
+    rewinds, acks = Rewinds(), InOrderAcks[int]()
+    assert _delivered(rewinds, acks, 5, [7, 7, 8]) == [7, 8]
+
+
+def test_a_reading_from_the_committed_offset_is_never_sought_back() -> None:
+    rewinds, acks = Rewinds(), InOrderAcks[int]()
+    assert _delivered(rewinds, acks, 4, [4, 5, 6]) == [4, 5, 6]
+    assert not rewinds.skips(_TRIGGERS, 2, 7)
+
+
+def test_a_new_generation_ends_the_skipping_and_partitions_no_longer_owned_are_forgotten() -> None:
+    rewinds = Rewinds()
+    assert rewinds.needed(_TRIGGERS, 2, 9, 3)
+    assert rewinds.skips(_TRIGGERS, 2, 10)
+    assert not rewinds.skips(_TRIGGERS, 3, 10)  # a rebalance: the new generation's reading starts afresh
+    assert rewinds.needed(_TRIGGERS, 3, 9, 3)  # and may be sought back once in its turn
+    rewinds.keep_only(set())
+    assert not rewinds.skips(_TRIGGERS, 3, 10)
+    assert rewinds.needed(_TRIGGERS, 3, 9, 3)

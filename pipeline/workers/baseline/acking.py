@@ -50,12 +50,19 @@ class InOrderAcks(Generic[_E]):
         reading = self._readings.get(tp)
         if reading is not None and _older(generation, reading.generation):
             return False
-        started = reading is None or reading.generation != generation or offset <= reading.last_offset
+        started = self.starts(tp, generation, offset)
         if reading is None or started:
             reading = self._readings[tp] = _Reading(generation)
         reading.unacked[offset] = record
         reading.last_offset = offset
         return started
+
+    def starts(self, tp: TP, generation: int | None, offset: int) -> bool:
+        """Whether reading the record would start a new reading of its partition (`read` without noting it)."""
+        reading = self._readings.get(tp)
+        if reading is not None and _older(generation, reading.generation):
+            return False
+        return reading is None or reading.generation != generation or offset <= reading.last_offset
 
     def finished(self, tp: TP, generation: int | None, offset: int) -> list[_E]:
         """Notes that the record's handling finished; returns the records to acknowledge now, in offset order.
@@ -84,6 +91,49 @@ class InOrderAcks(Generic[_E]):
         """Forgets partitions this member no longer owns (after a rebalance)."""
         for tp in [tp for tp in self._readings if tp not in assigned]:
             del self._readings[tp]
+
+
+class Rewinds:
+    """Readings that started past their partition's committed offset, sought back once; the records skipped meanwhile.
+
+    faust drops a fetched record below the partition's read offset, and its fetch loop sets that
+    offset after handing a record over: a seek made while a record of the earlier fetch is being
+    handed over (the baseline seeks every partition back at a rebalance) can be undone, and the
+    records from the committed offset up are then dropped, never handled (seen: a reading started
+    at offset 2 with offset 1 committed; faust then committed over the hole). So a reading that
+    starts past the committed offset is sought back there once per generation and offset: records
+    still coming from the earlier fetch (past the first skipped one) are skipped until the
+    partition is delivered again from an offset at or below it. A gap that is real (a compacted
+    record, a transaction's marker) costs one fetch more: the reading then starts where it did.
+    """
+
+    def __init__(self) -> None:
+        self._pending: dict[TP, tuple[int | None, int]] = {}  # tp -> (generation, the first offset skipped)
+        self._last: dict[TP, tuple[int | None, int]] = {}  # tp -> (generation, committed offset) last sought back to
+
+    def skips(self, tp: TP, generation: int | None, offset: int) -> bool:
+        """Whether a record read while its partition is being sought back is left for the copy read after the seek."""
+        pending = self._pending.get(tp)
+        if pending is None:
+            return False
+        if pending[0] == generation and offset > pending[1]:
+            return True
+        del self._pending[tp]  # delivered again from the seek's offset (or a new generation): read on
+        return False
+
+    def needed(self, tp: TP, generation: int | None, offset: int, committed: int) -> bool:
+        """Whether a reading that starts at `offset` should be sought back to `committed` (and this record skipped)."""
+        if offset <= committed or self._last.get(tp) == (generation, committed):
+            return False
+        self._last[tp] = (generation, committed)
+        self._pending[tp] = (generation, offset)
+        return True
+
+    def keep_only(self, assigned: set[TP]) -> None:
+        """Forgets partitions this member no longer owns (after a rebalance)."""
+        for table in (self._pending, self._last):
+            for tp in [tp for tp in table if tp not in assigned]:
+                del table[tp]
 
 
 def _older(generation: int | None, than: int | None) -> bool:

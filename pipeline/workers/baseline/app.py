@@ -48,7 +48,7 @@ from pipeline.wire.headers import header_pairs
 from pipeline.wire.rejection import RejectedError, Rejection
 from pipeline.wire.sealing import CaseCipher
 from pipeline.wire.trigger import TriggerLimits
-from pipeline.workers.baseline.acking import InOrderAcks
+from pipeline.workers.baseline.acking import InOrderAcks, Rewinds
 from pipeline.workers.baseline.deciding import Deciding
 from pipeline.workers.baseline.dispatch import CaseOrdered, ordering_key
 from pipeline.workers.baseline.durable import DurableTable, collect_writes, delivered
@@ -139,6 +139,7 @@ class Baseline:
         self._waiting_for_kafka = 0  # handlings now waiting for Kafka to answer (see waiting_for_kafka)
         self._handled_at: dict[tuple[str, int], float] = {}  # (topic, partition): when its last record was handled
         self._acks: InOrderAcks[Any] = InOrderAcks()  # faust's events, acknowledged in offset order (acking.py)
+        self._rewinds = Rewinds()  # readings that started past their committed offset, sought back (acking.py)
         self._stalls: Stalls[TP] = Stalls(_STALL_AFTER_S)
         # Model calls: one thread per call in flight (cases run concurrently, see _consume). Kafka and
         # the key topic: one thread, so the event loop never blocks and the keys are used in order.
@@ -264,6 +265,7 @@ class Baseline:
         for tp in assigned:
             self._handled_at.setdefault((tp.topic, tp.partition), now)
         self._acks.keep_only(assigned)
+        self._rewinds.keep_only(assigned)
         await self._rewind()
         await self.blocking(self.publisher.forget)
 
@@ -391,8 +393,12 @@ class Baseline:
         try:
             async for event in stream.noack().events():
                 message = event.message
-                if self._acks.read(message.tp, message.generation_id, message.offset, event):
-                    self._log_reading(message.tp, message.generation_id, message.offset)
+                tp, generation, offset = message.tp, message.generation_id, message.offset
+                if self._rewinds.skips(tp, generation, offset):
+                    continue  # fetched before its partition was sought back: its copy read after the seek is handled
+                if self._acks.starts(tp, generation, offset) and await self._sought_back(tp, generation, offset):
+                    continue  # this record is fetched again after the seek
+                self._acks.read(tp, generation, offset, event)
                 # The task copies this context: table writes go to the changelog partition of `event`.
                 work = functools.partial(self._acked, event, message.topic, handle)
                 await cases.submit(ordering_key(event.message.key), work)
@@ -401,11 +407,32 @@ class Baseline:
             raise
         await cases.drain()
 
-    def _log_reading(self, tp: TP, generation: int | None, offset: int) -> None:
-        """Says where a partition's reading starts against what faust last committed: a hole between them is lost."""
-        committed = cast(Consumer, self.app.consumer)._committed_offset.get(tp)  # faust keeps no public view of it
+    async def _sought_back(self, tp: TP, generation: int | None, offset: int) -> bool:
+        """Seeks a partition whose reading starts past its committed offset back there (acking.Rewinds)."""
+        committed = await self._log_reading(tp, generation, offset)
+        if not self._rewinds.needed(tp, generation, offset, committed):
+            return False
+        _LOG.warning("%s[%d]: reading started at offset %d past the committed %d; read again from there", tp.topic,
+                     tp.partition, offset, committed, extra={"worker_id": self.options.worker_id})  # fmt: skip
+        await cast(Consumer, self.app.consumer).seek(tp, committed)
+        return True
+
+    async def _log_reading(self, tp: TP, generation: int | None, offset: int) -> int:
+        """Says where a partition's reading starts against what faust last committed; returns the latter.
+
+        With nothing committed, the partition's earliest offset stands for it (where the group starts).
+        """
+        consumer = cast(Consumer, self.app.consumer)
+        committed = consumer._committed_offset.get(tp)  # faust keeps no public view of it
         _LOG.info("reading %s[%d] from offset %d in generation %s (committed: %s)", tp.topic, tp.partition, offset,
                   generation, committed, extra={"worker_id": self.options.worker_id})  # fmt: skip
+        if committed is not None:
+            return committed
+        try:
+            return (await consumer.earliest_offsets(tp)).get(tp) or 0
+        except Exception as exc:  # noqa: BLE001 - aiokafka's errors while the broker is away: no rewind this time
+            _LOG.debug("no earliest offset of %s: %r", tp, exc)
+            return offset
 
     async def _acked(self, event: Any, source: str, handle: Callable[[RawRecord], Awaitable[Outcome]]) -> None:  # noqa: ANN401
         record = _record(event)
