@@ -14,6 +14,7 @@ from typing import Any
 import faust
 
 from pipeline.config.settings import KafkaSettings, SettingsError
+from pipeline.workers.baseline.transport import SCHEME
 
 _LOG = logging.getLogger("pipeline.workers.baseline")
 _SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
@@ -52,10 +53,13 @@ def _credentials(props: Mapping[str, str]) -> faust.types.auth.CredentialsT | No
 
 
 def faust_connection(kafka: KafkaSettings) -> dict[str, Any]:
-    """faust.App keyword arguments for the cluster and client properties the settings name."""
+    """faust.App keyword arguments for the cluster and client properties the settings name.
+
+    The brokers' scheme selects the transport that reads committed records only (transport.py).
+    """
     props = kafka.property_values()
     bootstrap = props.get("bootstrap.servers", kafka.bootstrap_servers)
-    options: dict[str, Any] = {"broker": [f"kafka://{b.strip()}" for b in bootstrap.split(",") if b.strip()]}
+    options: dict[str, Any] = {"broker": [f"{SCHEME}://{b.strip()}" for b in bootstrap.split(",") if b.strip()]}
     if "client.id" in props:
         options["broker_client_id"] = props["client.id"]
     credentials = _credentials(props)

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from pipeline.core.domains import rules_for
+from pipeline.core.domains import domain_task
 from pipeline.core.event_log import RawRecord
 from pipeline.core.events import CaseRef, Event
 from pipeline.core.model import ModelRequest, ModelResponse
@@ -40,20 +40,13 @@ class Folding:
         self.host, self.cipher = host, cipher
         self.sealing = cipher if seal else None  # seals stored steps when DPM_ENCRYPTION is on
 
-    def _default_task(self) -> TaskSpec:
-        domain = self.host.options.default_domain
-        rules = rules_for(domain)
-        if rules is None:
-            return TaskSpec(domain, "Decide the case.", ("APPROVE", "DENY"))
-        return TaskSpec(rules.domain, rules.task, rules.label_space)
-
     def _case_state(self, record: EventRecord) -> CaseState:
         event = record.event
         stored = self.host.cases.get(event.case.key)
         if stored is not None:
             return CaseState.from_json(stored)
         opening = record.opening if event.seq == 1 else None
-        task = opening.task if opening else self._default_task()
+        task = opening.task if opening else domain_task(self.host.options.default_domain)
         budgets = sorted({*self.host.options.budgets, *(opening.summ_budgets if opening else ())})
         return CaseState(task, tuple(budgets))
 
