@@ -32,7 +32,8 @@ class Role(StrEnum):
 
 
 ROLE_PURPOSE = {
-    Role.PRODUCER: "agents: writes events and triggers, seals them (tenancy by topic: User:tenant-<t>, per tenant)",
+    Role.PRODUCER: "agents: write events and triggers (one writer per case), seal them, read their decisions back "
+    "(tenancy by topic: User:tenant-<t>, per tenant)",
     Role.WORKER: "projection workers: read inputs, publish outputs in transactions",
     Role.BASELINE: "Summ-only baseline: reads inputs, keeps its tables, publishes outputs",
     Role.AUDITOR: "dpm ui, replay and compare: reads everything, writes nothing",
@@ -139,13 +140,19 @@ def _generations(who: str, topics: Iterable[str], operations: tuple[str, ...]) -
 
 
 def _producer(names: TopicNames, who: str) -> list[Grant]:
-    return [*_generations(who, (names.events, names.triggers), _WRITE), *_generations(who, (names.keys,), _READ_WRITE),
-            *_topics(who, (names.layout,), _READ)]  # fmt: skip
+    """The agents: events and triggers written through one writer per case (kafka/case_writer.py).
+
+    The writer reads the case's partitions back (its last seq, the triggers sent); the agents wait
+    for their decisions and dead letters (client library).
+    """
+    return [*_generations(who, (names.events, names.triggers), _READ_WRITE),
+            *_generations(who, (names.keys,), _READ_WRITE), *_topics(who, (names.layout,), _READ),
+            *_topics(who, (names.views, names.decisions, names.dlq), _READ),
+            Grant(who, Resource.TRANSACTIONAL_ID, names.writer_prefix, Pattern.PREFIXED, _WRITE)]  # fmt: skip
 
 
 def _tenant_producer(names: TopicNames, who: str) -> list[Grant]:
-    outputs = (names.views, names.decisions, names.audit, names.dlq)
-    return [*_producer(names, who), *_topics(who, outputs, _READ), _readers(who)]
+    return [*_producer(names, who), *_topics(who, (names.audit,), _READ), _readers(who)]
 
 
 def _worker_topics(names: TopicNames, who: str) -> list[Grant]:

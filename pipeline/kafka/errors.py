@@ -8,7 +8,7 @@ class KafkaAdapterError(DpmError):
 
 
 class BrokerUnavailableError(KafkaAdapterError):
-    """No broker answered a metadata request in time."""
+    """No broker answered in time (a metadata request, or a write retried until its deadline)."""
 
 
 class TopicConflictError(KafkaAdapterError):

@@ -41,8 +41,11 @@ def tenant_of_principal(who: str) -> str | None:
 
 
 def reaches(grant: Grant, scope: str) -> bool:
-    """Whether `grant` allows something on a topic whose name starts with `scope` (a tenant's `<prefix>.<t>.`)."""
-    if grant.resource is not Resource.TOPIC:
+    """Whether `grant` allows something on a topic or transactional id whose name starts with `scope`.
+
+    A tenant's topics and its case writers' transactional ids all start with `<prefix>.<tenant>.`.
+    """
+    if grant.resource not in (Resource.TOPIC, Resource.TRANSACTIONAL_ID):
         return False
     if grant.name == "*":
         return True
@@ -69,16 +72,22 @@ def overlaps(grants: Iterable[Grant], names: TopicNames, tenants: Sequence[str])
             continue
         if own not in scopes:
             found.append(Overlap(grant, f"belongs to tenant {own!r}, which has no topics (left by its removal)"))
-        elif grant.resource is Resource.TOPIC and not grant.name.startswith(scopes[own]):
-            found.append(Overlap(grant, f"reaches a topic outside tenant {own!r}'s own ({scopes[own]}*)"))
-        elif grant.resource is not Resource.TOPIC and not _reader_groups(grant):
-            found.append(Overlap(grant, "reaches a group or transactional id that serves every tenant"))
+        elif _scoped(grant) and not grant.name.startswith(scopes[own]):
+            found.append(Overlap(grant, f"reaches a {grant.resource.value} outside tenant {own!r}'s own "
+                                        f"({scopes[own]}*)"))  # fmt: skip
+        elif not _scoped(grant) and not _reader_groups(grant):
+            found.append(Overlap(grant, "reaches a group that serves every tenant"))
     return found
 
 
 def isolation(names: TopicNames, tenants: Sequence[str], applied: Iterable[Grant]) -> list[Overlap]:
     """The overlaps of the plan for every role and tenant, and of the grants `applied` on the cluster."""
     return overlaps([*plan(names, tuple(Role), tenants), *applied], names, tenants)
+
+
+def _scoped(grant: Grant) -> bool:
+    """Whether a grant's resource is named under a tenant's scope when it is the tenant's: topics, writers' ids."""
+    return grant.resource in (Resource.TOPIC, Resource.TRANSACTIONAL_ID)
 
 
 def _reader_groups(grant: Grant) -> bool:
@@ -106,8 +115,9 @@ def colliding_tenant(names: TopicNames, tenant: str) -> str | None:
     """Why `tenant` cannot have topics of its own under `names.prefix` (a shared grant covers them), or None.
 
     The shared mode's agents are granted the case-partitioned topics by prefix (every generation:
-    `<prefix>.events`, `<prefix>.events-g2`, ...), so a tenant whose id starts with such a name would
-    have its own topics reached by them: `keystone`'s `dpm.keystone.decisions` by `dpm.keys*`.
+    `<prefix>.events`, `<prefix>.events-g2`, ...) and their case writers' transactional ids
+    (`<prefix>.writer.`), so a tenant whose id starts with such a name would have its own topics or
+    writers reached by them: `keystone`'s `dpm.keystone.decisions` by `dpm.keys*`.
     """
     scope = tenant_scope(names, tenant)
     shared = [g for g in plan(names, tuple(Role)) if g.principal not in SERVICES and reaches(g, scope)]

@@ -35,6 +35,11 @@ def check_topic_tenant(tenant: str) -> str:
     return tenant
 
 
+def _of_any_generation(topic: str, first: str) -> bool:
+    """Whether `topic` is `first` (a generation-1 name) or its `<first>-g<k>` of a later generation."""
+    return topic == first or (topic.startswith(f"{first}-g") and topic.removeprefix(f"{first}-g").isdigit())
+
+
 @dataclass(frozen=True)
 class TopicNames:
     """Concrete topic names under one prefix (tests use a unique prefix each), and one tenant's if it has its own.
@@ -120,8 +125,20 @@ class TopicNames:
 
     def is_events(self, topic: str) -> bool:
         """Whether `topic` is this scope's events topic in any generation (`<scope>events`, `<scope>events-g<k>`)."""
-        first = self.of_generation(1).events
-        return topic == first or (topic.startswith(f"{first}-g") and topic.removeprefix(f"{first}-g").isdigit())
+        return _of_any_generation(topic, self.of_generation(1).events)
+
+    def is_triggers(self, topic: str) -> bool:
+        """Whether `topic` is this scope's triggers topic in any generation."""
+        return _of_any_generation(topic, self.of_generation(1).triggers)
+
+    def writer_id(self, case_key: str) -> str:
+        """The transactional id of a case's one writer (kafka/case_writer.py): `<scope>writer.<tenant>/<case>`."""
+        return f"{self.writer_prefix}{case_key}"
+
+    @property
+    def writer_prefix(self) -> str:
+        """What the transactional ids of this scope's case writers start with (the ACL plan grants it)."""
+        return f"{self.scope}writer."
 
     def case_partitioned(self) -> tuple[str, str, str, str]:
         """The topics whose partition is the case's: all must have the generation's partition count."""

@@ -28,6 +28,7 @@ from typing import Any, TypeVar
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer, TopicPartition
 
+from pipeline.core.events import LogPosition
 from pipeline.kafka.errors import KafkaAdapterError
 from pipeline.kafka.steps import Output
 
@@ -76,6 +77,14 @@ class OutputsRefusedError(KafkaAdapterError):
 
 class PublishFailedError(KafkaAdapterError):
     """Nothing was committed, for a reason that does not pass and does not name an output."""
+
+
+class ProducerFencedError(TransientPublishError):
+    """Nothing was committed: a newer producer registered the same transactional id (it fenced this one).
+
+    Transient for a worker (it is replaced, and the next registration fences the newer one in its
+    turn); a writer that owns what it writes (kafka/case_writer.py) learns that another took over.
+    """
 
 
 class ProducerExhaustedError(KafkaAdapterError):
@@ -172,22 +181,25 @@ class TransactionalProducer:
         group: object | None = None,
         *,
         generation: int | None = None,
-    ) -> None:
+    ) -> list[LogPosition]:
         """Produces `outputs` and commits them, with the consumer's `offsets` if any, in one transaction.
 
-        With `generation`, refuses (TransientPublishError) to publish on a producer registered since.
-        Raises TransientPublishError, OutputsRefusedError or PublishFailedError; nothing is
-        committed then, and no transaction is left open.
+        Returns where each output was written, in order. With `generation`, refuses
+        (TransientPublishError) to publish on a producer registered since. Raises
+        TransientPublishError, OutputsRefusedError or PublishFailedError (ProducerFencedError when
+        a newer producer of the id fenced this one); nothing is committed then, and no transaction
+        is left open.
         """
         current = self.ready()
         if generation is not None and current != generation:
             raise TransientPublishError("the producer was registered again; what it guards must be read again")
         producer = self._producer
         failures: dict[int, KafkaError] = {}
+        positions: dict[int, LogPosition] = {}
         try:
             self._call("begin_transaction", producer.begin_transaction)
             for index, out in enumerate(outputs):
-                self._produce(producer, index, out, failures)
+                self._produce(producer, index, out, failures, positions)
             if offsets:
                 sent = list(offsets)
                 self._call("send_offsets_to_transaction",
@@ -196,11 +208,15 @@ class TransactionalProducer:
         except KafkaException as exc:
             self._end_failed(producer, exc.args[0])
             raise _classified(exc.args[0], failures) from exc
+        return [positions[index] for index in range(len(outputs))]
 
-    def _produce(self, producer: Producer, index: int, out: Output, failures: dict[int, KafkaError]) -> None:
-        def delivered(error: KafkaError | None, _msg: Message) -> None:
+    def _produce(self, producer: Producer, index: int, out: Output, failures: dict[int, KafkaError],
+                 positions: dict[int, LogPosition]) -> None:  # fmt: skip
+        def delivered(error: KafkaError | None, msg: Message) -> None:
             if error is not None:
                 failures[index] = error
+            else:
+                positions[index] = LogPosition(msg.partition() or 0, msg.offset() or 0)
 
         for _ in range(100):  # a full local queue empties as the broker acknowledges
             try:
@@ -287,11 +303,17 @@ def call_with_deadline(work: Callable[[], _T], deadline_s: float, name: str) -> 
     return future.result(timeout=deadline_s)
 
 
+# A newer producer with the same transactional id registered: this one can never commit again.
+_FENCED_CODES = frozenset({KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH})
+
+
 def _classified(error: KafkaError, failures: dict[int, KafkaError]) -> KafkaAdapterError:
     """What a failed transaction means for the caller, from its error and its outputs' delivery errors."""
     refused = {i: e.str() for i, e in failures.items() if e.code() in _REFUSED_CODES}
     if refused:
         return OutputsRefusedError.of(refused)
+    if error.code() in _FENCED_CODES or any(e.code() in _FENCED_CODES for e in failures.values()):
+        return ProducerFencedError(f"transaction not committed: {error.str()} (a newer producer took the id over)")
     lasting = [e for e in failures.values() if not _passes(e)]
     if not lasting and _passes(error):
         return TransientPublishError(f"transaction not committed: {error.str()}")

@@ -30,7 +30,7 @@ def own_records(case: CaseRef, read: ReadResult) -> tuple[ReadResult, tuple[RawR
     return ReadResult(tuple(own), read.missing), tuple(others)
 
 
-def _event(record: RawRecord, case: CaseRef, cipher: CaseCipher | None, topic_tenant: str | None) -> Event:
+def case_event(record: RawRecord, case: CaseRef, cipher: CaseCipher | None, topic_tenant: str | None = None) -> Event:
     """The record's event, its clear fields checked against the topic, its key and the case before it is opened.
 
     Opening first would look the named case's key up: a record naming another tenant's case would
@@ -81,7 +81,7 @@ def assemble(
         raise RejectedError(Rejection.SUPERSEDED, f"{where}: a later record with the same key replaced it")
     if not read.records:
         raise RejectedError(Rejection.UNKNOWN_CASE, f"no events found for case {case.key}")
-    events = [(_event(record, case, cipher, topic_tenant), record.position) for record in read.records]
+    events = [(case_event(record, case, cipher, topic_tenant), record.position) for record in read.records]
     # A re-sent event has the same key as its twin; the later record replaces it, as compaction would.
     latest = {e.seq: (e, p) for e, p in sorted(events, key=lambda pair: pair[1])}
     events = [latest[seq] for seq in sorted(latest)]

@@ -38,11 +38,17 @@ def test_every_grant_stays_inside_its_pipeline() -> None:
             assert grant.name.startswith(("bank.", "bank-")), grant
 
 
-def test_the_producer_writes_inputs_and_reads_only_the_keys() -> None:
+def test_the_producer_writes_inputs_through_case_writers_and_reads_its_replies() -> None:
     grants = _of(Role.PRODUCER)
     assert _topics(grants, "Write") == {NAMES.events, NAMES.triggers, NAMES.keys}
-    assert _topics(grants, "Read") == {NAMES.keys, NAMES.layout}  # sealing needs the case keys; no output is readable
-    assert not [g for g in grants if g.resource in (Resource.TRANSACTIONAL_ID, Resource.CLUSTER)]
+    # Sealing needs the case keys; a case's writer reads its partitions back; the client waits for its replies.
+    assert _topics(grants, "Read") == {NAMES.events, NAMES.triggers, NAMES.keys, NAMES.layout, NAMES.views,
+                                       NAMES.decisions, NAMES.dlq}  # fmt: skip
+    assert NAMES.audit not in _topics(grants, "Read")  # the model calls' record is the auditor's
+    writers = [g for g in grants if g.resource is Resource.TRANSACTIONAL_ID]
+    assert writers == [Grant("User:producer", Resource.TRANSACTIONAL_ID, "bank.writer.", Pattern.PREFIXED,
+                             ("Write", "Describe"))]  # fmt: skip
+    assert not [g for g in grants if g.resource is Resource.CLUSTER]
 
 
 def test_the_worker_reads_inputs_writes_outputs_in_its_own_group_and_transactions() -> None:

@@ -60,7 +60,7 @@ def test_an_id_ending_in_a_newline_is_refused_everywhere_an_id_is_checked(bad: s
 # --- grants that cannot overlap ----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("tenant", ["keystone", "events2", "triggers-x", "keys", "events-g3"])
+@pytest.mark.parametrize("tenant", ["keystone", "events2", "triggers-x", "keys", "events-g3", "writer"])
 def test_a_tenant_id_that_a_shared_grant_would_reach_is_refused_with_the_grant(tenant: str) -> None:
     why = colliding_tenant(NAMES, tenant)
     assert why is not None

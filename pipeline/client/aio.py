@@ -1,0 +1,75 @@
+"""AsyncDecisionMemory: the client library for asyncio agents (LangGraph, the OpenAI Agents SDK, MCP servers).
+
+Appends and requests run on worker threads (librdkafka calls block); a waiting `decide` holds no
+thread: it awaits the future the client's one replies reader completes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable
+from types import TracebackType
+
+from pipeline.client.errors import DecisionTimeoutError
+from pipeline.client.memory import DEFAULT_BUDGET_CHARS, DecisionMemory
+from pipeline.client.results import Decision, EventPosition
+from pipeline.config.settings import Settings
+from pipeline.core.task import TaskSpec
+
+
+class AsyncDecisionMemory:
+    """DecisionMemory's calls as coroutines; see DecisionMemory for what each does and raises."""
+
+    def __init__(self, tenant: str, *, settings: Settings | None = None, max_writers: int = 64) -> None:
+        self.sync = DecisionMemory(tenant, settings=settings, max_writers=max_writers)
+        self.tenant = tenant
+
+    async def __aenter__(self) -> AsyncDecisionMemory:
+        return self
+
+    async def __aexit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                        trace: TracebackType | None) -> None:  # fmt: skip
+        await self.close()
+
+    async def append(self, case_id: str, *, kind: str, text: str, idempotency_key: str | None = None,
+                     timeout: float = 60.0) -> EventPosition:  # fmt: skip
+        return await asyncio.to_thread(self.sync.append, case_id, kind=kind, text=text,
+                                       idempotency_key=idempotency_key, timeout=timeout)  # fmt: skip
+
+    async def append_many(
+        self, case_id: str, events: Iterable[tuple[str, str]], *, idempotency_key: str | None = None,
+        timeout: float = 60.0,
+    ) -> list[EventPosition]:  # fmt: skip
+        items = list(events)
+        return await asyncio.to_thread(self.sync.append_many, case_id, items, idempotency_key=idempotency_key,
+                                       timeout=timeout)  # fmt: skip
+
+    async def decide(self, case_id: str, *, domain: str | None = None, task: TaskSpec | None = None,
+                     budget: int = DEFAULT_BUDGET_CHARS, architecture: str = "dpm", timeout: float = 60.0,
+                     idempotency_key: str | None = None) -> Decision:  # fmt: skip
+        decision_id = await self.request(case_id, domain=domain, task=task, budget=budget, architecture=architecture,
+                                         idempotency_key=idempotency_key, timeout=timeout)  # fmt: skip
+        return await self.wait(decision_id, timeout)
+
+    async def request(self, case_id: str, *, domain: str | None = None, task: TaskSpec | None = None,
+                      budget: int = DEFAULT_BUDGET_CHARS, architecture: str = "dpm",
+                      idempotency_key: str | None = None, timeout: float = 60.0) -> str:  # fmt: skip
+        return await asyncio.to_thread(self.sync.request, case_id, domain=domain, task=task, budget=budget,
+                                       architecture=architecture, idempotency_key=idempotency_key,
+                                       timeout=timeout)  # fmt: skip
+
+    async def wait(self, decision_id: str, timeout: float = 60.0) -> Decision:
+        # Shielded: a timeout here must not cancel the future other calls for the same id wait on.
+        waiting = asyncio.shield(asyncio.wrap_future(self.sync.reply_future(decision_id)))
+        try:
+            reply = await asyncio.wait_for(waiting, timeout)
+        except TimeoutError:
+            self.sync.stop_waiting(decision_id)
+            raise DecisionTimeoutError(decision_id, timeout) from None
+        return await asyncio.to_thread(self.sync.typed, reply)
+
+    async def decision(self, decision_id: str) -> Decision:
+        return await asyncio.to_thread(self.sync.decision, decision_id)
+
+    async def close(self) -> None:
+        await asyncio.to_thread(self.sync.close)

@@ -1,0 +1,42 @@
+"""What the client library raises: each says what was and was not done, and what to do next."""
+
+from __future__ import annotations
+
+from pipeline.core.errors import DpmError
+
+
+class ClientError(DpmError):
+    """A call of the client library failed; nothing half-done is left behind."""
+
+
+class CaseConflictError(ClientError):
+    """Another writer took the case over (another process, or another client of this one): nothing was written."""
+
+
+class ClusterUnavailableError(ClientError):
+    """The cluster did not answer within the time given: nothing of the call was written."""
+
+
+class NoEventsError(ClientError):
+    """A decision was asked for a case that has no events."""
+
+
+class DecisionRefusedError(ClientError):
+    """A worker refused the decision request: its dead letter's reason (a `Rejection` value) and detail."""
+
+    def __init__(self, decision_id: str, reason: str, detail: str) -> None:
+        super().__init__(f"decision {decision_id} refused ({reason}): {detail}")
+        self.decision_id, self.reason, self.detail = decision_id, reason, detail
+
+
+class DecisionTimeoutError(ClientError):
+    """No decision within the time given; it may still come: collect it later with `decision(decision_id)`."""
+
+    def __init__(self, decision_id: str, timeout_s: float) -> None:
+        super().__init__(f"no decision {decision_id} within {timeout_s:g} s; it may still come: "
+                         f"collect it later with decision({decision_id!r})")  # fmt: skip
+        self.decision_id = decision_id
+
+
+class DecisionNotFoundError(ClientError):
+    """No decision with that id was published for this tenant (yet)."""

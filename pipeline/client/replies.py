@@ -1,0 +1,153 @@
+"""Waiting calls and the replies that complete them: a decision and its view, or the trigger's dead letter.
+
+Routed on the replies reader's thread (kafka/replies.py); each waiting call holds a Future, so a
+thousand waiting calls are a thousand small objects, not a thousand consumers or threads.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import threading
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+
+from pipeline.client.errors import DecisionRefusedError
+from pipeline.core.event_log import RawRecord
+from pipeline.kafka.topics import TopicNames
+from pipeline.wire.decision import DecisionRecord
+from pipeline.wire.record_keys import claimed_case
+from pipeline.wire.rejection import RejectedError, Rejection, decode_object
+from pipeline.wire.sealing import CaseCipher, CaseErasedError, open_body
+from pipeline.wire.trigger import DecisionId, InvalidDecisionIdError
+from pipeline.wire.view import ViewRecord
+
+_LOG = logging.getLogger("pipeline.client")
+
+
+@dataclass(frozen=True)
+class Reply:
+    """A published decision and its view (opened)."""
+
+    record: DecisionRecord
+    view: ViewRecord
+
+
+@dataclass
+class _Waiting:
+    future: Future[Reply] = field(default_factory=Future)
+    record: DecisionRecord | None = None
+    view: ViewRecord | None = None
+
+
+class Waiters:
+    """The decisions this client waits for, by id; completed from the replies of one tenant's topics."""
+
+    def __init__(self, names: TopicNames, tenant: str, cipher: CaseCipher | None) -> None:
+        self._names, self._tenant, self._cipher = names, tenant, cipher
+        self._waiting: dict[DecisionId, _Waiting] = {}
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._waiting)
+
+    def expect(self, decision_id: DecisionId) -> Future[Reply]:
+        """The future of a decision (shared by every call waiting for the same id)."""
+        with self._lock:
+            return self._waiting.setdefault(decision_id, _Waiting()).future
+
+    def forget(self, decision_id: DecisionId) -> None:
+        """Stops waiting for a decision (its caller gave up or has it)."""
+        with self._lock:
+            self._waiting.pop(decision_id, None)
+
+    def complete(self, decision_id: DecisionId, reply: Reply | Exception) -> None:
+        """Completes a waiting call with a reply found another way (a lookup), or its refusal."""
+        with self._lock:
+            waiting = self._waiting.pop(decision_id, None)
+        if waiting is not None and not waiting.future.done():
+            if isinstance(reply, Exception):
+                waiting.future.set_exception(reply)
+            else:
+                waiting.future.set_result(reply)
+
+    def route(self, record: RawRecord) -> None:
+        """Hands one reply record to the call waiting for it, if any (called on the replies reader's thread)."""
+        topic = record.topic or ""
+        if topic == self._names.dlq:
+            self._dead_letter(record)
+        elif topic in (self._names.decisions, self._names.views):
+            self._output(record, topic == self._names.decisions)
+
+    def _output(self, record: RawRecord, is_decision: bool) -> None:
+        try:
+            decision_id = DecisionId.parse((record.key or b"").decode("utf-8", "replace"))
+        except InvalidDecisionIdError:
+            return
+        with self._lock:
+            waiting = self._waiting.get(decision_id)
+        if waiting is None:
+            return
+        try:
+            body = decode_object(record.value, "output")
+            case = claimed_case(body)
+            if case is not None and case.tenant != self._tenant:
+                return  # another tenant's decision with the same id (shared topics)
+            opened = open_body(body, self._cipher)
+            if is_decision:
+                waiting.record = DecisionRecord.from_wire(opened)
+            else:
+                waiting.view = ViewRecord.from_wire(opened)
+        except (RejectedError, CaseErasedError) as exc:
+            self.complete(decision_id, DecisionRefusedError(str(decision_id), Rejection.ERASED.value
+                                                            if isinstance(exc, CaseErasedError) else exc.reason.value,
+                                                            str(exc)))  # fmt: skip
+            return
+        if waiting.record is not None and waiting.view is not None:
+            self.complete(decision_id, Reply(waiting.record, waiting.view))
+
+    def _dead_letter(self, record: RawRecord) -> None:
+        """A refused trigger of this tenant fails every waiting call for its decisions."""
+        refusal = trigger_refusal(self._names, self._tenant, record)
+        if refusal is None:
+            return
+        with self._lock:
+            refused = [d for d in self._waiting if d.trigger_id == refusal.trigger_id]
+        for decision_id in refused:
+            self.complete(decision_id, refusal.error(decision_id))
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A worker's refusal of a trigger, from its dead letter."""
+
+    trigger_id: str
+    reason: str
+    detail: str
+
+    def error(self, decision_id: DecisionId) -> DecisionRefusedError:
+        return DecisionRefusedError(str(decision_id), self.reason, self.detail)
+
+
+def trigger_refusal(names: TopicNames, tenant: str, record: RawRecord) -> Refusal | None:
+    """The refusal a dead letter holds when it is one of `tenant`'s triggers'.
+
+    A `duplicate` is none: the id was decided before, and that decision is the answer.
+    """
+    try:
+        letter = decode_object(record.value, "dead letter")
+    except RejectedError:
+        return None
+    if not names.is_triggers(str(letter.get("source_topic"))) or "original_value_b64" not in letter:
+        return None  # an event's or an output's dead letter (sealed or not): no decision waits on it
+    reason = str(letter.get("reason"))
+    if reason == Rejection.DUPLICATE.value:
+        return None
+    try:
+        trigger = decode_object(base64.b64decode(letter["original_value_b64"]), "trigger")
+    except (RejectedError, ValueError):
+        return None
+    trigger_id = trigger.get("trigger_id")
+    if trigger.get("tenant") != tenant or not isinstance(trigger_id, str):
+        return None
+    return Refusal(trigger_id, reason, str(letter.get("detail", "")))

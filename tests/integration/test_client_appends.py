@@ -1,0 +1,89 @@
+"""The client library's appends on a real broker: the library numbers events, one writer per case, all or nothing."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import orjson
+import pytest
+
+from pipeline.client import CaseConflictError, DecisionMemory, NoEventsError
+from pipeline.config.settings import Settings
+from pipeline.core.events import CaseRef
+from pipeline.kafka.range_reads import read_topic
+from pipeline.kafka.topics import TopicNames
+from pipeline.keys.store import CaseKeys
+from pipeline.wire.event import EventRecord
+from pipeline.wire.sealing import open_body
+from tests.pipeline_support import create_topics
+
+pytestmark = pytest.mark.integration
+
+
+def client_settings(bootstrap: str, names: TopicNames, home: Path) -> Settings:
+    """The settings a test's clients connect with: its broker, its topics, the session's key folder."""
+    return Settings.from_env({"DPM_BOOTSTRAP": bootstrap, "DPM_TOPIC_PREFIX": names.prefix, "DPM_HOME": str(home),
+                              "DPM_KEYS_DIR": os.environ["DPM_KEYS_DIR"]})  # fmt: skip
+
+
+def _case_log(config: dict[str, str], names: TopicNames, case: CaseRef, keys: CaseKeys) -> list[tuple[int, str]]:
+    """(seq, text) of the case's committed events in log order, opened with the case's key."""
+    keys.sync()
+    found = []
+    for record in read_topic({**config, "isolation.level": "read_committed"}, names.events):
+        if record.key and record.key.startswith(f"{case.key}/".encode()) and record.value:
+            event = EventRecord.from_wire(open_body(orjson.loads(record.value), keys)).event
+            found.append((event.seq, event.text))
+    return found
+
+
+def test_the_library_numbers_a_case_s_events_across_restarts_and_appends_a_batch_whole(
+    kafka_bootstrap: str, kafka_config: dict[str, str], topic_names: TopicNames, tmp_path: Path, case_keys: CaseKeys
+) -> None:
+    create_topics(kafka_config, topic_names)
+    settings = client_settings(kafka_bootstrap, topic_names, tmp_path)
+    with DecisionMemory("acme", settings=settings) as memory:
+        first = memory.append("case-7", kind="document", text="Applicant income verified: 84,000")
+        batch = memory.append_many("case-7", [("tool", "credit score 712"), ("message", "asked for a pay slip")])
+        with pytest.raises(NoEventsError):
+            memory.request("case-8", domain="loan")
+    assert (first.seq, [b.seq for b in batch]) == (1, [2, 3])
+    with DecisionMemory("acme", settings=settings) as restarted:  # a new process: it reads the case's last seq
+        again = restarted.append("case-7", kind="message", text="pay slip received")
+    assert again.seq == 4
+    assert _case_log(kafka_config, topic_names, CaseRef("acme", "case-7"), case_keys) == [
+        (1, "Applicant income verified: 84,000"), (2, "credit score 712"), (3, "asked for a pay slip"),
+        (4, "pay slip received")]  # fmt: skip
+
+
+def test_a_second_writer_fences_the_first_which_learns_it_and_nothing_is_duplicated_or_skipped(
+    kafka_bootstrap: str, kafka_config: dict[str, str], topic_names: TopicNames, tmp_path: Path, case_keys: CaseKeys
+) -> None:
+    create_topics(kafka_config, topic_names)
+    settings = client_settings(kafka_bootstrap, topic_names, tmp_path)
+    with DecisionMemory("acme", settings=settings) as one, DecisionMemory("acme", settings=settings) as two:
+        one.append("case-1", kind="message", text="one: first")
+        two.append("case-1", kind="message", text="two: takes over")  # registers the case: `one` is fenced
+        with pytest.raises(CaseConflictError, match="another writer took it over"):
+            one.append("case-1", kind="message", text="one: refused, never written")
+        taken_back = one.append("case-1", kind="message", text="one: after two's event")
+        assert taken_back.seq == 3
+    assert _case_log(kafka_config, topic_names, CaseRef("acme", "case-1"), case_keys) == [
+        (1, "one: first"), (2, "two: takes over"), (3, "one: after two's event")]  # fmt: skip
+
+
+def test_an_append_retried_with_its_idempotency_key_is_written_once(
+    kafka_bootstrap: str, kafka_config: dict[str, str], topic_names: TopicNames, tmp_path: Path, case_keys: CaseKeys
+) -> None:
+    create_topics(kafka_config, topic_names)
+    settings = client_settings(kafka_bootstrap, topic_names, tmp_path)
+    steps = [("tool", "score 700"), ("tool", "income 50,000")]
+    with DecisionMemory("acme", settings=settings) as memory:
+        written = memory.append_many("case-2", steps, idempotency_key="step-41")
+    with DecisionMemory("acme", settings=settings) as restarted:  # the retry comes from a restarted process
+        retried = restarted.append_many("case-2", steps, idempotency_key="step-41")
+        later = restarted.append("case-2", kind="message", text="next")
+    assert retried == written
+    assert later.seq == 3
+    assert [seq for seq, _ in _case_log(kafka_config, topic_names, CaseRef("acme", "case-2"), case_keys)] == [1, 2, 3]
