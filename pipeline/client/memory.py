@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import threading
 import uuid
+from collections import OrderedDict
 from collections.abc import Iterable
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -46,6 +47,7 @@ from pipeline.wire.trajectory import case_event
 from pipeline.wire.trigger import DecisionId, DecisionKey, DecisionRequest
 
 DEFAULT_BUDGET_CHARS = 5352  # the memory budget `dpm trigger` asks for by default
+_KEPT_DECISIONS = 1_024  # typed decisions a client keeps for calls that ask for them again
 
 
 class DecisionMemory:
@@ -70,6 +72,10 @@ class DecisionMemory:
         self._replies = ReplyReader(self._config, (names.decisions, names.views, names.dlq), self._waiters.route)
         self._logs: dict[str, KafkaEventLog] = {}  # by events topic (a growth makes a new generation's)
         self._logs_lock = threading.Lock()
+        # Typed decisions by id: many calls waiting for one decision read its cited events once. The lock
+        # also keeps the event logs' consumers to one reader at a time.
+        self._typed: OrderedDict[str, Decision] = OrderedDict()
+        self._typed_lock = threading.Lock()
         self._max_positions = settings.worker.max_trigger_positions
 
     def __enter__(self) -> DecisionMemory:
@@ -206,7 +212,18 @@ class DecisionMemory:
         return None
 
     def typed(self, reply: Reply) -> Decision:
-        """The typed decision of a reply, its cited events read back from the log (blocking)."""
+        """The typed decision of a reply, its cited events read back from the log (blocking; kept for later calls)."""
+        key = str(reply.record.decision_id)
+        with self._typed_lock:
+            if key in self._typed:
+                return self._typed[key]
+            decision = self._read_cited(reply)
+            self._typed[key] = decision
+            while len(self._typed) > _KEPT_DECISIONS:
+                self._typed.popitem(last=False)
+            return decision
+
+    def _read_cited(self, reply: Reply) -> Decision:
         record = reply.record
         wanted = cited_indexes(reply.view, len(record.positions))
         positions = [record.positions[i - 1] for i in wanted]
@@ -231,7 +248,7 @@ class DecisionMemory:
 
     @property
     def waiting(self) -> int:
-        """How many decisions calls of this client wait for now."""
+        """How many decisions this client's calls wait for now (one however many calls wait for the same)."""
         return len(self._waiters)
 
     def close(self) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import logging
 import threading
+import time
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
@@ -33,11 +34,16 @@ class Reply:
     view: ViewRecord
 
 
+# A completed reply stays this long for calls that start waiting for it late (a request, then its wait).
+KEEP_COMPLETED_S = 300.0
+
+
 @dataclass
 class _Waiting:
     future: Future[Reply] = field(default_factory=Future)
     record: DecisionRecord | None = None
     view: ViewRecord | None = None
+    completed_at: float | None = None
 
 
 class Waiters:
@@ -47,29 +53,45 @@ class Waiters:
         self._names, self._tenant, self._cipher = names, tenant, cipher
         self._waiting: dict[DecisionId, _Waiting] = {}
         self._lock = threading.Lock()
+        self._pruned_at = time.monotonic()
 
     def __len__(self) -> int:
-        return len(self._waiting)
+        """How many decisions are waited for (not completed yet)."""
+        with self._lock:
+            return sum(1 for w in self._waiting.values() if w.completed_at is None)
 
     def expect(self, decision_id: DecisionId) -> Future[Reply]:
-        """The future of a decision (shared by every call waiting for the same id)."""
+        """The future of a decision (shared by every call waiting for the same id, completed or not)."""
         with self._lock:
+            self._prune()
             return self._waiting.setdefault(decision_id, _Waiting()).future
 
+    def _prune(self) -> None:
+        """Drops replies completed long ago (at most once a second: the walk is over every entry)."""
+        now = time.monotonic()
+        if now - self._pruned_at < 1.0:
+            return
+        self._pruned_at = now
+        for decision_id in [d for d, w in self._waiting.items()
+                            if w.completed_at is not None and now - w.completed_at > KEEP_COMPLETED_S]:  # fmt: skip
+            del self._waiting[decision_id]
+
     def forget(self, decision_id: DecisionId) -> None:
-        """Stops waiting for a decision (its caller gave up or has it)."""
+        """Stops waiting for a decision (its callers gave up)."""
         with self._lock:
             self._waiting.pop(decision_id, None)
 
     def complete(self, decision_id: DecisionId, reply: Reply | Exception) -> None:
-        """Completes a waiting call with a reply found another way (a lookup), or its refusal."""
+        """Completes the calls waiting for a decision: its reply (routed, or found by a lookup) or its refusal."""
         with self._lock:
-            waiting = self._waiting.pop(decision_id, None)
-        if waiting is not None and not waiting.future.done():
-            if isinstance(reply, Exception):
-                waiting.future.set_exception(reply)
-            else:
-                waiting.future.set_result(reply)
+            waiting = self._waiting.get(decision_id)
+            if waiting is None or waiting.completed_at is not None:
+                return
+            waiting.completed_at = time.monotonic()
+        if isinstance(reply, Exception):
+            waiting.future.set_exception(reply)
+        else:
+            waiting.future.set_result(reply)
 
     def route(self, record: RawRecord) -> None:
         """Hands one reply record to the call waiting for it, if any (called on the replies reader's thread)."""
@@ -86,8 +108,8 @@ class Waiters:
             return
         with self._lock:
             waiting = self._waiting.get(decision_id)
-        if waiting is None:
-            return
+        if waiting is None or waiting.completed_at is not None:
+            return  # nobody waits for it, or its reply is in already (the same decision published twice)
         try:
             body = decode_object(record.value, "output")
             case = claimed_case(body)
@@ -112,7 +134,8 @@ class Waiters:
         if refusal is None:
             return
         with self._lock:
-            refused = [d for d in self._waiting if d.trigger_id == refusal.trigger_id]
+            refused = [d for d, w in self._waiting.items()
+                       if d.trigger_id == refusal.trigger_id and w.completed_at is None]  # fmt: skip
         for decision_id in refused:
             self.complete(decision_id, refusal.error(decision_id))
 

@@ -17,7 +17,8 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import NewTopic
 
-from pipeline.config.settings import keys_folder
+from pipeline.client import DecisionMemory
+from pipeline.config.settings import Settings, keys_folder
 from pipeline.core.task import Architecture
 from pipeline.kafka.acl_plan import Role, plan
 from pipeline.kafka.acls import apply_grants
@@ -113,10 +114,11 @@ def test_each_role_is_refused_outside_its_grants(shared: Shared) -> None:
     names = shared.names
     producer, worker, auditor = (shared.config(r.value) for r in (Role.PRODUCER, Role.WORKER, Role.AUDITOR))
     assert produce_error(producer, names.events) is None  # its own grant
-    for topic in (names.decisions, names.audit):  # outputs are not the producer's to write, nor to read
+    for topic in (names.decisions, names.audit):  # outputs are not the producer's to write
         assert code(produce_error(producer, topic)) == KafkaError.TOPIC_AUTHORIZATION_FAILED
-        with pytest.raises(NotAuthorizedError, match=f"not authorized to use topic {topic}"):
-            next(read_topic(producer, topic))
+    # It reads its replies (decisions, views, dead letters: the client library waits on them), not the audit trail.
+    with pytest.raises(NotAuthorizedError, match=f"not authorized to use topic {names.audit}"):
+        next(read_topic(producer, names.audit))
     assert code(produce_error(auditor, names.decisions)) == KafkaError.TOPIC_AUTHORIZATION_FAILED  # it reads only
     foreign_group = _read_error(worker, names.triggers, group=f"{names.prefix}-baseline")
     assert code(foreign_group) == KafkaError.GROUP_AUTHORIZATION_FAILED
@@ -198,3 +200,19 @@ def _indexed_by_ui(base: str, count: int, timeout_s: float = 60) -> bool:
             pass
         time.sleep(0.5)
     return False
+
+
+def test_the_agents_principal_appends_through_case_writers_and_sends_requests_on_its_plan_alone(
+    shared: Shared, tmp_path: Path
+) -> None:
+    """The client library as User:producer in shared mode: a case writer's transactional id, its partition read back."""
+    settings = Settings.from_env({"DPM_KAFKA_CONFIG": str(shared.secured.properties(Role.PRODUCER.value)),
+                                  "DPM_TOPIC_PREFIX": shared.names.prefix, "DPM_HOME": str(tmp_path),
+                                  "DPM_KEYS_DIR": os.environ["DPM_KEYS_DIR"]})  # fmt: skip
+    with DecisionMemory("acme", settings=settings) as memory:
+        first = memory.append("client-1", kind="message", text="income 84,000")
+    with DecisionMemory("acme", settings=settings) as memory:  # registers again: reads the case's partitions
+        second = memory.append("client-1", kind="message", text="score 712")
+        decision_id = memory.request("client-1", domain="loan")
+    assert (first.seq, second.seq) == (1, 2)
+    assert decision_id.endswith(":dpm")

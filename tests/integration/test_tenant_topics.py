@@ -21,11 +21,12 @@ import orjson
 import pytest
 from confluent_kafka import KafkaError
 
-from pipeline.config.settings import keys_folder
+from pipeline.client import DecisionMemory
+from pipeline.config.settings import Settings, keys_folder
 from pipeline.core.task import Architecture
 from pipeline.kafka.acl_plan import Role, plan, tenant_principal
 from pipeline.kafka.acls import apply_grants
-from pipeline.kafka.errors import NotAuthorizedError
+from pipeline.kafka.errors import KafkaAdapterError, NotAuthorizedError
 from pipeline.kafka.keystore import kafka_case_keys
 from pipeline.kafka.producer import EventProducer
 from pipeline.kafka.range_reads import read_topic
@@ -217,3 +218,23 @@ def _decided_once(tenanted: Tenanted, tenant: str, requests: list[DecisionReques
     outputs = _outputs(tenanted, tenant, auditor)
     assert set(outputs.decisions) == {r.decision_key(a) for r in requests for a in Architecture}
     assert outputs.duplicates == 0
+
+
+def test_a_tenant_s_client_appends_and_decides_with_its_principal_alone(tenanted: Tenanted, tmp_path: Path) -> None:
+    """The client library as `tenant-acme` on acme's own topics: its steps in, its decision back, globex's refused."""
+    case = small_cases(per_domain=1, tenant="acme")[0]
+    settings = Settings.from_env({"DPM_KAFKA_CONFIG": str(tenanted.secured.properties(tenanted.user("acme"))),
+                                  "DPM_TENANCY": "topics", "DPM_TOPIC_PREFIX": tenanted.names.prefix,
+                                  "DPM_HOME": str(tenanted.secured.home),
+                                  "DPM_KEYS_DIR": os.environ["DPM_KEYS_DIR"]})  # fmt: skip
+    env = {**worker_env(tenanted.secured.cluster.bootstrap, tenanted.names, tmp_path), "DPM_TENANCY": "topics",
+           "DPM_KAFKA_CONFIG": str(tenanted.secured.properties(Role.WORKER.value))}  # fmt: skip
+    with DecisionMemory("acme", settings=settings) as memory:
+        memory.append_many("client-1", [(e.kind, e.text) for e in case.trajectory.events])
+        with pipeline_processes([["worker"]], env, tmp_path / "logs"):
+            decision = memory.decide("client-1", task=case.task, budget=BUDGET, timeout=120)
+    assert decision.label in case.task.label_space
+    assert decision.tenant == "acme"
+    assert decision.record.events_topic == tenanted.names.of_tenant("acme").events
+    with pytest.raises(KafkaAdapterError), DecisionMemory("globex", settings=settings) as intruder:
+        intruder.append("client-1", kind="message", text="written as acme into globex's case")

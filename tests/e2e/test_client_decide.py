@@ -1,0 +1,92 @@
+"""The client library against running workers: append a case's steps, get its decision back, replay it."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from pipeline.client import AsyncDecisionMemory, DecisionMemory, DecisionRefusedError, DecisionTimeoutError
+from pipeline.core.task import TaskSpec
+from pipeline.kafka.range_reads import read_topic
+from pipeline.kafka.topics import TopicNames
+from pipeline.services.cluster import pipeline_processes
+from tests.integration.test_client_appends import client_settings
+from tests.pipeline_support import create_topics, small_cases, worker_env
+from tests.processes import dpm_cli
+
+pytestmark = pytest.mark.e2e
+
+
+def test_an_agent_appends_steps_and_gets_a_cited_decision_that_replays(
+    kafka_bootstrap: str, kafka_config: dict[str, str], topic_names: TopicNames, tmp_path: Path
+) -> None:
+    create_topics(kafka_config, topic_names)
+    case = small_cases(per_domain=1, tenant="acme")[0]
+    settings = client_settings(kafka_bootstrap, topic_names, tmp_path)
+    with DecisionMemory("acme", settings=settings) as memory:
+        for event in case.trajectory.events:  # the agent's steps as they happen: the library numbers them
+            memory.append("case-7", kind=event.kind, text=event.text)
+        with pipeline_processes([["worker"]], worker_env(kafka_bootstrap, topic_names, tmp_path), tmp_path / "logs"):
+            decision = memory.decide("case-7", task=case.task, budget=2_000, timeout=120, idempotency_key="ask-1")
+            again = memory.decide("case-7", task=case.task, budget=2_000, timeout=60, idempotency_key="ask-1")
+            collected = memory.decision(decision.decision_id)
+    assert decision.label in case.task.label_space
+    assert decision.facts
+    assert all(f.cites for f in decision.facts)
+    texts = {e.seq: e.text for e in case.trajectory.events}
+    assert all(c.text == texts[c.seq] for f in decision.facts for c in f.cites)  # citations resolved to the events
+    assert decision.usage.calls >= 1
+    assert decision.record.events_count == len(case.trajectory)
+    assert again.decision_id == decision.decision_id == collected.decision_id  # the retry made no second decision
+    published = [r for r in read_topic(kafka_config, topic_names.decisions) if r.key]
+    assert [r.key.decode() for r in published if r.key] == [decision.decision_id]
+    replayed = dpm_cli(*decision.replay_command.split()[1:], env={"DPM_BOOTSTRAP": kafka_bootstrap,
+                                                                 "DPM_TOPIC_PREFIX": topic_names.prefix})  # fmt: skip
+    assert replayed.returncode == 0, replayed.stderr
+    assert "MATCH" in replayed.stdout
+
+
+def test_a_refused_request_is_a_typed_error_and_a_late_decision_is_collected_by_id(
+    kafka_bootstrap: str, kafka_config: dict[str, str], topic_names: TopicNames, tmp_path: Path
+) -> None:
+    create_topics(kafka_config, topic_names)
+    case = small_cases(per_domain=1, tenant="acme")[0]
+    settings = client_settings(kafka_bootstrap, topic_names, tmp_path)
+    with DecisionMemory("acme", settings=settings) as memory:
+        memory.append_many("case-9", [(e.kind, e.text) for e in case.trajectory.events])
+        with pytest.raises(DecisionTimeoutError) as timed_out:  # no worker runs yet
+            memory.decide("case-9", task=case.task, budget=2_000, timeout=2)
+        late_id = timed_out.value.decision_id
+        with pipeline_processes([["worker"]], worker_env(kafka_bootstrap, topic_names, tmp_path), tmp_path / "logs"):
+            late = memory.wait(late_id, timeout=120)
+            unknown = TaskSpec("no-such-domain", "Decide.", ("YES", "NO"))
+            with pytest.raises(DecisionRefusedError) as refused:
+                memory.decide("case-9", task=unknown, budget=2_000, timeout=60)
+    assert late.decision_id == late_id
+    assert late.label in case.task.label_space
+    assert refused.value.reason == "schema"
+    assert "no-such-domain" in refused.value.detail
+
+
+def test_a_thousand_waiting_calls_share_one_replies_reader(
+    kafka_bootstrap: str, kafka_config: dict[str, str], topic_names: TopicNames, tmp_path: Path
+) -> None:
+    create_topics(kafka_config, topic_names)
+    cases = small_cases(per_domain=1, tenant="acme")[:2]
+    settings = client_settings(kafka_bootstrap, topic_names, tmp_path)
+
+    async def run() -> set[str]:
+        async with AsyncDecisionMemory("acme", settings=settings) as memory:
+            for n, case in enumerate(cases):
+                await memory.append_many(f"case-{n}", [(e.kind, e.text) for e in case.trajectory.events])
+            asked = [await memory.request(f"case-{n}", task=c.task, budget=2_000) for n, c in enumerate(cases)]
+            waits = [memory.wait(asked[i % len(asked)], timeout=120) for i in range(1_000)]
+            assert memory.sync.waiting == len(asked)  # a thousand calls, one future per decision id
+            with pipeline_processes([["worker"]], worker_env(kafka_bootstrap, topic_names, tmp_path),
+                                    tmp_path / "logs"):  # fmt: skip
+                decided = await asyncio.gather(*waits)
+        return {d.decision_id for d in decided}
+
+    assert len(asyncio.run(run())) == 2
