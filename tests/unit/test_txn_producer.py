@@ -11,6 +11,7 @@ from confluent_kafka import KafkaError
 from pipeline.kafka.steps import Output, oversized
 from pipeline.kafka.txn_producer import (
     OutputsRefusedError,
+    ProducerFencedError,
     PublishFailedError,
     TransientPublishError,
     _classified,
@@ -29,6 +30,15 @@ def test_the_broker_away_and_an_aborted_transaction_pass() -> None:
     assert isinstance(_classified(_error(KafkaError._STATE, abort=True), purged), TransientPublishError)
     fenced = _error(KafkaError._FENCED, fatal=True)
     assert isinstance(_classified(fenced, {}), TransientPublishError)  # a new producer takes over
+
+
+@pytest.mark.parametrize("code", [KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH])
+def test_a_fenced_producer_says_so_and_stays_transient_for_a_worker(code: int) -> None:
+    # A worker retries (its replacement fences the newer one); a case's writer tells its caller another took over.
+    classified = _classified(_error(code, fatal=True), {})
+    assert isinstance(classified, ProducerFencedError)
+    assert isinstance(classified, TransientPublishError)
+    assert isinstance(_classified(_error(KafkaError._STATE, abort=True), {0: _error(code)}), ProducerFencedError)
 
 
 def test_a_deployment_fault_is_retried_not_blamed_on_the_record() -> None:
