@@ -7,7 +7,7 @@ import sys
 import typer
 from rich.console import Console
 
-from pipeline.cli import acl, bench, broker, docs, keys, model, schemas, tenants, topics
+from pipeline.cli import acl, api, bench, broker, docs, keys, model, schemas, tenants, topics
 from pipeline.cli.baseline import baseline
 from pipeline.cli.demo import demo
 from pipeline.cli.ingest import erase, produce, trigger
@@ -30,6 +30,7 @@ app.add_typer(model.app, name="model")
 app.add_typer(keys.app, name="keys")
 app.add_typer(acl.app, name="acl")
 app.add_typer(tenants.app, name="tenants")
+app.add_typer(api.app, name="api")
 app.add_typer(schemas.app, name="schemas")
 app.add_typer(docs.app, name="docs")
 app.add_typer(bench.cases_app, name="cases")

@@ -84,7 +84,7 @@ def remove(
     revoked = removed.revoked
     _out.print(f"{tenant}: {removed.keys_destroyed} case key(s) destroyed, {len(removed.topics)} topic(s) deleted, "
                f"{revoked.grants} ACL binding(s) revoked, {revoked.credentials} SCRAM credential(s) "
-               "deleted")  # fmt: skip
+               f"deleted, {removed.api_keys_removed} API key(s) removed")  # fmt: skip
     if revoked.kept:
         _out.print(revoked.kept)
     if revoked.properties is not None:

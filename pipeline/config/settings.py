@@ -417,6 +417,36 @@ def token_weakness(token: str) -> str | None:
     return None
 
 
+class ApiSettings(_Group):
+    """The HTTP API for agents (`dpm api`): where it listens, whose keys it takes, how much one request may carry."""
+
+    addr: str = Field("127.0.0.1", validation_alias="DPM_API_ADDR", description="address `dpm api` binds to")
+    port: int = Field(8088, ge=1, le=65535, validation_alias="DPM_API_PORT", description="port of `dpm api`")
+    keys_file: Path | None = Field(
+        None,
+        validation_alias="DPM_API_KEYS_FILE",
+        description="the API keys (hashes only; `dpm api keys add`); default `$DPM_HOME/api-keys.json`",
+    )
+    max_body_bytes: int = Field(
+        4_194_304,
+        ge=1_024,
+        validation_alias="DPM_API_MAX_BODY_BYTES",
+        description="largest request body (413 beyond it)",
+    )
+    rate_per_s: float = Field(
+        50.0,
+        gt=0,
+        validation_alias="DPM_API_RATE_PER_S",
+        description="requests per second one key may make to one replica, with bursts of twice as many (429 beyond)",
+    )
+    max_wait_s: float = Field(
+        60.0,
+        gt=0,
+        validation_alias="DPM_API_MAX_WAIT_S",
+        description="longest a request may wait for a decision (then 202 with the decision's URL)",
+    )
+
+
 class TracingSettings(_Group):
     """OpenTelemetry spans of the projection worker (trace context is passed on to outputs either way)."""
 
@@ -471,6 +501,7 @@ class Settings(BaseModel):
     metrics: MetricsSettings = Field(default_factory=lambda: MetricsSettings.model_validate({}))
     keys: KeySettings = Field(default_factory=lambda: KeySettings.model_validate({}))
     ui: UiSettings = Field(default_factory=lambda: UiSettings.model_validate({}))
+    api: ApiSettings = Field(default_factory=lambda: ApiSettings.model_validate({}))
     tracing: TracingSettings = Field(default_factory=lambda: TracingSettings.model_validate({}))
 
     def keys_root(self) -> Path:
@@ -520,6 +551,7 @@ GROUPS: dict[str, type[_Group]] = {
     "metrics": MetricsSettings,
     "keys": KeySettings,
     "ui": UiSettings,
+    "api": ApiSettings,
     "tracing": TracingSettings,
 }
 

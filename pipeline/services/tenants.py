@@ -50,6 +50,7 @@ from pipeline.kafka.topics import (
     existing_topics,
     pipeline_topics,
 )
+from pipeline.services.api_keys import ApiKeys, keys_file
 
 
 def topics_of(settings: Settings, tenant: str) -> TopicNames:
@@ -275,6 +276,7 @@ class TenantRemoval:
     topics: tuple[str, ...]
     revoked: Revoked
     offsets_left: tuple[str, ...]  # committed offsets still on its topics (Kafka drops them with the topics)
+    api_keys_removed: int = 0  # its keys of the HTTP API (services/api_keys.py)
 
 
 def remove_tenant(settings: Settings, tenant: str) -> TenantRemoval:
@@ -301,7 +303,8 @@ def remove_tenant(settings: Settings, tenant: str) -> TenantRemoval:
             shredded = len(keys.erase_tenant(tenant))
     delete_topics(config, list(mine))  # its keys are destroyed already: what it leaves is unreadable
     revoked = _revoke(settings, left)
-    return TenantRemoval(tenant, shredded, mine, revoked, _offsets_left(config, mine, names.prefix))
+    api_keys = len(ApiKeys(keys_file(settings)).remove(tenant=tenant))
+    return TenantRemoval(tenant, shredded, mine, revoked, _offsets_left(config, mine, names.prefix), api_keys)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,379 @@
+"""The HTTP API for agents (`dpm api`): append a case's steps, ask for a decision, read it back, under /v1.
+
+Each request names its tenant by its API key (services/api_keys.py), never by a parameter: one
+tenant's key cannot reach another's cases, whose ids answer 404 exactly as unknown ones. Bodies use
+the wire forms' field names (`kind`, `text`, `budget_chars`, `label_space`). Errors are RFC 9457
+problem documents that say what was wrong in one line and never echo what was sent. Nothing a
+replica keeps is needed by another: appends are numbered by the case's writer, read back from the
+log, and decisions are read from the output topics; the rate limit is per replica.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Annotated, Literal
+
+from fastapi import FastAPI, Header, Path, Query, Request, Response
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, Field
+
+from pipeline.api.problems import (
+    Problem,
+    bad_request,
+    not_found,
+    rate_limited,
+    too_large,
+    unauthorized,
+    unprocessable,
+)
+from pipeline.client import (
+    AsyncDecisionMemory,
+    CaseConflictError,
+    ClusterUnavailableError,
+    Decision,
+    DecisionNotFoundError,
+    DecisionRefusedError,
+    DecisionTimeoutError,
+    NoEventsError,
+)
+from pipeline.client.memory import DEFAULT_BUDGET_CHARS
+from pipeline.config.settings import ApiSettings
+from pipeline.core.domains import DOMAINS, domain_task
+from pipeline.core.events import InvalidEventError, check_identifier
+from pipeline.core.task import TaskSpec
+from pipeline.services.api_keys import ApiKey, ApiKeys
+from pipeline.wire.trigger import DecisionId, InvalidDecisionIdError
+
+VERSION = "v1"
+MIN_BUDGET_CHARS, MAX_BUDGET_CHARS = 200, 1_000_000
+CaseId = Annotated[str, Path(min_length=1, max_length=200, description="the case, as the agent names it")]
+
+
+class EventIn(BaseModel):
+    """One step of the agent: what kind of step, and its text."""
+
+    kind: str = Field(min_length=1, max_length=100, examples=["document"])
+    text: str = Field(max_length=1_000_000, examples=["Applicant income verified: 84,000"])
+
+
+class AppendIn(BaseModel):
+    """Steps appended in order, all or none (one transaction)."""
+
+    events: list[EventIn] = Field(min_length=1, max_length=1_000)
+
+
+class Position(BaseModel):
+    seq: int
+    partition: int
+    offset: int
+
+
+class Appended(BaseModel):
+    case_id: str
+    events: list[Position]
+
+
+class TaskIn(BaseModel):
+    domain: str = Field(min_length=1, max_length=100)
+    task: str = Field(min_length=1, max_length=10_000)
+    label_space: list[str] = Field(min_length=1, max_length=50)
+
+
+class DecideIn(BaseModel):
+    """A decision of the case as it stands: the domain's standing task, or a task given whole."""
+
+    domain: str | None = Field(None, examples=["loan"])
+    task: TaskIn | None = None
+    budget_chars: int = DEFAULT_BUDGET_CHARS
+    architecture: Literal["dpm", "summ"] = "dpm"
+    wait_s: float = Field(30.0, ge=0, description="how long to wait for the decision before answering 202")
+
+
+class CitedEventOut(BaseModel):
+    seq: int
+    kind: str
+    text: str
+    partition: int
+    offset: int
+
+
+class FactOut(BaseModel):
+    text: str
+    cites: list[CitedEventOut]
+
+
+class UsageOut(BaseModel):
+    backend: str
+    model: str
+    calls: int
+    input_tokens: int
+    output_tokens: int
+    cost_usd: float
+
+
+class DecisionOut(BaseModel):
+    decision_id: str
+    case_id: str
+    label: str | None
+    rationale: str
+    facts: list[FactOut]
+    reasoning: list[str]
+    compliance: list[str]
+    usage: UsageOut
+    replay_command: str
+
+    @classmethod
+    def of(cls, decision: Decision) -> DecisionOut:
+        facts = [FactOut(text=f.text, cites=[CitedEventOut(seq=c.seq, kind=c.kind, text=c.text,
+                                                           partition=c.position.partition, offset=c.position.offset)
+                                             for c in f.cites]) for f in decision.facts]  # fmt: skip
+        u = decision.usage
+        return cls(decision_id=decision.decision_id, case_id=decision.case_id, label=decision.label,
+                   rationale=decision.rationale, facts=facts, reasoning=list(decision.reasoning),
+                   compliance=list(decision.compliance),
+                   usage=UsageOut(backend=u.backend, model=u.model, calls=u.calls, input_tokens=u.input_tokens,
+                                  output_tokens=u.output_tokens, cost_usd=u.cost_usd),
+                   replay_command=decision.replay_command)  # fmt: skip
+
+
+class Pending(BaseModel):
+    decision_id: str
+    status: Literal["pending"] = "pending"
+    url: str
+
+
+class RateLimit:
+    """A token bucket per key: `rate` requests a second, bursts of twice as many (per replica)."""
+
+    def __init__(self, rate: float) -> None:
+        self._rate, self._burst = rate, 2 * rate
+        self._buckets: dict[str, tuple[float, float]] = {}  # key id -> (tokens, when)
+        self._lock = threading.Lock()
+
+    def retry_after(self, key_id: str) -> int | None:
+        """None when the request may go now (it is counted); else the seconds until it may."""
+        now = time.monotonic()
+        with self._lock:
+            tokens, when = self._buckets.get(key_id, (self._burst, now))
+            tokens = min(self._burst, tokens + (now - when) * self._rate)
+            if tokens >= 1:
+                self._buckets[key_id] = (tokens - 1, now)
+                return None
+            self._buckets[key_id] = (tokens, now)
+            return max(1, math.ceil((1 - tokens) / self._rate))
+
+
+MemoryFor = Callable[[str], Awaitable[AsyncDecisionMemory]]
+
+
+@dataclass(frozen=True)
+class _Caller:
+    key: ApiKey
+
+    @property
+    def tenant(self) -> str:
+        return self.key.tenant
+
+
+def create_api(memory_for: MemoryFor, keys: ApiKeys, settings: ApiSettings,
+               erase: Callable[[str, str], Awaitable[int]] | None = None) -> FastAPI:  # fmt: skip
+    """The API's application: `memory_for(tenant)` is the tenant's client, `erase(tenant, case)` erases a case."""
+    app = FastAPI(title="dpm", version=VERSION, description=__doc__, openapi_url="/openapi.json", docs_url=None,
+                  redoc_url=None)  # fmt: skip
+    _answer_problems(app)
+    _guard(app, keys, RateLimit(settings.rate_per_s), settings.max_body_bytes)
+    routes = _Routes(memory_for, settings, erase)
+    app.add_api_route(f"/{VERSION}/cases/{{case_id}}/events", routes.append, methods=["POST"], status_code=201,
+                      response_model=Appended, summary="Append steps to a case")  # fmt: skip
+    app.add_api_route(f"/{VERSION}/cases/{{case_id}}/decisions", routes.decide, methods=["POST"],
+                      response_model=DecisionOut, responses={202: {"model": Pending}},
+                      summary="Ask for a decision of a case, waiting up to wait_s")  # fmt: skip
+    app.add_api_route(f"/{VERSION}/decisions/{{decision_id}}", routes.read, methods=["GET"],
+                      response_model=DecisionOut, responses={202: {"model": Pending}},
+                      summary="Read a decision, waiting up to wait_s")  # fmt: skip
+    app.add_api_route(f"/{VERSION}/tenants/{{tenant}}/cases/{{case_id}}", routes.erase_case, methods=["DELETE"],
+                      status_code=204, summary="Erase a case (admin key)")  # fmt: skip
+    return app
+
+
+def _answer_problems(app: FastAPI) -> None:
+    """Problems answer as themselves; a body that does not parse or validate is a 400 naming the field only."""
+
+    @app.exception_handler(Problem)
+    async def _problem(_: Request, problem: Problem) -> JSONResponse:
+        return problem.response()
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+        first = exc.errors()[0] if exc.errors() else {}
+        where = ".".join(str(p) for p in first.get("loc", ()) if p != "body") or "body"
+        return bad_request(f"{where}: {first.get('msg', 'invalid')}").response()  # the message names no value
+
+
+def _guard(app: FastAPI, keys: ApiKeys, limits: RateLimit, max_body_bytes: int) -> None:
+    """Before any route: the body's declared size, then (under /v1) the API key and its rate."""
+
+    @app.middleware("http")
+    async def _guarded(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
+        try:
+            _check_size(request, max_body_bytes)
+            if request.url.path.startswith(f"/{VERSION}/"):
+                caller = _caller(request, keys)
+                wait = limits.retry_after(caller.key.key_id)
+                if wait is not None:
+                    raise rate_limited(wait)
+                request.state.caller = caller
+        except Problem as problem:
+            return problem.response()
+        return await call_next(request)
+
+
+IdempotencyKey = Annotated[str | None, Header(max_length=200, description="the same key again: no second write")]
+
+
+class _Routes:
+    def __init__(self, memory_for: MemoryFor, settings: ApiSettings,
+                 erase: Callable[[str, str], Awaitable[int]] | None) -> None:  # fmt: skip
+        self._memory_for, self._settings, self._erase = memory_for, settings, erase
+
+    async def _memory(self, request: Request) -> AsyncDecisionMemory:
+        caller: _Caller = request.state.caller
+        if caller.key.admin:
+            raise Problem(403, "tenant-key-needed", "Forbidden", "appends and decisions are made with a tenant's key")
+        return await self._memory_for(caller.tenant)
+
+    async def append(self, request: Request, case_id: CaseId, body: AppendIn,
+                     idempotency_key: IdempotencyKey = None) -> Appended:  # fmt: skip
+        """Appends the steps after the case's last, all or none; 201 with their seqs and positions."""
+        memory = await self._memory(request)
+        _check_case(case_id)
+        try:
+            done = await memory.append_many(case_id, [(e.kind, e.text) for e in body.events],
+                                            idempotency_key=idempotency_key)  # fmt: skip
+        except InvalidEventError as exc:
+            raise bad_request("an event is not valid: " + str(exc).split(" must ")[0].split(" ")[0]) from exc
+        except (CaseConflictError, ClusterUnavailableError) as exc:
+            raise _client_problem(exc) from exc
+        return Appended(case_id=case_id, events=[Position(seq=a.seq, partition=a.position.partition,
+                                                          offset=a.position.offset) for a in done])  # fmt: skip
+
+    async def decide(self, request: Request, case_id: CaseId, body: DecideIn,
+                     idempotency_key: IdempotencyKey = None) -> DecisionOut | JSONResponse:  # fmt: skip
+        """The decision (200), or 202 with its URL when it takes longer than wait_s."""
+        memory = await self._memory(request)
+        _check_case(case_id)
+        task = _task(body)
+        if not MIN_BUDGET_CHARS <= body.budget_chars <= MAX_BUDGET_CHARS:
+            raise unprocessable("budget-out-of-range", f"budget_chars must be {MIN_BUDGET_CHARS}..{MAX_BUDGET_CHARS}")
+        try:
+            decision_id = await memory.request(case_id, task=task, budget=body.budget_chars,
+                                               architecture=body.architecture,
+                                               idempotency_key=idempotency_key)  # fmt: skip
+            return DecisionOut.of(await memory.wait(decision_id, min(body.wait_s, self._settings.max_wait_s)))
+        except DecisionTimeoutError as exc:
+            return _pending(exc.decision_id)
+        except (NoEventsError, DecisionRefusedError, CaseConflictError, ClusterUnavailableError) as exc:
+            raise _client_problem(exc) from exc
+
+    async def read(self, request: Request, decision_id: str,
+                   wait_s: Annotated[float, Query(ge=0)] = 0.0) -> DecisionOut | JSONResponse:  # fmt: skip
+        """A published decision of the key's tenant; 404 for any other id, 202 while waited for in vain."""
+        memory = await self._memory(request)
+        _check_decision_id(decision_id)
+        try:
+            return DecisionOut.of(await memory.decision(decision_id))
+        except DecisionNotFoundError:
+            if wait_s <= 0:
+                raise not_found("decision") from None
+        try:
+            return DecisionOut.of(await memory.wait(decision_id, min(wait_s, self._settings.max_wait_s)))
+        except DecisionTimeoutError:
+            return _pending(decision_id)
+        except DecisionRefusedError as exc:
+            raise _client_problem(exc) from exc
+
+    async def erase_case(self, request: Request, tenant: str, case_id: CaseId) -> Response:
+        """Erases a case: its data key destroyed, its events tombstoned (an admin key only)."""
+        caller: _Caller = request.state.caller
+        if not caller.key.admin or self._erase is None:
+            raise Problem(403, "admin-key-needed", "Forbidden", "erasing a case needs an admin key")
+        _check_case(case_id)
+        try:
+            check_identifier(tenant, "tenant")
+        except InvalidEventError as exc:
+            raise bad_request("tenant is not a valid id") from exc
+        await self._erase(tenant, case_id)
+        return Response(status_code=204)
+
+
+def _client_problem(exc: Exception) -> Problem:
+    """The problem a client error answers as."""
+    if isinstance(exc, DecisionRefusedError):
+        return unprocessable("decision-refused", f"the worker refused the request: {exc.reason}", reason=exc.reason,
+                             decision_id=exc.decision_id)  # fmt: skip
+    if isinstance(exc, NoEventsError):
+        return unprocessable("no-events", "the case has no events: append its steps before asking for a decision")
+    if isinstance(exc, CaseConflictError):
+        return Problem(409, "case-conflict", "Conflict", str(exc))
+    return Problem(503, "cluster-unavailable", "Service unavailable", "the cluster did not answer in time; nothing "
+                   "was written", {"Retry-After": "5"})  # fmt: skip
+
+
+def _caller(request: Request, keys: ApiKeys) -> _Caller:
+    scheme, _, presented = request.headers.get("authorization", "").partition(" ")
+    key = keys.holder(presented.strip()) if scheme.lower() == "bearer" else None
+    if key is None:
+        raise unauthorized()
+    return _Caller(key)
+
+
+def _check_size(request: Request, limit: int) -> None:
+    """413 for a body declared larger than the limit; 411 for a body of undeclared length (chunked)."""
+    if request.method not in ("POST", "PUT", "PATCH"):
+        return
+    declared = request.headers.get("content-length")
+    if declared is None:
+        raise Problem(411, "length-required", "Length required", "send the body with a Content-Length")
+    try:
+        size = int(declared)
+    except ValueError:
+        raise bad_request("Content-Length is not a number") from None
+    if size > limit:
+        raise too_large(size, limit)
+
+
+def _check_case(case_id: str) -> None:
+    try:
+        check_identifier(case_id, "case id")
+    except InvalidEventError as exc:
+        raise bad_request("case_id: letters, digits and ._:- only, starting with a letter or digit") from exc
+
+
+def _check_decision_id(decision_id: str) -> None:
+    try:
+        DecisionId.parse(decision_id)
+    except InvalidDecisionIdError as exc:
+        raise not_found("decision") from exc
+
+
+def _task(body: DecideIn) -> TaskSpec:
+    if body.task is not None:
+        return TaskSpec(body.task.domain, body.task.task, tuple(body.task.label_space))
+    if body.domain is None:
+        raise bad_request("domain or task: one is required")
+    if body.domain not in DOMAINS:
+        raise unprocessable("unknown-domain", f"unknown domain (known: {', '.join(sorted(DOMAINS))}); "
+                            "give the task whole for another")  # fmt: skip
+    return domain_task(body.domain)
+
+
+def _pending(decision_id: str) -> JSONResponse:
+    """202: the decision is asked for and not in yet; its URL says where it will be."""
+    url = f"/{VERSION}/decisions/{decision_id}"
+    return JSONResponse(Pending(decision_id=decision_id, url=url).model_dump(), status_code=202,
+                        headers={"Location": url})  # fmt: skip

@@ -1,0 +1,56 @@
+"""Runs the HTTP API on uvicorn: one client per tenant per process, created on a tenant's first request."""
+
+from __future__ import annotations
+
+import asyncio
+
+import uvicorn
+from fastapi import FastAPI
+
+from pipeline.api.app import create_api
+from pipeline.client import AsyncDecisionMemory
+from pipeline.config.settings import Settings
+from pipeline.core.events import CaseRef
+from pipeline.services.api_keys import ApiKeys, keys_file
+from pipeline.services.cluster import cluster_settings
+from pipeline.services.erase import erase_case
+
+
+class Memories:
+    """Each tenant's client in this process, made on its first request (its keys read, its reader started)."""
+
+    def __init__(self, settings: Settings) -> None:
+        self._settings = settings
+        self._made: dict[str, AsyncDecisionMemory] = {}
+        self._lock = asyncio.Lock()
+
+    async def __call__(self, tenant: str) -> AsyncDecisionMemory:
+        async with self._lock:
+            if tenant not in self._made:
+                self._made[tenant] = await asyncio.to_thread(AsyncDecisionMemory, tenant, settings=self._settings)
+            return self._made[tenant]
+
+    async def close(self) -> None:
+        for memory in self._made.values():
+            await memory.close()
+        self._made.clear()
+
+
+def app_from_env() -> FastAPI:
+    """The application of one uvicorn worker process, from DPM_* settings (the factory `dpm api` serves)."""
+    settings = cluster_settings(Settings.from_env())
+    memories = Memories(settings)
+
+    async def erase(tenant: str, case_id: str) -> int:
+        done = await asyncio.to_thread(erase_case, settings, CaseRef(tenant, case_id))
+        return done.keys_destroyed
+
+    app = create_api(memories, ApiKeys(keys_file(settings)), settings.api, erase)
+    app.router.on_shutdown.append(memories.close)
+    return app
+
+
+def serve(host: str, port: int, workers: int) -> None:
+    """Serves until SIGINT or SIGTERM; access logs are off (requests carry API keys in headers)."""
+    uvicorn.run("pipeline.api.server:app_from_env", factory=True, host=host, port=port, workers=workers,
+                log_level="warning", access_log=False)  # fmt: skip
