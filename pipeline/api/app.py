@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from fastapi import FastAPI, Header, Path, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
@@ -147,6 +147,30 @@ class Pending(BaseModel):
     url: str
 
 
+class ProblemOut(BaseModel):
+    """An RFC 9457 problem document, as every error answers (media type application/problem+json)."""
+
+    type: str
+    title: str
+    status: int
+    detail: str
+
+
+_MEANINGS = {400: "a body or parameter that does not parse or validate (the field named, never its value)",
+             401: "no API key, or an unknown or removed one", 403: "a tenant's key where an admin key is needed, or "
+             "the other way round", 404: "no such decision for this key's tenant (another tenant's too)",
+             409: "another writer took the case over: nothing was written", 411: "a body without Content-Length",
+             413: "a body over DPM_API_MAX_BODY_BYTES", 422: "an unknown domain, a budget out of range, a case with "
+             "no events, or a request the worker refused (its reason)", 429: "this key's rate is exceeded "
+             "(Retry-After)", 503: "the cluster did not answer in time: nothing was written (Retry-After)"}  # fmt: skip
+
+
+def _problems(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """The OpenAPI entries of the problems a route answers with."""
+    return {status: {"model": ProblemOut, "description": _MEANINGS[status],
+                     "content": {"application/problem+json": {}}} for status in statuses}  # fmt: skip
+
+
 class RateLimit:
     """A token bucket per key: `rate` requests a second, bursts of twice as many (per replica)."""
 
@@ -188,17 +212,42 @@ def create_api(memory_for: MemoryFor, keys: ApiKeys, settings: ApiSettings,
     _answer_problems(app)
     _guard(app, keys, RateLimit(settings.rate_per_s), settings.max_body_bytes)
     routes = _Routes(memory_for, settings, erase)
+    written = (400, 401, 403, 409, 411, 413, 429, 503)
     app.add_api_route(f"/{VERSION}/cases/{{case_id}}/events", routes.append, methods=["POST"], status_code=201,
-                      response_model=Appended, summary="Append steps to a case")  # fmt: skip
+                      response_model=Appended, responses=_problems(*written),
+                      summary="Append steps to a case")  # fmt: skip
     app.add_api_route(f"/{VERSION}/cases/{{case_id}}/decisions", routes.decide, methods=["POST"],
-                      response_model=DecisionOut, responses={202: {"model": Pending}},
+                      response_model=DecisionOut, responses={202: {"model": Pending}, **_problems(*written, 422)},
                       summary="Ask for a decision of a case, waiting up to wait_s")  # fmt: skip
     app.add_api_route(f"/{VERSION}/decisions/{{decision_id}}", routes.read, methods=["GET"],
-                      response_model=DecisionOut, responses={202: {"model": Pending}},
+                      response_model=DecisionOut,
+                      responses={202: {"model": Pending}, **_problems(400, 401, 403, 404, 422, 429)},
                       summary="Read a decision, waiting up to wait_s")  # fmt: skip
     app.add_api_route(f"/{VERSION}/tenants/{{tenant}}/cases/{{case_id}}", routes.erase_case, methods=["DELETE"],
-                      status_code=204, summary="Erase a case (admin key)")  # fmt: skip
+                      status_code=204, responses=_problems(400, 401, 403, 429),
+                      summary="Erase a case (admin key)")  # fmt: skip
+    _document_own_validation(app)
     return app
+
+
+def _document_own_validation(app: FastAPI) -> None:
+    """The OpenAPI document without FastAPI's default 422 for invalid bodies: they answer 400 problems here."""
+    generate = app.openapi
+
+    def document() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = generate()
+            for operations in schema["paths"].values():
+                for operation in operations.values():
+                    default = operation["responses"].get("422", {})
+                    if "HTTPValidationError" in str(default.get("content", "")):
+                        del operation["responses"]["422"]
+            for name in ("HTTPValidationError", "ValidationError"):
+                schema.get("components", {}).get("schemas", {}).pop(name, None)
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = document  # type: ignore[method-assign]
 
 
 def _answer_problems(app: FastAPI) -> None:

@@ -163,6 +163,57 @@ def dead_letters_page() -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
+def _openapi() -> dict[str, Any]:
+    """The HTTP API's OpenAPI document, from the application itself (no cluster, no keys read)."""
+    from pipeline.api.app import create_api
+    from pipeline.config.settings import ApiSettings
+    from pipeline.services.api_keys import ApiKeys
+
+    async def no_memory(tenant: str) -> Any:  # noqa: ANN401 - never called: only the routes are read
+        raise NotImplementedError(tenant)
+
+    return create_api(no_memory, ApiKeys(Path("api-keys.json")), ApiSettings.model_validate({})).openapi()
+
+
+def openapi_document() -> str:
+    """`openapi.json`: committed, so a change of the API shows in review."""
+    return orjson.dumps(_openapi(), option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS).decode() + "\n"
+
+
+def http_api_page() -> str:
+    """Every endpoint of the HTTP API: method, path, what it does, its answers (from the OpenAPI document)."""
+    document = _openapi()
+    lines = ["# HTTP API", "", _GENERATED, "",
+             f"`dpm api` serves these under `/v1` (OpenAPI {document['openapi']}: [openapi.json](openapi.json), also "
+             "served at `/openapi.json`). Every `/v1` request carries `Authorization: Bearer <key>` (`dpm api keys "
+             "add`); errors are RFC 9457 problem documents (`application/problem+json`).", "",
+             "| method | path | what | answers |", "|---|---|---|---|"]  # fmt: skip
+    for path, operations in document["paths"].items():
+        for method, operation in operations.items():
+            answers = ", ".join(sorted(operation.get("responses", {})))
+            lines.append(f"| {method.upper()} | `{path}` | {_cell(operation.get('summary', ''))} | {answers} |")
+    return "\n".join(lines) + "\n"
+
+
+def client_page() -> str:
+    """The client library's calls and errors, from their signatures and docstrings."""
+    import inspect
+
+    from pipeline import client
+
+    lines = ["# Client library", "", _GENERATED, "",
+             "`from pipeline.client import DecisionMemory` (threads) or `AsyncDecisionMemory` (asyncio, the same "
+             "calls as coroutines). See [the how-to](../how-to/client.md).", "", "## DecisionMemory", ""]  # fmt: skip
+    for name in ("__init__", "append", "append_many", "decide", "request", "wait", "decision", "close"):
+        member = getattr(client.DecisionMemory, name)
+        signature = str(inspect.signature(member)).replace("'", "").replace("(self, ", "(").replace("(self)", "()")
+        lines += [f"### `{name}{signature}`", "", inspect.getdoc(member) or "", ""]
+    lines += ["## Errors", "", "| error | when |", "|---|---|"]
+    errors = sorted(n for n in client.__all__ if n.endswith("Error"))
+    lines += [f"| `{n}` | {_cell(inspect.getdoc(getattr(client, n)) or '')} |" for n in errors]
+    return "\n".join(lines).rstrip() + "\n"
+
+
 def pages(app: typer.Typer) -> dict[str, Callable[[], str]]:
     """The reference pages by file name (under docs/reference/)."""
     return {
@@ -171,6 +222,9 @@ def pages(app: typer.Typer) -> dict[str, Callable[[], str]]:
         "schemas.md": schemas_page,
         "metrics.md": metrics_page,
         "dead-letters.md": dead_letters_page,
+        "client.md": client_page,
+        "http-api.md": http_api_page,
+        "openapi.json": openapi_document,
     }
 
 

@@ -57,6 +57,10 @@ class DecisionMemory:
     """
 
     def __init__(self, tenant: str, *, settings: Settings | None = None, max_writers: int = 64) -> None:
+        """A client for `tenant`, connected as every `dpm` command is (settings default: DPM_* variables).
+
+        `max_writers`: cases whose writers this client keeps registered (least recently used closed first).
+        """
         settings = cluster_settings(settings or Settings.from_env())
         CaseRef(tenant, "check")  # the tenant id is checked as every key segment is
         self.tenant = tenant

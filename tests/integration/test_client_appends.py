@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import orjson
@@ -11,6 +13,7 @@ import pytest
 from pipeline.client import CaseConflictError, DecisionMemory, NoEventsError
 from pipeline.config.settings import Settings
 from pipeline.core.events import CaseRef
+from pipeline.kafka.partitioning import case_partition
 from pipeline.kafka.range_reads import read_topic
 from pipeline.kafka.topics import TopicNames
 from pipeline.keys.store import CaseKeys
@@ -87,3 +90,35 @@ def test_an_append_retried_with_its_idempotency_key_is_written_once(
     assert retried == written
     assert later.seq == 3
     assert [seq for seq, _ in _case_log(kafka_config, topic_names, CaseRef("acme", "case-2"), case_keys)] == [1, 2, 3]
+
+
+_HALF_WRITTEN = """
+import os, sys
+from confluent_kafka import Producer
+bootstrap, topic, writer_id, key = sys.argv[1:5]
+producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": writer_id})
+producer.init_transactions(30)
+producer.begin_transaction()
+for seq in (2, 3):  # two events of a batch, sent and flushed, never committed
+    producer.produce(topic, key=f"{key}/{seq:08d}".encode(), value=b'{"half": "written"}', partition=int(sys.argv[5]))
+producer.flush(30)
+os._exit(9)  # killed mid-request: the transaction stays open
+"""
+
+
+def test_a_writer_killed_mid_batch_leaves_nothing_of_it_and_the_next_writer_continues_after_the_last_committed(
+    kafka_bootstrap: str, kafka_config: dict[str, str], topic_names: TopicNames, tmp_path: Path, case_keys: CaseKeys
+) -> None:
+    create_topics(kafka_config, topic_names)
+    settings = client_settings(kafka_bootstrap, topic_names, tmp_path)
+    case = CaseRef("acme", "case-3")
+    with DecisionMemory("acme", settings=settings) as memory:
+        memory.append("case-3", kind="message", text="committed")
+    partition = case_partition(case, 3)
+    arguments = [kafka_bootstrap, topic_names.events, topic_names.writer_id(case.key), case.key, str(partition)]
+    killed = subprocess.run([sys.executable, "-c", _HALF_WRITTEN, *arguments], check=False, timeout=120)
+    assert killed.returncode == 9
+    with DecisionMemory("acme", settings=settings) as memory:  # registering aborts what the killed writer left open
+        after = memory.append("case-3", kind="message", text="after the kill")
+    assert after.seq == 2
+    assert _case_log(kafka_config, topic_names, case, case_keys) == [(1, "committed"), (2, "after the kill")]
