@@ -129,16 +129,7 @@ class DecisionOut(BaseModel):
 
     @classmethod
     def of(cls, decision: Decision) -> DecisionOut:
-        facts = [FactOut(text=f.text, cites=[CitedEventOut(seq=c.seq, kind=c.kind, text=c.text,
-                                                           partition=c.position.partition, offset=c.position.offset)
-                                             for c in f.cites]) for f in decision.facts]  # fmt: skip
-        u = decision.usage
-        return cls(decision_id=decision.decision_id, case_id=decision.case_id, label=decision.label,
-                   rationale=decision.rationale, facts=facts, reasoning=list(decision.reasoning),
-                   compliance=list(decision.compliance),
-                   usage=UsageOut(backend=u.backend, model=u.model, calls=u.calls, input_tokens=u.input_tokens,
-                                  output_tokens=u.output_tokens, cost_usd=u.cost_usd),
-                   replay_command=decision.replay_command)  # fmt: skip
+        return cls.model_validate(decision.to_json())
 
 
 class Pending(BaseModel):

@@ -8,7 +8,7 @@ import uvicorn
 from fastapi import FastAPI
 
 from pipeline.api.app import create_api
-from pipeline.client import AsyncDecisionMemory
+from pipeline.client.aio import TenantMemories
 from pipeline.config.settings import Settings
 from pipeline.core.events import CaseRef
 from pipeline.services.api_keys import ApiKeys, keys_file
@@ -16,30 +16,10 @@ from pipeline.services.cluster import cluster_settings
 from pipeline.services.erase import erase_case
 
 
-class Memories:
-    """Each tenant's client in this process, made on its first request (its keys read, its reader started)."""
-
-    def __init__(self, settings: Settings) -> None:
-        self._settings = settings
-        self._made: dict[str, AsyncDecisionMemory] = {}
-        self._lock = asyncio.Lock()
-
-    async def __call__(self, tenant: str) -> AsyncDecisionMemory:
-        async with self._lock:
-            if tenant not in self._made:
-                self._made[tenant] = await asyncio.to_thread(AsyncDecisionMemory, tenant, settings=self._settings)
-            return self._made[tenant]
-
-    async def close(self) -> None:
-        for memory in self._made.values():
-            await memory.close()
-        self._made.clear()
-
-
 def app_from_env() -> FastAPI:
     """The application of one uvicorn worker process, from DPM_* settings (the factory `dpm api` serves)."""
     settings = cluster_settings(Settings.from_env())
-    memories = Memories(settings)
+    memories = TenantMemories(settings)
 
     async def erase(tenant: str, case_id: str) -> int:
         done = await asyncio.to_thread(erase_case, settings, CaseRef(tenant, case_id))

@@ -12,6 +12,7 @@ from pipeline.cli.baseline import baseline
 from pipeline.cli.demo import demo
 from pipeline.cli.ingest import erase, produce, trigger
 from pipeline.cli.inspect import compare, decisions, replay
+from pipeline.cli.mcp import mcp
 from pipeline.cli.ui import ui
 from pipeline.cli.worker import worker
 from pipeline.core.errors import DpmError
@@ -40,6 +41,7 @@ app.command()(demo)
 app.command()(worker)
 app.command()(baseline)
 app.command()(ui)
+app.command()(mcp)
 for command in (produce, trigger, decisions, compare, replay, erase):
     app.command()(command)
 

@@ -71,5 +71,28 @@ class AsyncDecisionMemory:
     async def decision(self, decision_id: str) -> Decision:
         return await asyncio.to_thread(self.sync.decision, decision_id)
 
+    async def decisions_of(self, case_id: str) -> list[str]:
+        return await asyncio.to_thread(self.sync.decisions_of, case_id)
+
     async def close(self) -> None:
         await asyncio.to_thread(self.sync.close)
+
+
+class TenantMemories:
+    """Each tenant's client in one process (the HTTP API's, the MCP server's), made on the tenant's first call."""
+
+    def __init__(self, settings: Settings) -> None:
+        self._settings = settings
+        self._made: dict[str, AsyncDecisionMemory] = {}
+        self._lock = asyncio.Lock()
+
+    async def __call__(self, tenant: str) -> AsyncDecisionMemory:
+        async with self._lock:
+            if tenant not in self._made:
+                self._made[tenant] = await asyncio.to_thread(AsyncDecisionMemory, tenant, settings=self._settings)
+            return self._made[tenant]
+
+    async def close(self) -> None:
+        for memory in self._made.values():
+            await memory.close()
+        self._made.clear()

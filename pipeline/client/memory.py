@@ -196,6 +196,12 @@ class DecisionMemory:
             raise found
         return self.typed(found)
 
+    def decisions_of(self, case_id: str) -> list[str]:
+        """The ids of the case's published decisions, oldest first (it reads the output topics)."""
+        case = CaseRef(self.tenant, case_id)
+        outputs = load_outputs(self._config, self._names, cipher=self._keys, with_audits=False, with_triggers=False)
+        return [str(k.decision_id) for k, record in outputs.decisions.items() if record.case == case]
+
     def _look_up(self, decision_id: DecisionId) -> None:
         """Completes a waiting call from what is published already (a retried request)."""
         found = self._published(decision_id)

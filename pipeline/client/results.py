@@ -5,6 +5,7 @@ from __future__ import annotations
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from pipeline.core.events import Event, LogPosition
 from pipeline.wire.decision import DecisionRecord
@@ -65,6 +66,24 @@ class Decision:
     usage: ModelUsage
     record: DecisionRecord  # everything replay needs (positions, digests, window)
     view: ViewRecord
+
+    def to_json(self) -> dict[str, Any]:
+        """The decision as the HTTP API and the MCP tools give it (no record internals)."""
+        return {
+            "decision_id": self.decision_id,
+            "case_id": self.case_id,
+            "label": self.label,
+            "rationale": self.rationale,
+            "facts": [{"text": f.text, "cites": [{"seq": c.seq, "kind": c.kind, "text": c.text,
+                                                  "partition": c.position.partition, "offset": c.position.offset}
+                                                 for c in f.cites]} for f in self.facts],
+            "reasoning": list(self.reasoning),
+            "compliance": list(self.compliance),
+            "usage": {"backend": self.usage.backend, "model": self.usage.model, "calls": self.usage.calls,
+                      "input_tokens": self.usage.input_tokens, "output_tokens": self.usage.output_tokens,
+                      "cost_usd": self.usage.cost_usd},
+            "replay_command": self.replay_command,
+        }  # fmt: skip
 
     @property
     def replay_command(self) -> str:

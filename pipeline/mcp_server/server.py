@@ -1,0 +1,123 @@
+"""`dpm mcp`: append a case's steps and get its decisions as MCP tools (the official SDK), over stdio or HTTP.
+
+Over stdio the server acts for the one tenant it was started for (whoever runs it holds that
+tenant's settings). Over streamable HTTP every request carries an API key of the HTTP API
+(`Authorization: Bearer <key>`, services/api_keys.py), and acts for that key's tenant.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from mcp.server.auth.middleware.auth_context import get_access_token
+from mcp.server.auth.provider import AccessToken
+from mcp.server.auth.settings import AuthSettings
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+
+from pipeline.client import (
+    DEFAULT_BUDGET_CHARS,
+    AsyncDecisionMemory,
+    ClientError,
+    DecisionNotFoundError,
+    DecisionTimeoutError,
+)
+from pipeline.core.domains import domain_task
+from pipeline.services.api_keys import ApiKeys
+
+MemoryFor = Callable[[str], Awaitable[AsyncDecisionMemory]]
+INSTRUCTIONS = (
+    "Decision memory for this agent's cases: append each step you take to its case with append_event "
+    "(kind: document, tool, message...; the text as it is), then ask for a decision with request_decision. "
+    "A decision's facts cite the steps they come from; explain_decision shows them with their text."
+)
+
+
+class ApiKeyVerifier:
+    """Bearer tokens are the HTTP API's keys: a valid key's tenant is the token's client."""
+
+    def __init__(self, keys: ApiKeys) -> None:
+        self._keys = keys
+
+    async def verify_token(self, token: str) -> AccessToken | None:
+        key = self._keys.holder(token)
+        if key is None or key.admin:
+            return None
+        return AccessToken(token=token, client_id=key.tenant, scopes=[])
+
+
+def build_server(memory_for: MemoryFor, tenant: str | None, *, keys: ApiKeys | None = None,
+                 url: str = "http://127.0.0.1:8089") -> MCPServer:  # fmt: skip
+    """The server: for `tenant` (stdio), or for each request's key's tenant (`keys`, streamable HTTP at `url`)."""
+    auth = None
+    if keys is not None:
+        auth = AuthSettings.model_validate({"issuer_url": url, "resource_server_url": url,
+                                            "validate_token_resource": False})  # fmt: skip
+    server: MCPServer = MCPServer("dpm", instructions=INSTRUCTIONS, auth=auth,
+                                  token_verifier=None if keys is None else ApiKeyVerifier(keys))  # fmt: skip
+
+    async def memory() -> AsyncDecisionMemory:
+        token = get_access_token()
+        caller = token.client_id if token is not None else tenant
+        if caller is None:
+            raise ToolError("no tenant: this server takes an API key (Authorization: Bearer <key>)")
+        return await memory_for(caller)
+
+    @server.tool()
+    async def append_event(case_id: str, kind: str, text: str, idempotency_key: str | None = None) -> dict[str, int]:
+        """Append one step to a case (after its last); returns its seq in the case and its log position."""
+        try:
+            done = await (await memory()).append(case_id, kind=kind, text=text, idempotency_key=idempotency_key)
+        except ClientError as exc:
+            raise ToolError(str(exc)) from exc
+        return {"seq": done.seq, "partition": done.position.partition, "offset": done.position.offset}
+
+    @server.tool()
+    async def request_decision(case_id: str, domain: str, budget_chars: int = DEFAULT_BUDGET_CHARS,
+                               wait_s: float = 30.0, idempotency_key: str | None = None) -> dict[str, Any]:  # fmt: skip
+        """Ask for a decision of the case as it stands, waiting up to wait_s (else its id, for get_decision).
+
+        The task is the domain's standing one: loan, claim, prior_auth or tax_exam.
+        """
+        client = await memory()
+        try:
+            decision_id = await client.request(case_id, task=domain_task(domain), budget=budget_chars,
+                                               idempotency_key=idempotency_key)  # fmt: skip
+            return (await client.wait(decision_id, min(wait_s, 300.0))).to_json()
+        except DecisionTimeoutError as exc:
+            return {"decision_id": exc.decision_id, "status": "pending"}
+        except ClientError as exc:
+            raise ToolError(str(exc)) from exc
+
+    @server.tool()
+    async def get_decision(decision_id: str, wait_s: float = 0.0) -> dict[str, Any]:
+        """A decision by id (waiting up to wait_s for one asked for but not in yet)."""
+        client = await memory()
+        try:
+            return (await client.decision(decision_id)).to_json()
+        except DecisionNotFoundError as exc:
+            if wait_s <= 0:
+                raise ToolError(f"no decision {decision_id} is published") from exc
+        try:
+            return (await client.wait(decision_id, min(wait_s, 300.0))).to_json()
+        except DecisionTimeoutError:
+            return {"decision_id": decision_id, "status": "pending"}
+        except ClientError as exc:
+            raise ToolError(str(exc)) from exc
+
+    @server.tool()
+    async def explain_decision(decision_id: str) -> dict[str, Any]:
+        """Why a decision was made: its label, rationale and facts, each with the text of the steps it cites."""
+        try:
+            decision = (await (await memory()).decision(decision_id)).to_json()
+        except ClientError as exc:
+            raise ToolError(str(exc)) from exc
+        return {k: decision[k] for k in ("decision_id", "label", "rationale", "facts", "compliance", "replay_command")}
+
+    @server.resource("dpm://cases/{case_id}/decisions", mime_type="application/json")
+    async def case_decisions(case_id: str) -> list[str]:
+        """The ids of a case's published decisions, oldest first."""
+        return await (await memory()).decisions_of(case_id)
+
+    return server
