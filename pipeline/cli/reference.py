@@ -214,6 +214,37 @@ def client_page() -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
+def mcp_page() -> str:
+    """The MCP server's tools (their descriptions and input schemas) and resources, from the server itself."""
+    import asyncio
+
+    from pipeline.mcp_server.server import INSTRUCTIONS, build_server
+
+    async def no_memory(tenant: str) -> Any:  # noqa: ANN401 - never called: only the tools are listed
+        raise NotImplementedError(tenant)
+
+    server = build_server(no_memory, "tenant")
+    tools = asyncio.run(server.list_tools())
+    templates = asyncio.run(server.list_resource_templates())
+    lines = ["# MCP server", "", _GENERATED, "",
+             "`dpm mcp --tenant T` serves these over stdio; `dpm mcp --http` over streamable HTTP at `/mcp`, each "
+             "request acting for its API key's tenant (`Authorization: Bearer <key>`, `dpm api keys add`). See "
+             "[the how-to](../how-to/mcp.md).", "", f"Instructions the server gives: {INSTRUCTIONS}", "",
+             "## Tools", ""]  # fmt: skip
+    for tool in sorted(tools, key=lambda t: t.name):
+        properties = tool.input_schema.get("properties", {})
+        required = set(tool.input_schema.get("required", []))
+        lines += [f"### `{tool.name}`", "", tool.description or "", "", "| argument | type | required |",
+                  "|---|---|---|"]  # fmt: skip
+        for name, spec in properties.items():
+            kind = spec.get("type") or " or ".join(str(a.get("type")) for a in spec.get("anyOf", []))
+            lines.append(f"| `{name}` | {kind} | {'yes' if name in required else 'no'} |")
+        lines.append("")
+    lines += ["## Resources", ""]
+    lines += [f"- `{t.uri_template}`: {t.description}" for t in templates]
+    return "\n".join(lines).rstrip() + "\n"
+
+
 def pages(app: typer.Typer) -> dict[str, Callable[[], str]]:
     """The reference pages by file name (under docs/reference/)."""
     return {
@@ -224,6 +255,7 @@ def pages(app: typer.Typer) -> dict[str, Callable[[], str]]:
         "dead-letters.md": dead_letters_page,
         "client.md": client_page,
         "http-api.md": http_api_page,
+        "mcp.md": mcp_page,
         "openapi.json": openapi_document,
     }
 
