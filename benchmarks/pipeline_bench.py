@@ -27,7 +27,7 @@ from typing import Any
 
 import orjson
 
-from benchmarks import long_horizon
+from benchmarks import api_bench, long_horizon
 from benchmarks.runs import (
     SMALL_CASES,
     RunSpec,
@@ -42,7 +42,7 @@ from benchmarks.runs import (
 from pipeline.config.settings import Settings
 from pipeline.services.cluster import private_cluster
 
-SECTIONS = ("startup", "read", "scale", "latency", "sealing", "per_decision", "rss_mb", "ui", "long_horizon")
+SECTIONS = ("startup", "read", "scale", "latency", "sealing", "per_decision", "rss_mb", "ui", "api", "long_horizon")
 MODEL_LATENCY_MS = 500
 TARGETS = {
     "scale": {"c8_w1/c1_w1": 6.0, "c8_w2/c8_w1": 1.8, "c8_w4/c8_w1": 3.2},
@@ -52,6 +52,7 @@ TARGETS = {
     "sealing": {"cost_pct": 10.0},
     "startup": {"help_s": 1.0, "broker_status_s": 1.5},
     "long_horizon": long_horizon.TARGETS,
+    "api": api_bench.TARGETS,
 }
 LONG_HORIZON_PLOT = Path("docs/long-horizon.png")  # the long-cases page's plot, drawn from the figures file
 BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
@@ -164,6 +165,7 @@ MEASURE: dict[str, Callable[[str, Path], dict[str, Any]]] = {
     "per_decision": _per_decision,
     "rss_mb": _rss,
     "ui": _ui,
+    "api": api_bench.measure,
     "long_horizon": lambda _bootstrap, _work: long_horizon.measure(),
 }
 KEY = {"latency": "latency_ms"}  # the figures file's name for a section, where it differs

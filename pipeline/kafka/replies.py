@@ -66,8 +66,9 @@ class ReplyReader:
     def _run(self) -> None:
         consumer = self._consumer
         while consumer is not None and not self._stop.is_set():
-            try:
-                messages = consumer.consume(500, _POLL_S)
+            try:  # wait for one record at most _POLL_S, then take what else is there (consume waits to fill up)
+                first = consumer.poll(_POLL_S)
+                messages = [] if first is None else [first, *consumer.consume(500, 0)]
             except KafkaException as exc:  # the consumer itself failed: waiters are told by the caller's timeout
                 self.failure = str(exc)
                 _LOG.error("the replies reader stopped: %s", exc)
