@@ -33,6 +33,7 @@ from pipeline.kafka.producer import EventProducer
 from pipeline.kafka.range_reads import read_topic
 from pipeline.kafka.topics import TopicNames, create_pipeline_topics, existing_topics
 from pipeline.keys.providers import LocalFileKeyProvider
+from pipeline.services.api_keys import ApiKeys
 from pipeline.services.cluster import pipeline_processes
 from pipeline.services.read_outputs import await_decisions
 from pipeline.wire.event import CaseOpening, EventRecord
@@ -111,6 +112,8 @@ def test_a_removed_tenant_leaves_nothing_and_its_old_credentials_stop_working(li
     EventProducer(agents, own).append(small_cases(per_domain=1, tenant=tenant)[0].trajectory.events[:2])
     _commit_as_the_worker_group(life.secured.config("admin"), f"{life.names.prefix}-projection", own.triggers)
     assert life.grants_naming(tenant)
+    api_keys = ApiKeys(life.secured.home / "api-keys.json")  # the HTTP API's keys file of this DPM_HOME
+    _, old_api_key = api_keys.add(tenant)
 
     status, said = life.dpm(Role.OPERATOR.value, "tenants", "remove", tenant, "--yes")
     assert status != 0
@@ -122,6 +125,8 @@ def test_a_removed_tenant_leaves_nothing_and_its_old_credentials_stop_working(li
     assert status == 0, said  # non-zero if a committed offset had stayed on its topics
     assert "9 topic(s) deleted" in said, said
     assert "1 SCRAM credential(s) deleted" in said, said
+    assert "1 API key(s) removed" in said, said
+    assert api_keys.holder(old_api_key) is None
     assert not {t for t in existing_topics(life.secured.config("admin")) if t.startswith(own.scope)}
     assert life.grants_naming(tenant) == []
     assert not life.secured.properties(life.user(tenant)).exists()
