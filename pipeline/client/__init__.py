@@ -17,7 +17,7 @@ from pipeline.client.errors import (
     NoEventsError,
 )
 from pipeline.client.memory import DEFAULT_BUDGET_CHARS, DecisionMemory
-from pipeline.client.results import CitedEvent, Decision, EventPosition, Fact, ModelUsage
+from pipeline.client.results import CitedEvent, Decision, EventPosition, Explanation, Fact, ModelUsage
 
 __all__ = [
     "DEFAULT_BUDGET_CHARS",
@@ -32,6 +32,7 @@ __all__ = [
     "DecisionRefusedError",
     "DecisionTimeoutError",
     "EventPosition",
+    "Explanation",
     "Fact",
     "ModelUsage",
     "NoEventsError",

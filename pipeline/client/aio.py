@@ -12,9 +12,10 @@ from types import TracebackType
 
 from pipeline.client.errors import DecisionTimeoutError
 from pipeline.client.memory import DEFAULT_BUDGET_CHARS, DecisionMemory
-from pipeline.client.results import Decision, EventPosition
+from pipeline.client.results import Decision, EventPosition, Explanation
 from pipeline.config.settings import Settings
 from pipeline.core.task import TaskSpec
+from pipeline.core.verification import ReplayReport
 
 
 class AsyncDecisionMemory:
@@ -70,6 +71,12 @@ class AsyncDecisionMemory:
 
     async def decision(self, decision_id: str) -> Decision:
         return await asyncio.to_thread(self.sync.decision, decision_id)
+
+    async def explain(self, decision_id: str) -> Explanation:
+        return await asyncio.to_thread(self.sync.explain, decision_id)
+
+    async def replay(self, decision_id: str, *, backend: str | None = None) -> ReplayReport:
+        return await asyncio.to_thread(self.sync.replay, decision_id, backend=backend)
 
     async def decisions_of(self, case_id: str) -> list[str]:
         return await asyncio.to_thread(self.sync.decisions_of, case_id)

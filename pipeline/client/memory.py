@@ -27,11 +27,13 @@ from pipeline.client.errors import (
     NoEventsError,
 )
 from pipeline.client.replies import Reply, Waiters, trigger_refusal
-from pipeline.client.results import Decision, EventPosition, cited_indexes
+from pipeline.client.results import Decision, EventPosition, Explanation, cited_indexes
 from pipeline.config.settings import Settings
 from pipeline.core.domains import domain_task
 from pipeline.core.events import CaseRef, Event
+from pipeline.core.explanation import fact_rows
 from pipeline.core.task import Architecture, TaskSpec
+from pipeline.core.verification import ReplayReport
 from pipeline.kafka.case_writer import CaseWriter, CaseWriterConflictError, CaseWriters
 from pipeline.kafka.errors import BrokerUnavailableError, KafkaAdapterError
 from pipeline.kafka.keystore import case_keys_from
@@ -41,6 +43,7 @@ from pipeline.kafka.replies import ReplyReader
 from pipeline.keys.store import CaseKeys
 from pipeline.services.cluster import cluster_settings
 from pipeline.services.read_outputs import load_outputs
+from pipeline.services.replay import LogChangedError, read_recorded_events, registry_backends, replay_one
 from pipeline.services.tenants import topics_of
 from pipeline.wire.rejection import RejectedError
 from pipeline.wire.trajectory import case_event
@@ -195,6 +198,39 @@ class DecisionMemory:
         if isinstance(found, Exception):
             raise found
         return self.typed(found)
+
+    def explain(self, decision_id: str) -> Explanation:
+        """A decision with its facts checked against its events as read now (what the auditor's page shows).
+
+        For an erased case the decision's content cannot be opened: DecisionNotFoundError, as for any
+        decision this tenant cannot read.
+        """
+        decision = self.decision(decision_id)
+        record = decision.record
+        try:
+            trajectory = read_recorded_events(record, self._events_log(record.events_topic or self._names.events),
+                                              self._keys)  # fmt: skip
+        except LogChangedError as exc:
+            return Explanation(decision, tuple(fact_rows(decision.view.view, None)), f"log changed: {exc.detail}")
+        status = None if trajectory is not None else "erased"
+        return Explanation(decision, tuple(fact_rows(decision.view.view, trajectory)), status)
+
+    def replay(self, decision_id: str, *, backend: str | None = None) -> ReplayReport:
+        """Re-runs a decision from its recorded offsets and verifies it by hash, as `dpm replay` does.
+
+        The recorded backend unless `backend` names another (model calls are made again: a hosted
+        model's cost is paid again). Reads the output topics (the decision, its view, its audits).
+        """
+        key = DecisionKey(self.tenant, DecisionId.parse(decision_id))
+        outputs = load_outputs(self._config, self._names, cipher=self._keys, with_triggers=False)
+        record = outputs.decisions.get(key)
+        if record is None:
+            raise DecisionNotFoundError(f"no decision {decision_id} of tenant {self.tenant} is published")
+        log = self._events_log(record.events_topic or self._names.events)
+        with self._typed_lock:  # the event log's consumers: one reader at a time
+            return replay_one(record, outputs.views.get(key), outputs.audits.get(key, []), log,
+                              registry_backends(self._settings.model, backend), recorded_only=False,
+                              cipher=self._keys)  # fmt: skip
 
     def decisions_of(self, case_id: str) -> list[str]:
         """The ids of the case's published decisions, oldest first (it reads the output topics)."""

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pipeline.core.events import Event, LogPosition
+from pipeline.core.explanation import FactRow
 from pipeline.wire.decision import DecisionRecord
 from pipeline.wire.view import ViewRecord
 
@@ -104,6 +105,15 @@ class Decision:
         return cls(str(record.decision_id), record.case.tenant, record.case.case_id, record.outcome.label,
                    record.outcome.rationale, facts, view.view.reasoning, view.view.compliance, usage, record,
                    view)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Explanation:
+    """A decision and its facts checked against its events as read now: citations exist, figures are in them."""
+
+    decision: Decision
+    facts: tuple[FactRow, ...]
+    events_unreadable: str | None = None  # why the checks could not be made ("erased", "log changed: ...")
 
 
 def cited_indexes(view: ViewRecord, events_count: int) -> list[int]:

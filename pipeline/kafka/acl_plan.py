@@ -143,16 +143,16 @@ def _producer(names: TopicNames, who: str) -> list[Grant]:
     """The agents: events and triggers written through one writer per case (kafka/case_writer.py).
 
     The writer reads the case's partitions back (its last seq, the triggers sent); the agents wait
-    for their decisions and dead letters (client library).
+    for their decisions and dead letters, and replay them from their audit records (client library).
     """
     return [*_generations(who, (names.events, names.triggers), _READ_WRITE),
             *_generations(who, (names.keys,), _READ_WRITE), *_topics(who, (names.layout,), _READ),
-            *_topics(who, (names.views, names.decisions, names.dlq), _READ),
+            *_topics(who, (names.views, names.decisions, names.dlq, names.audit), _READ),
             Grant(who, Resource.TRANSACTIONAL_ID, names.writer_prefix, Pattern.PREFIXED, _WRITE)]  # fmt: skip
 
 
 def _tenant_producer(names: TopicNames, who: str) -> list[Grant]:
-    return [*_producer(names, who), *_topics(who, (names.audit,), _READ), _readers(who)]
+    return [*_producer(names, who), _readers(who)]
 
 
 def _worker_topics(names: TopicNames, who: str) -> list[Grant]:

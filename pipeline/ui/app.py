@@ -31,12 +31,13 @@ from starlette.routing import Route
 
 from pipeline.config.settings import UiSettings
 from pipeline.core.errors import DpmError
+from pipeline.core.explanation import fact_rows
 from pipeline.core.task import Architecture
 from pipeline.core.verification import ReplayReport
 from pipeline.services.audit_index import DecisionFilter, DecisionIndex, ErasedDecision, IndexedDecision, Listed
 from pipeline.services.auditor import CaseEvents
 from pipeline.ui.auth import COOKIE, LOGIN_COOKIE, Principal, Tokens, bearer, client_of, same_origin
-from pipeline.ui.pages import cited_events, fact_rows, parse_when, when
+from pipeline.ui.pages import cited_events, parse_when, when
 from pipeline.ui.sessions import Sessions
 from pipeline.ui.throttle import Throttle
 from pipeline.wire.audit import AuditRecord

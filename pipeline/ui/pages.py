@@ -1,4 +1,4 @@
-"""What a decision page shows, computed from the records: fact rows with their checks, cited events marked up.
+"""What a decision page shows, computed from the records: cited events marked up (fact rows: core/explanation.py).
 
 Pure functions over the core's types, so the page's claims (which citation is valid, which fact is
 grounded, which number is highlighted) are the same checks the worker recorded, tested without HTTP.
@@ -10,20 +10,8 @@ import datetime as dt
 from dataclasses import dataclass
 
 from pipeline.core.anchors import extract_anchors, verbatim_spans
-from pipeline.core.checks import is_grounded
 from pipeline.core.events import Trajectory
 from pipeline.core.view import MemoryView
-
-
-@dataclass(frozen=True)
-class FactRow:
-    """One fact of the view: its citations, whether each exists, and whether its figures are in them."""
-
-    number: int
-    text: str
-    citations: tuple[int, ...]
-    citations_valid: bool | None  # None: the events could not be read (erased or changed)
-    grounded: bool | None  # None: no figure to ground, or no events to ground it in
 
 
 @dataclass(frozen=True)
@@ -41,17 +29,6 @@ class CitedEvent:
     kind: str
     segments: tuple[Segment, ...]
     cited_by: tuple[int, ...]  # fact numbers
-
-
-def fact_rows(view: MemoryView, trajectory: Trajectory | None) -> list[FactRow]:
-    """The view's facts with the worker's own checks, recomputed against the events as read now."""
-    rows = []
-    for number, fact in enumerate(view.facts, start=1):
-        valid = None if trajectory is None else all(trajectory.has_index(i) for i in fact.citations)
-        anchored = bool(extract_anchors(fact.text))
-        grounded = is_grounded(fact, trajectory) if trajectory is not None and anchored else None
-        rows.append(FactRow(number, fact.text, fact.citations, valid, grounded))
-    return rows
 
 
 def cited_events(view: MemoryView, trajectory: Trajectory) -> list[CitedEvent]:

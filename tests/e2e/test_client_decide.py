@@ -9,6 +9,7 @@ import pytest
 
 from pipeline.client import AsyncDecisionMemory, DecisionMemory, DecisionRefusedError, DecisionTimeoutError
 from pipeline.core.task import TaskSpec
+from pipeline.core.verification import ReplayStatus
 from pipeline.kafka.range_reads import read_topic
 from pipeline.kafka.topics import TopicNames
 from pipeline.services.cluster import pipeline_processes
@@ -32,6 +33,8 @@ def test_an_agent_appends_steps_and_gets_a_cited_decision_that_replays(
             decision = memory.decide("case-7", task=case.task, budget=2_000, timeout=120, idempotency_key="ask-1")
             again = memory.decide("case-7", task=case.task, budget=2_000, timeout=60, idempotency_key="ask-1")
             collected = memory.decision(decision.decision_id)
+            explained = memory.explain(decision.decision_id)
+            replayed_here = memory.replay(decision.decision_id)
     assert decision.label in case.task.label_space
     assert decision.facts
     assert all(f.cites for f in decision.facts)
@@ -42,6 +45,9 @@ def test_an_agent_appends_steps_and_gets_a_cited_decision_that_replays(
     assert again.decision_id == decision.decision_id == collected.decision_id  # the retry made no second decision
     published = [r for r in read_topic(kafka_config, topic_names.decisions) if r.key]
     assert [r.key.decode() for r in published if r.key] == [decision.decision_id]
+    assert explained.events_unreadable is None
+    assert all(f.citations_valid for f in explained.facts)  # as the auditor's page checks them
+    assert replayed_here.status is ReplayStatus.MATCH
     replayed = dpm_cli(*decision.replay_command.split()[1:], env={"DPM_BOOTSTRAP": kafka_bootstrap,
                                                                  "DPM_TOPIC_PREFIX": topic_names.prefix})  # fmt: skip
     assert replayed.returncode == 0, replayed.stderr

@@ -41,10 +41,11 @@ def test_every_grant_stays_inside_its_pipeline() -> None:
 def test_the_producer_writes_inputs_through_case_writers_and_reads_its_replies() -> None:
     grants = _of(Role.PRODUCER)
     assert _topics(grants, "Write") == {NAMES.events, NAMES.triggers, NAMES.keys}
-    # Sealing needs the case keys; a case's writer reads its partitions back; the client waits for its replies.
+    # Sealing needs the case keys; a case's writer reads its partitions back; the client waits for its replies
+    # and replays its decisions (memory.replay reads their audit records).
     assert _topics(grants, "Read") == {NAMES.events, NAMES.triggers, NAMES.keys, NAMES.layout, NAMES.views,
-                                       NAMES.decisions, NAMES.dlq}  # fmt: skip
-    assert NAMES.audit not in _topics(grants, "Read")  # the model calls' record is the auditor's
+                                       NAMES.decisions, NAMES.dlq, NAMES.audit}  # fmt: skip
+    assert not _topics(grants, "Write") & {NAMES.views, NAMES.decisions, NAMES.dlq, NAMES.audit}
     writers = [g for g in grants if g.resource is Resource.TRANSACTIONAL_ID]
     assert writers == [Grant("User:producer", Resource.TRANSACTIONAL_ID, "bank.writer.", Pattern.PREFIXED,
                              ("Write", "Describe"))]  # fmt: skip

@@ -14,6 +14,7 @@ from starlette.testclient import TestClient
 from pipeline.config.settings import Settings, SettingsError
 from pipeline.core.case import Case
 from pipeline.core.events import CaseRef, LogPosition, Trajectory
+from pipeline.core.explanation import fact_rows
 from pipeline.core.run import RunResult, run_dpm, run_summ
 from pipeline.core.task import Architecture, Budget
 from pipeline.core.verification import ReplayReport, verify_replay
@@ -24,7 +25,7 @@ from pipeline.services.audit_index import DecisionFilter, DecisionIndex, ErasedD
 from pipeline.services.auditor import CaseEvents
 from pipeline.ui import Tokens, create_app
 from pipeline.ui.auth import COOKIE, NoTokensError, Principal
-from pipeline.ui.pages import cited_events, fact_rows, marked
+from pipeline.ui.pages import cited_events, marked
 from pipeline.ui.server import asgi_app
 from pipeline.ui.sessions import Sessions
 from pipeline.ui.throttle import Throttle
