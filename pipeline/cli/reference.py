@@ -204,7 +204,19 @@ def client_page() -> str:
     lines = ["# Client library", "", _GENERATED, "",
              "`from pipeline.client import DecisionMemory` (threads) or `AsyncDecisionMemory` (asyncio, the same "
              "calls as coroutines). See [the how-to](../how-to/client.md).", "", "## DecisionMemory", ""]  # fmt: skip
-    for name in ("__init__", "append", "append_many", "decide", "request", "wait", "decision", "close"):
+    for name in (
+        "__init__",
+        "append",
+        "append_many",
+        "decide",
+        "request",
+        "wait",
+        "decision",
+        "explain",
+        "replay",
+        "decisions_of",
+        "close",
+    ):
         member = getattr(client.DecisionMemory, name)
         signature = str(inspect.signature(member)).replace("'", "").replace("(self, ", "(").replace("(self)", "()")
         lines += [f"### `{name}{signature}`", "", inspect.getdoc(member) or "", ""]
