@@ -29,7 +29,7 @@ from tests.integration.test_client_appends import _case_log, client_settings  # 
 from tests.pipeline_support import create_topics, worker_env  # noqa: E402
 from tests.processes import dpm_cli  # noqa: E402
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.any_broker]  # this door's own behaviour (the client's runs on Kafka 4)
 SUMMARY = "Application reviewed: loan of 120,000 over 20 years; credit verified. The file is decided."
 
 
