@@ -22,8 +22,13 @@ pytestmark = [pytest.mark.e2e, pytest.mark.docs]
 
 _LOG = logging.getLogger(__name__)
 _LIBRDKAFKA_LINE = re.compile(r"^%\d\|\d+\.\d+\|[A-Z]+\|rdkafka#", re.MULTILINE)
-PAGES = sorted([REPO / "docs" / "getting-started.md", *(REPO / "docs" / "how-to").glob("*.md"),
-                *(REPO / "docs" / "tutorials").glob("*.md")])
+PAGES = sorted(
+    [
+        REPO / "docs" / "getting-started.md",
+        *(REPO / "docs" / "how-to").glob("*.md"),
+        *(REPO / "docs" / "tutorials").glob("*.md"),
+    ]
+)
 
 
 def reader_env(home: Path) -> dict[str, str]:
