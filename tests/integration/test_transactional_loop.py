@@ -318,10 +318,10 @@ def test_a_batch_that_fails_for_an_unknown_reason_is_published_record_by_record(
                  batch_size=8)  # fmt: skip
     publish = loop._producer.publish
 
-    def refuses_poison(outputs: Sequence[Output], *args: Any, **kwargs: Any) -> None:
+    def refuses_poison(outputs: Sequence[Output], *args: Any, **kwargs: Any) -> list[LogPosition]:
         if any(o.key == b"poison:dpm" for o in outputs):
             raise PublishFailedError("transaction not committed: Local: Invalid argument")
-        publish(outputs, *args, **kwargs)
+        return publish(outputs, *args, **kwargs)
 
     loop._producer.publish = refuses_poison  # type: ignore[method-assign]
     assert _committed(loop, 3) == 3
