@@ -35,9 +35,11 @@ Command = Any
 
 
 def _walk(command: Command, path: tuple[str, ...]) -> Iterator[tuple[tuple[str, ...], Command]]:
+    """Each leaf command, and each group that does something itself (`dpm api` serves; it has options)."""
     subcommands = getattr(command, "commands", None)
-    if subcommands is None:
+    if subcommands is None or (path and any(p.name != "help" for p in command.params)):
         yield path, command
+    if subcommands is None:
         return
     for name in sorted(subcommands):
         yield from _walk(subcommands[name], (*path, name))

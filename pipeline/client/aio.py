@@ -66,7 +66,7 @@ class AsyncDecisionMemory:
             reply = await asyncio.wait_for(waiting, timeout)
         except TimeoutError:
             self.sync.stop_waiting(decision_id)
-            raise DecisionTimeoutError(decision_id, timeout) from None
+            raise DecisionTimeoutError.of(decision_id, timeout) from None
         return await asyncio.to_thread(self.sync.typed, reply)
 
     async def decision(self, decision_id: str) -> Decision:

@@ -22,20 +22,32 @@ class NoEventsError(ClientError):
 
 
 class DecisionRefusedError(ClientError):
-    """A worker refused the decision request: its dead letter's reason (a `Rejection` value) and detail."""
+    """A worker refused the decision request: its dead letter's reason (a `Rejection` value) and detail.
 
-    def __init__(self, decision_id: str, reason: str, detail: str) -> None:
-        super().__init__(f"decision {decision_id} refused ({reason}): {detail}")
+    Made with `of`; the message alone is the constructor's argument, so the error pickles like every other.
+    """
+
+    def __init__(self, message: str, *, decision_id: str = "", reason: str = "", detail: str = "") -> None:
+        super().__init__(message)
         self.decision_id, self.reason, self.detail = decision_id, reason, detail
+
+    @classmethod
+    def of(cls, decision_id: str, reason: str, detail: str) -> DecisionRefusedError:
+        return cls(f"decision {decision_id} refused ({reason}): {detail}", decision_id=decision_id, reason=reason,
+                   detail=detail)  # fmt: skip
 
 
 class DecisionTimeoutError(ClientError):
     """No decision within the time given; it may still come: collect it later with `decision(decision_id)`."""
 
-    def __init__(self, decision_id: str, timeout_s: float) -> None:
-        super().__init__(f"no decision {decision_id} within {timeout_s:g} s; it may still come: "
-                         f"collect it later with decision({decision_id!r})")  # fmt: skip
+    def __init__(self, message: str, *, decision_id: str = "") -> None:
+        super().__init__(message)
         self.decision_id = decision_id
+
+    @classmethod
+    def of(cls, decision_id: str, timeout_s: float) -> DecisionTimeoutError:
+        return cls(f"no decision {decision_id} within {timeout_s:g} s; it may still come: collect it later with "
+                   f"decision({decision_id!r})", decision_id=decision_id)  # fmt: skip
 
 
 class DecisionNotFoundError(ClientError):

@@ -178,7 +178,7 @@ class DecisionMemory:
             reply = self.reply_future(decision_id).result(timeout)
         except FutureTimeout:
             self.stop_waiting(decision_id)
-            raise DecisionTimeoutError(decision_id, timeout) from None
+            raise DecisionTimeoutError.of(decision_id, timeout) from None
         return self.typed(reply)
 
     def reply_future(self, decision_id: str) -> Future[Reply]:

@@ -121,7 +121,7 @@ class Waiters:
             else:
                 waiting.view = ViewRecord.from_wire(opened)
         except (RejectedError, CaseErasedError) as exc:
-            self.complete(decision_id, DecisionRefusedError(str(decision_id), Rejection.ERASED.value
+            self.complete(decision_id, DecisionRefusedError.of(str(decision_id), Rejection.ERASED.value
                                                             if isinstance(exc, CaseErasedError) else exc.reason.value,
                                                             str(exc)))  # fmt: skip
             return
@@ -149,7 +149,7 @@ class Refusal:
     detail: str
 
     def error(self, decision_id: DecisionId) -> DecisionRefusedError:
-        return DecisionRefusedError(str(decision_id), self.reason, self.detail)
+        return DecisionRefusedError.of(str(decision_id), self.reason, self.detail)
 
 
 def trigger_refusal(names: TopicNames, tenant: str, record: RawRecord) -> Refusal | None:

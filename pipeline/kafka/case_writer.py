@@ -63,12 +63,10 @@ _T = TypeVar("_T")
 class CaseWriterConflictError(KafkaAdapterError):
     """Another writer took the case over: nothing of this call was written."""
 
-    def __init__(self, case: CaseRef) -> None:
-        super().__init__(
-            f"case {case.key}: another writer took it over; nothing of this append was written. "
-            "Appending again takes the case back and continues after the other writer's events."
-        )
-        self.case = case
+    @classmethod
+    def of(cls, case: CaseRef) -> CaseWriterConflictError:
+        return cls(f"case {case.key}: another writer took it over; nothing of this append was written. "
+                   "Appending again takes the case back and continues after the other writer's events.")  # fmt: skip
 
 
 @dataclass
@@ -193,7 +191,7 @@ class CaseWriter:
                 with self._lock:
                     return attempt()
             except ProducerFencedError as exc:
-                raise CaseWriterConflictError(self.case) from exc
+                raise CaseWriterConflictError.of(self.case) from exc
             except TransientPublishError as exc:
                 if time.monotonic() + pause > deadline:
                     why = f"the broker did not take the write in {timeout_s:g} s ({exc}); nothing of it was written"

@@ -38,7 +38,7 @@ class FakeMemory:
         return f"t-{case_id}:{architecture}"
 
     async def wait(self, decision_id: str, timeout: float) -> object:
-        raise DecisionRefusedError(decision_id, "schema", "refused by the fake worker")
+        raise DecisionRefusedError.of(decision_id, "schema", "refused by the fake worker")
 
     async def decision(self, decision_id: str) -> object:
         raise DecisionNotFoundError(decision_id)

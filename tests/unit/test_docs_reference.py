@@ -27,8 +27,7 @@ def test_every_command_setting_metric_and_reason_has_its_entry() -> None:
     page = commands_page(app)
     root = typer.main.get_command(app)
     for name, command in root.commands.items():  # type: ignore[attr-defined]
-        subcommands = getattr(command, "commands", None)
-        for shown in [f"dpm {name} {leaf}" for leaf in subcommands] if subcommands else [f"dpm {name}"]:
+        for shown in _commands(command, f"dpm {name}"):
             assert f"## `{shown}`" in page, shown
     settings = settings_page()
     assert all(f"`{variable}`" in settings for variable in ENVIRONMENT)
@@ -53,3 +52,12 @@ def test_the_committed_diagrams_are_what_their_dot_files_draw() -> None:
     for source in sources:
         drawn = subprocess.run(["dot", "-Tsvg", str(source)], capture_output=True, check=True).stdout
         assert source.with_suffix(".svg").read_bytes() == drawn, f"{source.name}: run `make docs` and commit the SVG"
+
+
+def _commands(command: object, path: str) -> list[str]:
+    """Every command a user can run: each leaf, and each group that does something itself (it has options)."""
+    subcommands: dict[str, object] | None = getattr(command, "commands", None)
+    if subcommands is None:
+        return [path]
+    own = [path] if any(p.name != "help" for p in getattr(command, "params", [])) else []
+    return own + [shown for name, sub in subcommands.items() for shown in _commands(sub, f"{path} {name}")]
