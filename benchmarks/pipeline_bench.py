@@ -253,6 +253,14 @@ def rows(figures: dict[str, Any]) -> list[tuple[str, str]]:
              f"{_f(busy['pages_per_s'])} pages/s, p50 {_f(busy['p50_ms'], 0)} ms, p99 {_f(busy['p99_ms'], 0)} ms; "
              f"{busy['replays']} replays"),
         ]  # fmt: skip
+    if api := figures.get("api"):
+        out += [(f"front-door overhead per decision, {r['path']}, {r['waiters']} asked at once (p50 / p99)",
+                 f"{_f(r['overhead_p50_ms'])} / {_f(r['overhead_p99_ms'])} ms (whole call p50 {_f(r['total_p50_ms'])} "
+                 "ms)") for r in api["rows"]]  # fmt: skip
+        out += [
+            ("HTTP appends, 8 agents one step at a time", f"{_f(api['http_appends_per_s'])} per second"),
+            ("resident memory of 1,000 waiting decide calls", f"{_f(api['waiters_1000_rss_mb'], 2)} MB"),
+        ]
     if horizon := figures.get("long_horizon"):
         out += _long_horizon_rows(horizon)
     return out
