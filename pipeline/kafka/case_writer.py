@@ -31,7 +31,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
-import orjson
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from pipeline.core.event_log import RawRecord, ReadResult
@@ -43,15 +42,14 @@ from pipeline.kafka.range_reads import read_range
 from pipeline.kafka.steps import Output
 from pipeline.kafka.topics import TopicNames
 from pipeline.kafka.txn_producer import ProducerFencedError, TransactionalProducer, TransientPublishError
-from pipeline.wire.event import CaseOpening, opened
+from pipeline.wire.event import CaseOpening, sealed_values
 from pipeline.wire.headers import standard_headers
 from pipeline.wire.record_keys import claimed_event
 from pipeline.wire.rejection import RejectedError, decode_object
 from pipeline.wire.schema_ids import SchemaId
-from pipeline.wire.sealing import CaseCipher, seal_body
+from pipeline.wire.sealing import CaseCipher
 from pipeline.wire.trajectory import own_records
 from pipeline.wire.trigger import DecisionRequest
-from pipeline.wire.validation import validate
 
 _LOG = logging.getLogger("pipeline.kafka.librdkafka")
 SOURCE = "/dpm/client"  # the CloudEvents source of what the client library writes
@@ -147,16 +145,10 @@ class CaseWriter:
         return self.head.positions.index(position) + 1
 
     def _event_outputs(self, events: Sequence[Event], batch: str, opening: CaseOpening | None) -> list[Output]:
-        records = opened(events, opening)
-        values = [r.to_wire() for r in records]
-        for value in values:
-            validate(SchemaId.EVENT, value)  # nothing is sent unless every event is valid
-        if self._cipher is not None:
-            self._cipher.sync()  # a case erased since the last append starts again under a new key
         partition = case_partition(self.case, self._partitions[self._names.events])
-        return [Output(self._names.events, r.event.key.encode(), orjson.dumps(seal_body(v, self._cipher)),
-                       (*self._headers(SchemaId.EVENT, r.event.key), (BATCH_HEADER, batch.encode())), partition)
-                for r, v in zip(records, values, strict=True)]  # fmt: skip
+        return [Output(self._names.events, e.key.encode(), value,
+                       (*self._headers(SchemaId.EVENT, e.key), (BATCH_HEADER, batch.encode())), partition)
+                for e, value in sealed_values(events, opening, self._cipher)]  # fmt: skip
 
     def _headers(self, schema: SchemaId, record_id: str) -> tuple[tuple[str, bytes], ...]:
         return standard_headers(schema, source=SOURCE, event_id=record_id, tenant=self.case.tenant)

@@ -7,7 +7,6 @@ import uuid
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-import orjson
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from pipeline.core.events import Event, LogPosition
@@ -16,12 +15,11 @@ from pipeline.kafka.errors import KafkaAdapterError
 from pipeline.kafka.layout import current_names
 from pipeline.kafka.partitioning import case_partition
 from pipeline.kafka.topics import TopicNames
-from pipeline.wire.event import CaseOpening, opened
+from pipeline.wire.event import CaseOpening, sealed_values
 from pipeline.wire.headers import Headers, standard_headers
 from pipeline.wire.schema_ids import SchemaId
-from pipeline.wire.sealing import CaseCipher, seal_body
+from pipeline.wire.sealing import CaseCipher
 from pipeline.wire.trigger import DecisionRequest
-from pipeline.wire.validation import validate
 
 _LOG = logging.getLogger("pipeline.kafka.librdkafka")
 SOURCE = "/dpm/producer"  # the CloudEvents source of the events and triggers this API writes
@@ -104,15 +102,9 @@ class EventProducer:
         """
         topic = self._inputs().events
         count = self._partition_count(topic)
-        records = opened(events, opening)
-        values = [r.to_wire() for r in records]
-        for value in values:
-            validate(SchemaId.EVENT, value)  # nothing is sent unless every event is valid
-        if self._cipher is not None:
-            self._cipher.sync()  # a case erased since the last append starts again under a new key
-        keyed = [(r.event.key, case_partition(r.event.case, count), orjson.dumps(seal_body(v, self._cipher)),
-                  standard_headers(SchemaId.EVENT, source=SOURCE, event_id=r.event.key, tenant=r.event.case.tenant))
-                 for r, v in zip(records, values, strict=True)]  # fmt: skip
+        keyed = [(e.key, case_partition(e.case, count), value,
+                  standard_headers(SchemaId.EVENT, source=SOURCE, event_id=e.key, tenant=e.case.tenant))
+                 for e, value in sealed_values(events, opening, self._cipher)]  # fmt: skip
         return self._send(topic, keyed)
 
     def trigger(self, request: DecisionRequest) -> LogPosition:

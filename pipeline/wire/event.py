@@ -13,7 +13,7 @@ from pipeline.core.memory_log import InMemoryEventLog
 from pipeline.core.task import TaskSpec
 from pipeline.wire.rejection import RejectedError, Rejection, decode_object
 from pipeline.wire.schema_ids import SchemaId
-from pipeline.wire.sealing import CaseCipher, open_body
+from pipeline.wire.sealing import CaseCipher, open_body, seal_body
 from pipeline.wire.validation import SchemaError, validate
 
 
@@ -74,6 +74,21 @@ class EventRecord:
 def opened(events: Iterable[Event], opening: CaseOpening | None) -> list[EventRecord]:
     """Records of a case's events, the opening (if any) on the event with seq 1 only."""
     return [EventRecord(e, opening if e.seq == 1 else None) for e in events]
+
+
+def sealed_values(events: Iterable[Event], opening: CaseOpening | None,
+                  cipher: CaseCipher | None) -> list[tuple[Event, bytes]]:  # fmt: skip
+    """Each event with the bytes a producer writes: validated first (all or nothing), sealed with `cipher`.
+
+    Raises SchemaError before anything is sealed when one event is not a valid dpm.event.v1.
+    """
+    records = opened(events, opening)
+    values = [r.to_wire() for r in records]
+    for value in values:
+        validate(SchemaId.EVENT, value)  # nothing is sent unless every event is valid
+    if cipher is not None:
+        cipher.sync()  # a case erased since the last append starts again under a new key
+    return [(r.event, orjson.dumps(seal_body(v, cipher))) for r, v in zip(records, values, strict=True)]
 
 
 def append_events(log: InMemoryEventLog, events: Iterable[Event]) -> list[LogPosition]:
