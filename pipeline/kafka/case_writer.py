@@ -98,13 +98,13 @@ class Appended:
 class CaseWriter:
     """The one writer of a case: appends its events and sends its triggers, each call one transaction."""
 
-    def __init__(self, client_config: dict[str, str], names: TopicNames, case: CaseRef,
-                 cipher: CaseCipher | None) -> None:  # fmt: skip
+    def __init__(self, client_config: dict[str, str], names: TopicNames, case: CaseRef, cipher: CaseCipher | None,
+                 partitions: dict[str, int]) -> None:  # fmt: skip
         self.case, self._names, self._cipher, self._config = case, names, cipher, client_config
         self._producer = TransactionalProducer({**client_config, "transactional.id": names.writer_id(case.key),
                                                 "enable.idempotence": True, "acks": "all", "linger.ms": 2,
                                                 "compression.type": "lz4"})  # fmt: skip
-        self._partitions = {t: topic_partitions(client_config, t) for t in (names.events, names.triggers)}
+        self._partitions = partitions  # of the events and triggers topics (CaseWriters asks the cluster once)
         self._registered: int | None = None  # the producer generation the head was read for
         self.head = CaseHead()
         self._lock = threading.Lock()  # one call at a time: each numbers its events after the last one's
@@ -273,11 +273,15 @@ class CaseWriters:
                  capacity: int = 64) -> None:  # fmt: skip
         self._config, self._names, self._cipher, self._capacity = client_config, names, cipher, capacity
         self._writers: OrderedDict[CaseRef, CaseWriter] = OrderedDict()
+        self._partitions: dict[str, int] | None = None  # asked of the cluster at the first writer, not at every one
 
     def __call__(self, case: CaseRef) -> CaseWriter:
         writer = self._writers.get(case)
         if writer is None:
-            writer = self._writers[case] = CaseWriter(self._config, self._names, case, self._cipher)
+            if self._partitions is None:
+                self._partitions = {t: topic_partitions(self._config, t) for t in (self._names.events,
+                                                                                   self._names.triggers)}  # fmt: skip
+            writer = self._writers[case] = CaseWriter(self._config, self._names, case, self._cipher, self._partitions)
             while len(self._writers) > self._capacity:
                 self._writers.popitem(last=False)[1].close()
         self._writers.move_to_end(case)
