@@ -6,7 +6,6 @@ thousand waiting calls are a thousand small objects, not a thousand consumers or
 
 from __future__ import annotations
 
-import base64
 import logging
 import threading
 import time
@@ -16,6 +15,7 @@ from dataclasses import dataclass, field
 from pipeline.client.errors import DecisionRefusedError
 from pipeline.core.event_log import RawRecord
 from pipeline.kafka.topics import TopicNames
+from pipeline.wire.dead_letter import DeadLetterRecord
 from pipeline.wire.decision import DecisionRecord
 from pipeline.wire.record_keys import claimed_case
 from pipeline.wire.rejection import RejectedError, Rejection, decode_object
@@ -158,19 +158,16 @@ def trigger_refusal(names: TopicNames, tenant: str, record: RawRecord) -> Refusa
     A `duplicate` is none: the id was decided before, and that decision is the answer.
     """
     try:
-        letter = decode_object(record.value, "dead letter")
-    except RejectedError:
+        value = decode_object(record.value, "dead letter")
+        if not names.is_triggers(str(value.get("source_topic"))):
+            return None  # an event's or an output's dead letter (sealed or not): no decision waits on it
+        letter = DeadLetterRecord.from_wire(value)  # a trigger's is in clear
+        trigger = decode_object(letter.original_value.kept, "trigger")
+    except (RejectedError, CaseErasedError):
         return None
-    if not names.is_triggers(str(letter.get("source_topic"))) or "original_value_b64" not in letter:
-        return None  # an event's or an output's dead letter (sealed or not): no decision waits on it
-    reason = str(letter.get("reason"))
-    if reason == Rejection.DUPLICATE.value:
-        return None
-    try:
-        trigger = decode_object(base64.b64decode(letter["original_value_b64"]), "trigger")
-    except (RejectedError, ValueError):
+    if letter.reason is Rejection.DUPLICATE:
         return None
     trigger_id = trigger.get("trigger_id")
     if trigger.get("tenant") != tenant or not isinstance(trigger_id, str):
         return None
-    return Refusal(trigger_id, reason, str(letter.get("detail", "")))
+    return Refusal(trigger_id, letter.reason.value, letter.detail)
