@@ -326,12 +326,9 @@ class _Routes:
         memory = await self._memory(request)
         _check_decision_id(decision_id)
         try:
-            return DecisionOut.of(await memory.decision(decision_id))
+            return DecisionOut.of(await memory.collect(decision_id, min(wait_s, self._settings.max_wait_s)))
         except DecisionNotFoundError:
-            if wait_s <= 0:
-                raise not_found("decision") from None
-        try:
-            return DecisionOut.of(await memory.wait(decision_id, min(wait_s, self._settings.max_wait_s)))
+            raise not_found("decision") from None
         except DecisionTimeoutError:
             return _pending(decision_id)
         except DecisionRefusedError as exc:

@@ -10,7 +10,7 @@ import asyncio
 from collections.abc import Iterable
 from types import TracebackType
 
-from pipeline.client.errors import DecisionTimeoutError
+from pipeline.client.errors import DecisionNotFoundError, DecisionTimeoutError
 from pipeline.client.memory import DEFAULT_BUDGET_CHARS, DecisionMemory
 from pipeline.client.results import Decision, EventPosition, Explanation
 from pipeline.config.settings import Settings
@@ -71,6 +71,18 @@ class AsyncDecisionMemory:
 
     async def decision(self, decision_id: str) -> Decision:
         return await asyncio.to_thread(self.sync.decision, decision_id)
+
+    async def collect(self, decision_id: str, wait_s: float) -> Decision:
+        """A published decision; else, with `wait_s` > 0, the one asked for and not in yet, waited for.
+
+        Raises DecisionNotFoundError (none published, no wait), DecisionTimeoutError, DecisionRefusedError.
+        """
+        try:
+            return await self.decision(decision_id)
+        except DecisionNotFoundError:
+            if wait_s <= 0:
+                raise
+        return await self.wait(decision_id, wait_s)
 
     async def explain(self, decision_id: str) -> Explanation:
         return await asyncio.to_thread(self.sync.explain, decision_id)

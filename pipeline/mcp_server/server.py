@@ -27,6 +27,7 @@ from pipeline.core.domains import domain_task
 from pipeline.services.api_keys import ApiKeys
 
 MemoryFor = Callable[[str], Awaitable[AsyncDecisionMemory]]
+MAX_WAIT_S = 300.0  # longest a tool call waits for a decision (then it answers the id, pending)
 INSTRUCTIONS = (
     "Decision memory for this agent's cases: append each step you take to its case with append_event "
     "(kind: document, tool, message...; the text as it is), then ask for a decision with request_decision. "
@@ -84,7 +85,7 @@ def build_server(memory_for: MemoryFor, tenant: str | None, *, keys: ApiKeys | N
         try:
             decision_id = await client.request(case_id, task=domain_task(domain), budget=budget_chars,
                                                idempotency_key=idempotency_key)  # fmt: skip
-            return (await client.wait(decision_id, min(wait_s, 300.0))).to_json()
+            return (await client.wait(decision_id, min(wait_s, MAX_WAIT_S))).to_json()
         except DecisionTimeoutError as exc:
             return {"decision_id": exc.decision_id, "status": "pending"}
         except ClientError as exc:
@@ -95,12 +96,9 @@ def build_server(memory_for: MemoryFor, tenant: str | None, *, keys: ApiKeys | N
         """A decision by id (waiting up to wait_s for one asked for but not in yet)."""
         client = await memory()
         try:
-            return (await client.decision(decision_id)).to_json()
+            return (await client.collect(decision_id, min(wait_s, MAX_WAIT_S))).to_json()
         except DecisionNotFoundError as exc:
-            if wait_s <= 0:
-                raise ToolError(f"no decision {decision_id} is published") from exc
-        try:
-            return (await client.wait(decision_id, min(wait_s, 300.0))).to_json()
+            raise ToolError(f"no decision {decision_id} is published") from exc
         except DecisionTimeoutError:
             return {"decision_id": decision_id, "status": "pending"}
         except ClientError as exc:

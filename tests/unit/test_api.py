@@ -43,6 +43,14 @@ class FakeMemory:
     async def decision(self, decision_id: str) -> object:
         raise DecisionNotFoundError(decision_id)
 
+    async def collect(self, decision_id: str, wait_s: float) -> object:
+        try:
+            return await self.decision(decision_id)
+        except DecisionNotFoundError:
+            if wait_s <= 0:
+                raise
+        return await self.wait(decision_id, wait_s)
+
 
 Api = tuple[TestClient, dict[str, str], dict[str, FakeMemory], ApiKeys]  # client, keys by tenant, memories, store
 
