@@ -14,6 +14,7 @@ from pipeline.client.errors import (
     DecisionNotFoundError,
     DecisionRefusedError,
     DecisionTimeoutError,
+    EventTooLargeError,
     NoEventsError,
 )
 from pipeline.client.memory import DEFAULT_BUDGET_CHARS, DecisionMemory
@@ -32,6 +33,7 @@ __all__ = [
     "DecisionRefusedError",
     "DecisionTimeoutError",
     "EventPosition",
+    "EventTooLargeError",
     "Explanation",
     "Fact",
     "ModelUsage",

@@ -1,14 +1,19 @@
 """AsyncDecisionMemory: the client library for asyncio agents (LangGraph, the OpenAI Agents SDK, MCP servers).
 
-Appends and requests run on worker threads (librdkafka calls block); a waiting `decide` holds no
-thread: it awaits the future the client's one replies reader completes.
+Appends, reads and the preparing of a request run on the client's own threads (librdkafka calls
+block; asyncio's default pool has min(32, cores + 4) threads, six here, which fifty agents
+appending at once would queue behind). A request in flight and a waiting `decide` hold no thread:
+each awaits a future the client's trigger producer or its one replies reader completes.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+import functools
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from types import TracebackType
+from typing import TypeVar
 
 from pipeline.client.errors import DecisionNotFoundError, DecisionTimeoutError
 from pipeline.client.memory import DEFAULT_BUDGET_CHARS, DecisionMemory
@@ -16,14 +21,24 @@ from pipeline.client.results import Decision, EventPosition, Explanation
 from pipeline.config.settings import Settings
 from pipeline.core.task import TaskSpec
 from pipeline.core.verification import ReplayReport
+from pipeline.kafka.errors import KafkaAdapterError
+
+_T = TypeVar("_T")
+THREADS = 32  # blocking calls (appends, reads) a client runs side by side
 
 
 class AsyncDecisionMemory:
     """DecisionMemory's calls as coroutines; see DecisionMemory for what each does and raises."""
 
-    def __init__(self, tenant: str, *, settings: Settings | None = None, max_writers: int = 64) -> None:
+    def __init__(self, tenant: str, *, settings: Settings | None = None, max_writers: int = 64,
+                 threads: int = THREADS) -> None:  # fmt: skip
         self.sync = DecisionMemory(tenant, settings=settings, max_writers=max_writers)
         self.tenant = tenant
+        self._threads = ThreadPoolExecutor(threads, thread_name_prefix=f"dpm-client-{tenant}")
+
+    async def _run(self, call: Callable[..., _T], /, *args: object, **kwargs: object) -> _T:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._threads, functools.partial(call, *args, **kwargs))
 
     async def __aenter__(self) -> AsyncDecisionMemory:
         return self
@@ -34,16 +49,16 @@ class AsyncDecisionMemory:
 
     async def append(self, case_id: str, *, kind: str, text: str, idempotency_key: str | None = None,
                      timeout: float = 60.0) -> EventPosition:  # fmt: skip
-        return await asyncio.to_thread(self.sync.append, case_id, kind=kind, text=text,
-                                       idempotency_key=idempotency_key, timeout=timeout)  # fmt: skip
+        return await self._run(self.sync.append, case_id, kind=kind, text=text, idempotency_key=idempotency_key,
+                               timeout=timeout)  # fmt: skip
 
     async def append_many(
         self, case_id: str, events: Iterable[tuple[str, str]], *, idempotency_key: str | None = None,
         timeout: float = 60.0,
     ) -> list[EventPosition]:  # fmt: skip
         items = list(events)
-        return await asyncio.to_thread(self.sync.append_many, case_id, items, idempotency_key=idempotency_key,
-                                       timeout=timeout)  # fmt: skip
+        return await self._run(self.sync.append_many, case_id, items, idempotency_key=idempotency_key,
+                               timeout=timeout)  # fmt: skip
 
     async def decide(self, case_id: str, *, domain: str | None = None, task: TaskSpec | None = None,
                      budget: int = DEFAULT_BUDGET_CHARS, architecture: str = "dpm", timeout: float = 60.0,
@@ -55,9 +70,24 @@ class AsyncDecisionMemory:
     async def request(self, case_id: str, *, domain: str | None = None, task: TaskSpec | None = None,
                       budget: int = DEFAULT_BUDGET_CHARS, architecture: str = "dpm",
                       idempotency_key: str | None = None, timeout: float = 60.0) -> str:  # fmt: skip
-        return await asyncio.to_thread(self.sync.request, case_id, domain=domain, task=task, budget=budget,
+        prepared = self.sync.prepare_request_now(case_id, domain=domain, task=task, budget=budget,
+                                                 architecture=architecture,
+                                                 idempotency_key=idempotency_key)  # fmt: skip
+        if prepared is None:  # the case (or where the replies end) must be read first: on a thread
+            prepared = await self._run(self.sync.prepare_request, case_id, domain=domain, task=task, budget=budget,
                                        architecture=architecture, idempotency_key=idempotency_key,
                                        timeout=timeout)  # fmt: skip
+        if prepared.request is None:  # sent before: the decision (or the refusal) may be published already
+            await self._run(self.sync.look_up, prepared.decision_id)
+            return str(prepared.decision_id)
+        sent = asyncio.wrap_future(self.sync.send_request(prepared.request))
+        try:
+            await asyncio.wait_for(sent, timeout)
+        except TimeoutError:
+            raise self.sync.unconfirmed(prepared, timeout) from None
+        except KafkaAdapterError as exc:
+            raise self.sync.unsent(prepared, exc) from exc
+        return str(prepared.decision_id)
 
     async def wait(self, decision_id: str, timeout: float = 60.0) -> Decision:
         # Shielded: a timeout here must not cancel the future other calls for the same id wait on.
@@ -67,10 +97,11 @@ class AsyncDecisionMemory:
         except TimeoutError:
             self.sync.stop_waiting(decision_id)
             raise DecisionTimeoutError.of(decision_id, timeout) from None
-        return await asyncio.to_thread(self.sync.typed, reply)
+        typed = self.sync.typed_now(reply)  # on the loop when no event must be read, else on a thread
+        return typed if typed is not None else await self._run(self.sync.typed, reply)
 
     async def decision(self, decision_id: str) -> Decision:
-        return await asyncio.to_thread(self.sync.decision, decision_id)
+        return await self._run(self.sync.decision, decision_id)
 
     async def collect(self, decision_id: str, wait_s: float) -> Decision:
         """A published decision; else, with `wait_s` > 0, the one asked for and not in yet, waited for.
@@ -85,16 +116,17 @@ class AsyncDecisionMemory:
         return await self.wait(decision_id, wait_s)
 
     async def explain(self, decision_id: str) -> Explanation:
-        return await asyncio.to_thread(self.sync.explain, decision_id)
+        return await self._run(self.sync.explain, decision_id)
 
     async def replay(self, decision_id: str, *, backend: str | None = None) -> ReplayReport:
-        return await asyncio.to_thread(self.sync.replay, decision_id, backend=backend)
+        return await self._run(self.sync.replay, decision_id, backend=backend)
 
     async def decisions_of(self, case_id: str) -> list[str]:
-        return await asyncio.to_thread(self.sync.decisions_of, case_id)
+        return await self._run(self.sync.decisions_of, case_id)
 
     async def close(self) -> None:
-        await asyncio.to_thread(self.sync.close)
+        await self._run(self.sync.close)
+        self._threads.shutdown(wait=False)
 
 
 class TenantMemories:

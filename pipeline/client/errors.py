@@ -17,6 +17,17 @@ class ClusterUnavailableError(ClientError):
     """The cluster did not answer within the time given: nothing of the call was written."""
 
 
+class EventTooLargeError(ClientError):
+    """An event too large for one record (its text sealed, with its headers): nothing of the append was written.
+
+    `index` is the event's place in the append (0-based), `size` and `limit` in bytes.
+    """
+
+    def __init__(self, message: str, *, index: int = 0, size: int = 0, limit: int = 0) -> None:
+        super().__init__(message)
+        self.index, self.size, self.limit = index, size, limit
+
+
 class NoEventsError(ClientError):
     """A decision was asked for a case that has no events."""
 

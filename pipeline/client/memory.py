@@ -13,10 +13,13 @@ import hashlib
 import threading
 import uuid
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
+from contextlib import contextmanager
+from dataclasses import dataclass
 from types import TracebackType
+from typing import Literal, overload
 
 from pipeline.client.errors import (
     CaseConflictError,
@@ -24,33 +27,49 @@ from pipeline.client.errors import (
     ClusterUnavailableError,
     DecisionNotFoundError,
     DecisionTimeoutError,
+    EventTooLargeError,
     NoEventsError,
 )
+from pipeline.client.recent import RecentEvents
 from pipeline.client.replies import Reply, Waiters, trigger_refusal
 from pipeline.client.results import Decision, EventPosition, Explanation, cited_indexes
 from pipeline.config.settings import Settings
 from pipeline.core.domains import domain_task
-from pipeline.core.events import CaseRef, Event
+from pipeline.core.events import CaseRef, Event, LogPosition
 from pipeline.core.explanation import fact_rows
 from pipeline.core.task import Architecture, TaskSpec
 from pipeline.core.verification import ReplayReport
-from pipeline.kafka.case_writer import CaseWriter, CaseWriterConflictError, CaseWriters
+from pipeline.kafka.case_writer import CaseWriter, CaseWriterConflictError, CaseWriters, KnownCase
+from pipeline.kafka.case_writer import EventTooLargeError as WriterEventTooLargeError
 from pipeline.kafka.errors import BrokerUnavailableError, KafkaAdapterError
 from pipeline.kafka.keystore import case_keys_from
 from pipeline.kafka.range_reads import read_topic
-from pipeline.kafka.reader import KafkaEventLog
+from pipeline.kafka.reader import KafkaEventLog, PooledLog
 from pipeline.kafka.replies import ReplyReader
 from pipeline.keys.store import CaseKeys
 from pipeline.services.cluster import cluster_settings
 from pipeline.services.read_outputs import load_outputs
 from pipeline.services.replay import LogChangedError, read_recorded_events, registry_backends, replay_one
 from pipeline.services.tenants import topics_of
+from pipeline.wire.decision import DecisionRecord
 from pipeline.wire.rejection import RejectedError
 from pipeline.wire.trajectory import case_event
 from pipeline.wire.trigger import DecisionId, DecisionKey, DecisionRequest
 
 DEFAULT_BUDGET_CHARS = 5352  # the memory budget `dpm trigger` asks for by default
 _KEPT_DECISIONS = 1_024  # typed decisions a client keeps for calls that ask for them again
+# Readers of cited events per events topic, each serving one call at a time; a decision cites a few
+# events, so each reader seeks with two consumers rather than the worker's eight.
+_EVENT_READERS, _POINT_READERS = 4, 2
+_REPLIES_START_S = 15.0  # at most this long waiting for a cluster just back to say where the replies end
+
+
+@dataclass(frozen=True)
+class PreparedRequest:
+    """A decision request made ready to send; `request` None: it was sent before (a retry), not to send again."""
+
+    decision_id: DecisionId
+    request: DecisionRequest | None
 
 
 class DecisionMemory:
@@ -73,15 +92,13 @@ class DecisionMemory:
         self._keys: CaseKeys = case_keys_from(settings, names=self._names)
         sealing = self._keys if settings.keys.encryption else None
         self._writers = CaseWriters(self._config, self._names, sealing, capacity=max_writers)
-        self._writers_lock = threading.Lock()
         self._waiters = Waiters(self._names, tenant, self._keys)
         names = self._names
         self._replies = ReplyReader(self._config, (names.decisions, names.views, names.dlq), self._waiters.route)
-        self._logs: dict[str, KafkaEventLog] = {}  # by events topic (a growth makes a new generation's)
+        self._logs: dict[str, PooledLog] = {}  # by events topic (a growth makes a new generation's)
         self._logs_lock = threading.Lock()
-        # Typed decisions by id: many calls waiting for one decision read its cited events once. The lock
-        # also keeps the event logs' consumers to one reader at a time.
-        self._typed: OrderedDict[str, Decision] = OrderedDict()
+        self._typed: OrderedDict[str, Decision] = OrderedDict()  # by id: later calls for a decision read nothing
+        self._recent = RecentEvents()
         self._typed_lock = threading.Lock()
         self._max_positions = settings.worker.max_trigger_positions
 
@@ -100,7 +117,8 @@ class DecisionMemory:
 
         Raises CaseConflictError when another writer took the case over (nothing written; appending
         again continues after its events), ClusterUnavailableError after `timeout` seconds without
-        the broker (nothing written), InvalidEventError for an event that is not valid.
+        the broker (nothing written), InvalidEventError for an event that is not valid,
+        EventTooLargeError for one too large for a record (nothing written).
         """
         return self.append_many(case_id, [(kind, text)], idempotency_key=idempotency_key, timeout=timeout)[0]
 
@@ -122,11 +140,16 @@ class DecisionMemory:
             raise CaseConflictError(str(exc)) from exc
         except BrokerUnavailableError as exc:
             raise ClusterUnavailableError(str(exc)) from exc
+        except WriterEventTooLargeError as exc:
+            raise EventTooLargeError(str(exc), index=exc.index, size=exc.size, limit=exc.limit) from exc
+        if done.written:  # (an idempotent repeat's items may differ from what the first call wrote)
+            self._recent.add(self._names.events, ((p, Event(case, done.first_seq + i, kind, text))
+                                                  for i, (p, (kind, text)) in enumerate(zip(done.positions, items,
+                                                                                            strict=True))))  # fmt: skip
         return [EventPosition(case_id, done.first_seq + i, p) for i, p in enumerate(done.positions)]
 
     def _writer(self, case: CaseRef) -> CaseWriter:
-        with self._writers_lock:
-            return self._writers(case)
+        return self._writers(case)
 
     # Deciding
 
@@ -147,30 +170,103 @@ class DecisionMemory:
     def request(self, case_id: str, *, domain: str | None = None, task: TaskSpec | None = None,
                 budget: int = DEFAULT_BUDGET_CHARS, architecture: str = "dpm", idempotency_key: str | None = None,
                 timeout: float = 60.0) -> str:  # fmt: skip
-        """Sends the decision request (not waiting for the decision); returns the decision's id for `wait`."""
+        """Sends the decision request (not waiting for the decision); returns the decision's id for `wait`.
+
+        The request lists the case's events as this client knows them: its own appends, or, for a
+        case it has not written, the events committed when asked. If the broker has not acknowledged
+        the request within `timeout`, DecisionTimeoutError: it may still arrive and be decided.
+        """
+        prepared = self.prepare_request(case_id, domain=domain, task=task, budget=budget, architecture=architecture,
+                                        idempotency_key=idempotency_key, timeout=timeout)  # fmt: skip
+        if prepared.request is None:  # a retry: the decision (or the refusal) may be published already
+            self.look_up(prepared.decision_id)
+            return str(prepared.decision_id)
+        sent = self.send_request(prepared.request)
+        try:
+            sent.result(timeout)
+        except FutureTimeout:
+            raise self.unconfirmed(prepared, timeout) from None
+        except KafkaAdapterError as exc:
+            raise self.unsent(prepared, exc) from exc
+        return str(prepared.decision_id)
+
+    def prepare_request(self, case_id: str, *, domain: str | None = None, task: TaskSpec | None = None,
+                        budget: int = DEFAULT_BUDGET_CHARS, architecture: str = "dpm",
+                        idempotency_key: str | None = None, timeout: float = 60.0) -> PreparedRequest:  # fmt: skip
+        """The first half of `request` (blocking: the case may be read): the request, or None if sent before."""
+        return self._prepared(case_id, domain=domain, task=task, budget=budget, architecture=architecture,
+                              idempotency_key=idempotency_key, timeout=timeout, read=True)  # fmt: skip
+
+    def prepare_request_now(self, case_id: str, *, domain: str | None = None, task: TaskSpec | None = None,
+                            budget: int = DEFAULT_BUDGET_CHARS, architecture: str = "dpm",
+                            idempotency_key: str | None = None) -> PreparedRequest | None:  # fmt: skip
+        """`prepare_request` if it needs no broker (a case this client writes, replies read already), else None.
+
+        For an event loop: most requests of an agent are prepared without a thread.
+        """
+        return self._prepared(case_id, domain=domain, task=task, budget=budget, architecture=architecture,
+                              idempotency_key=idempotency_key, timeout=0.0, read=False)  # fmt: skip
+
+    @overload
+    def _prepared(self, case_id: str, *, domain: str | None, task: TaskSpec | None, budget: int, architecture: str,
+                  idempotency_key: str | None, timeout: float, read: Literal[True]) -> PreparedRequest: ...  # fmt: skip
+
+    @overload
+    def _prepared(self, case_id: str, *, domain: str | None, task: TaskSpec | None, budget: int, architecture: str,
+                  idempotency_key: str | None, timeout: float,
+                  read: Literal[False]) -> PreparedRequest | None: ...  # fmt: skip
+
+    def _prepared(self, case_id: str, *, domain: str | None, task: TaskSpec | None, budget: int, architecture: str,
+                  idempotency_key: str | None, timeout: float, read: bool) -> PreparedRequest | None:  # fmt: skip
         spec = _task(domain, task)
         arch = Architecture(architecture)
         case = CaseRef(self.tenant, case_id)
-        writer = self._writer(case)
+        known = self._writers.known_here(case)
+        if known is None or not self._replies.started:
+            if not read:
+                return None
+            known = self._known(case)
+            # at the replies' ends before the request is sent: no reply can be missed
+            with _reading("where the replies end (nothing was requested)"):
+                self._replies.start(timeout_s=min(timeout, _REPLIES_START_S))
+        if not known.positions:
+            raise NoEventsError(f"case {case.key} has no events: append its steps before asking for a decision")
+        trigger_id = _trigger_id(case, idempotency_key)
+        decision_id = DecisionId(trigger_id, arch)
+        self._waiters.expect(decision_id)
+        if trigger_id in known.triggers:
+            return PreparedRequest(decision_id, None)
+        positions = known.positions
+        listed = positions if len(positions) <= self._max_positions else None  # else the worker scans
+        return PreparedRequest(decision_id, DecisionRequest(trigger_id, case, spec, budget, (arch,), listed,
+                                                            len(positions)))  # fmt: skip
+
+    def _known(self, case: CaseRef) -> KnownCase:
         try:
-            positions = writer.positions()
-            if not positions:
-                raise NoEventsError(f"case {case.key} has no events: append its steps before asking for a decision")
-            trigger_id = _trigger_id(case, idempotency_key)
-            decision_id = DecisionId(trigger_id, arch)
-            self._replies.start()  # at the replies' ends before the request is sent: no reply can be missed
-            self._waiters.expect(decision_id)
-            sent_before = trigger_id in writer.head.triggers
-            listed = positions if len(positions) <= self._max_positions else None  # else the worker scans
-            request = DecisionRequest(trigger_id, case, spec, budget, (arch,), listed, len(positions))
-            writer.trigger(request, timeout_s=timeout)
-        except CaseWriterConflictError as exc:
-            raise CaseConflictError(str(exc)) from exc
+            return self._writers.known(case)
         except BrokerUnavailableError as exc:
             raise ClusterUnavailableError(str(exc)) from exc
-        if sent_before:  # a retry: the decision (or the refusal) may be published already
-            self._look_up(decision_id)
-        return str(decision_id)
+        except KafkaAdapterError as exc:
+            raise ClientError(str(exc)) from exc
+
+    def send_request(self, request: DecisionRequest) -> Future[LogPosition]:
+        """The second half of `request`: sends it (not blocking); the future completes when the broker has it."""
+        return self._writers.send_trigger(request)
+
+    def unconfirmed(self, prepared: PreparedRequest, timeout: float) -> DecisionTimeoutError:
+        """What a request not acknowledged in time raises: it may still arrive (and be decided)."""
+        return DecisionTimeoutError(
+            f"the broker did not acknowledge the request for decision {prepared.decision_id} within {timeout:g} s; "
+            f"it may still arrive and be decided: collect it later with decision({str(prepared.decision_id)!r}), "
+            "or ask again with the same idempotency key (never a second decision)",
+            decision_id=str(prepared.decision_id))  # fmt: skip
+
+    def unsent(self, prepared: PreparedRequest, error: KafkaAdapterError) -> ClientError:
+        """What a request the broker refused or never took raises (nothing was written; nobody waits for it)."""
+        self._waiters.forget(prepared.decision_id)
+        if isinstance(error, BrokerUnavailableError):
+            return ClusterUnavailableError(f"decision {prepared.decision_id} was not requested: {error}")
+        return ClientError(f"decision {prepared.decision_id} was not requested: {error}")
 
     def wait(self, decision_id: str, timeout: float = 60.0) -> Decision:
         """Waits for a requested decision; DecisionRefusedError or DecisionTimeoutError as `decide` says."""
@@ -192,7 +288,8 @@ class DecisionMemory:
     def decision(self, decision_id: str) -> Decision:
         """A published decision of this tenant by id (it reads the output topics); DecisionNotFoundError if none."""
         parsed = DecisionId.parse(decision_id)
-        found = self._published(parsed)
+        with _reading("the output topics"):
+            found = self._published(parsed)
         if found is None:
             raise DecisionNotFoundError(f"no decision {decision_id} of tenant {self.tenant} is published")
         if isinstance(found, Exception):
@@ -208,8 +305,9 @@ class DecisionMemory:
         decision = self.decision(decision_id)
         record = decision.record
         try:
-            trajectory = read_recorded_events(record, self._events_log(record.events_topic or self._names.events),
-                                              self._keys)  # fmt: skip
+            with _reading("the decision's events"):
+                trajectory = read_recorded_events(record, self._events_log(record.events_topic or self._names.events),
+                                                  self._keys)  # fmt: skip
         except LogChangedError as exc:
             return Explanation(decision, tuple(fact_rows(decision.view.view, None)), f"log changed: {exc.detail}")
         status = None if trajectory is not None else "erased"
@@ -222,12 +320,13 @@ class DecisionMemory:
         model's cost is paid again). Reads the output topics (the decision, its view, its audits).
         """
         key = DecisionKey(self.tenant, DecisionId.parse(decision_id))
-        outputs = load_outputs(self._config, self._names, cipher=self._keys, with_triggers=False)
+        with _reading("the output topics"):
+            outputs = load_outputs(self._config, self._names, cipher=self._keys, with_triggers=False)
         record = outputs.decisions.get(key)
         if record is None:
             raise DecisionNotFoundError(f"no decision {decision_id} of tenant {self.tenant} is published")
         log = self._events_log(record.events_topic or self._names.events)
-        with self._typed_lock:  # the event log's consumers: one reader at a time
+        with _reading("the decision's events"):
             return replay_one(record, outputs.views.get(key), outputs.audits.get(key, []), log,
                               registry_backends(self._settings.model, backend), recorded_only=False,
                               cipher=self._keys)  # fmt: skip
@@ -235,11 +334,13 @@ class DecisionMemory:
     def decisions_of(self, case_id: str) -> list[str]:
         """The ids of the case's published decisions, oldest first (it reads the output topics)."""
         case = CaseRef(self.tenant, case_id)
-        outputs = load_outputs(self._config, self._names, cipher=self._keys, with_audits=False, with_triggers=False)
+        with _reading("the output topics"):
+            outputs = load_outputs(self._config, self._names, cipher=self._keys, with_audits=False,
+                                   with_triggers=False)  # fmt: skip
         return [str(k.decision_id) for k, record in outputs.decisions.items() if record.case == case]
 
-    def _look_up(self, decision_id: DecisionId) -> None:
-        """Completes a waiting call from what is published already (a retried request)."""
+    def look_up(self, decision_id: DecisionId) -> None:
+        """Completes the calls waiting for a decision from what is published already (a retried request)."""
         found = self._published(decision_id)
         if found is not None:
             self._waiters.complete(decision_id, found)
@@ -259,37 +360,58 @@ class DecisionMemory:
 
     def typed(self, reply: Reply) -> Decision:
         """The typed decision of a reply, its cited events read back from the log (blocking; kept for later calls)."""
+        return self._typed_decision(reply, read=True)
+
+    def typed_now(self, reply: Reply) -> Decision | None:
+        """`typed` if it needs no read (every cited event appended by this client, or typed before), else None."""
+        return self._typed_decision(reply, read=False)
+
+    @overload
+    def _typed_decision(self, reply: Reply, *, read: Literal[True]) -> Decision: ...
+
+    @overload
+    def _typed_decision(self, reply: Reply, *, read: Literal[False]) -> Decision | None: ...
+
+    def _typed_decision(self, reply: Reply, *, read: bool) -> Decision | None:
         key = str(reply.record.decision_id)
         with self._typed_lock:
             if key in self._typed:
                 return self._typed[key]
-            decision = self._read_cited(reply)
-            self._typed[key] = decision
+        record = reply.record
+        topic = record.events_topic or self._names.events
+        cited: dict[int, Event] = {}
+        unread: dict[int, LogPosition] = {}
+        for index in cited_indexes(reply.view, len(record.positions)):
+            position = record.positions[index - 1]
+            known = self._recent.get(topic, position)
+            if known is not None and known.case == record.case:
+                cited[index] = known
+            else:
+                unread[index] = position
+        if unread:
+            if not read:
+                return None
+            cited.update(self._read_events(record, topic, unread))  # outside the lock: reads run side by side
+        with self._typed_lock:
+            decision = self._typed.setdefault(key, Decision.of(record, reply.view, cited))
             while len(self._typed) > _KEPT_DECISIONS:
                 self._typed.popitem(last=False)
             return decision
 
-    def _read_cited(self, reply: Reply) -> Decision:
-        record = reply.record
-        wanted = cited_indexes(reply.view, len(record.positions))
-        positions = [record.positions[i - 1] for i in wanted]
-        log = self._events_log(record.events_topic or self._names.events)
+    def _read_events(self, record: DecisionRecord, topic: str, wanted: dict[int, LogPosition]) -> dict[int, Event]:
         try:
-            read = log.read(positions)
+            read = self._events_log(topic).read(list(wanted.values()))
             by_position = {r.position: r for r in read.records}
-            cited: dict[int, Event] = {}
-            for index, position in zip(wanted, positions, strict=True):
-                raw = by_position.get(position)
-                if raw is not None:
-                    cited[index] = case_event(raw, record.case, self._keys, self._names.tenant)
+            return {index: case_event(by_position[position], record.case, self._keys, self._names.tenant)
+                    for index, position in wanted.items() if position in by_position}  # fmt: skip
         except (RejectedError, KafkaAdapterError) as exc:
             raise ClientError(f"decision {record.decision_id}: its cited events could not be read: {exc}") from exc
-        return Decision.of(record, reply.view, cited)
 
-    def _events_log(self, topic: str) -> KafkaEventLog:
+    def _events_log(self, topic: str) -> PooledLog:
         with self._logs_lock:
             if topic not in self._logs:
-                self._logs[topic] = KafkaEventLog(self._config, topic)
+                self._logs[topic] = PooledLog([KafkaEventLog(self._config, topic, point_readers=_POINT_READERS)
+                                               for _ in range(_EVENT_READERS)])  # fmt: skip
             return self._logs[topic]
 
     @property
@@ -299,13 +421,23 @@ class DecisionMemory:
 
     def close(self) -> None:
         self._replies.close()
-        with self._writers_lock:
-            self._writers.close()
+        self._writers.close()
         with self._logs_lock:
             for log in self._logs.values():
                 log.close()
             self._logs.clear()
         self._keys.close()
+
+
+@contextmanager
+def _reading(what: str) -> Iterator[None]:
+    """The Kafka layer's errors of a read as the client's: the cluster away, or the read failed (nothing changed)."""
+    try:
+        yield
+    except BrokerUnavailableError as exc:
+        raise ClusterUnavailableError(f"reading {what}: {exc}") from exc
+    except KafkaAdapterError as exc:
+        raise ClientError(f"reading {what} failed: {exc}") from exc
 
 
 def _task(domain: str | None, task: TaskSpec | None) -> TaskSpec:

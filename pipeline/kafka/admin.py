@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, TopicMetadata
 
-from pipeline.kafka.errors import BrokerUnavailableError, KafkaAdapterError, NotAuthorizedError
+from pipeline.kafka.errors import BrokerUnavailableError, KafkaAdapterError, NotAuthorizedError, wrapped
 
 # librdkafka logs connection refusals to stderr by default; route them through logging instead.
 _LIBRDKAFKA_LOG = logging.getLogger("pipeline.kafka.librdkafka")
@@ -191,7 +191,7 @@ def _described(client_config: dict[str, str], topic: str) -> TopicMetadata | Non
     try:
         metadata = admin_client(client_config).list_topics(topic, timeout=10)
     except KafkaException as exc:
-        raise KafkaAdapterError(f"cannot read the metadata of {topic}: {exc.args[0]}") from exc
+        raise wrapped(exc, f"cannot read the metadata of {topic}") from exc
     return usable_topic(topic, metadata.topics.get(topic))
 
 

@@ -1,4 +1,4 @@
-"""One writer per case: a case's events and triggers appended in transactions under a transactional id of its own.
+"""One writer per case: a case's events appended in transactions under a transactional id of its own.
 
 Sequence numbers are the writer's job. When a writer registers the case's transactional id
 (`<scope>writer.<tenant>/<case>`), Kafka fences every earlier writer of the case, in this process
@@ -16,6 +16,10 @@ commit) is found in the head and not written twice, and the same id given again 
 Producers outside this library (`dpm produce`, another language's client) are not fenced: a case
 must be written through one or the other.
 
+Decision requests are not events: a case's triggers go through one idempotent producer the
+process's writers share (kafka/trigger_sender.py), listing the case's events as its writer knows
+them, or, for a case this process has no writer of, as committed when asked (read, not registered).
+
 Cost: registering a case reads the case's partition of the events and triggers topics once (the
 same read as a scan trigger), per writer; a process keeps the writers of its recent cases.
 """
@@ -28,7 +32,9 @@ import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import TypeVar
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
@@ -36,11 +42,12 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 from pipeline.core.event_log import RawRecord, ReadResult
 from pipeline.core.events import CaseRef, Event, LogPosition
 from pipeline.kafka.admin import reader_group, topic_partitions
-from pipeline.kafka.errors import BrokerUnavailableError, KafkaAdapterError
+from pipeline.kafka.errors import BrokerUnavailableError, KafkaAdapterError, wrapped
 from pipeline.kafka.partitioning import case_partition
 from pipeline.kafka.range_reads import read_range
-from pipeline.kafka.steps import Output
+from pipeline.kafka.steps import Output, max_record_bytes, oversized
 from pipeline.kafka.topics import TopicNames
+from pipeline.kafka.trigger_sender import TriggerSender
 from pipeline.kafka.txn_producer import ProducerFencedError, TransactionalProducer, TransientPublishError
 from pipeline.wire.event import CaseOpening, sealed_values
 from pipeline.wire.headers import standard_headers
@@ -65,6 +72,17 @@ class CaseWriterConflictError(KafkaAdapterError):
     def of(cls, case: CaseRef) -> CaseWriterConflictError:
         return cls(f"case {case.key}: another writer took it over; nothing of this append was written. "
                    "Appending again takes the case back and continues after the other writer's events.")  # fmt: skip
+
+
+class EventTooLargeError(KafkaAdapterError):
+    """An event too large to send as one record (sealed, with its headers): nothing of its batch was written."""
+
+    def __init__(self, message: str, *, index: int = 0, size: int = 0, limit: int = 0) -> None:
+        super().__init__(message)
+        self.index, self.size, self.limit = index, size, limit  # the event's place in its batch (0-based)
+
+    def __reduce__(self) -> tuple[type[EventTooLargeError], tuple[str]]:
+        return type(self), (str(self),)
 
 
 @dataclass
@@ -105,6 +123,7 @@ class CaseWriter:
                                                 "enable.idempotence": True, "acks": "all", "linger.ms": 2,
                                                 "compression.type": "lz4"})  # fmt: skip
         self._partitions = partitions  # of the events and triggers topics (CaseWriters asks the cluster once)
+        self._max_bytes = max_record_bytes(client_config)
         self._registered: int | None = None  # the producer generation the head was read for
         self.head = CaseHead()
         self._lock = threading.Lock()  # one call at a time: each numbers its events after the last one's
@@ -123,7 +142,8 @@ class CaseWriter:
 
         Raises CaseWriterConflictError when another writer fenced this one, BrokerUnavailableError
         when the broker did not take the batch within `timeout_s` (nothing of it written either way),
-        InvalidEventError or SchemaError for an event that is not valid (nothing sent).
+        InvalidEventError or SchemaError for an event that is not valid, EventTooLargeError for one
+        too large to send (nothing sent).
         """
         batch = batch_id or uuid.uuid4().hex
         return self._retried(lambda: self._append_once(items, batch, opening), timeout_s)
@@ -136,10 +156,20 @@ class CaseWriter:
         first = self.head.last_seq + 1
         events = [Event(self.case, first + i, kind, text) for i, (kind, text) in enumerate(items)]
         outputs = self._event_outputs(events, batch, opening)
+        self._check_sizes(outputs, first)
         positions = self._producer.publish(outputs, generation=generation)
         self.head.positions.extend(positions)
         self.head.add_batch(batch, positions)
         return Appended(tuple(positions), first, written=True)
+
+    def _check_sizes(self, outputs: Sequence[Output], first_seq: int) -> None:
+        too_large = oversized(outputs, self._max_bytes)
+        if too_large is not None:
+            index, size = outputs.index(too_large), too_large.size()
+            raise EventTooLargeError(f"case {self.case.key}: event {first_seq + index} (number {index + 1} of the "
+                                     f"batch) takes {size} bytes as a record, over the limit of {self._max_bytes}; "
+                                     "nothing of the batch was written", index=index, size=size,
+                                     limit=self._max_bytes)  # fmt: skip
 
     def _seq_of(self, position: LogPosition) -> int:
         return self.head.positions.index(position) + 1
@@ -153,27 +183,18 @@ class CaseWriter:
     def _headers(self, schema: SchemaId, record_id: str) -> tuple[tuple[str, bytes], ...]:
         return standard_headers(schema, source=SOURCE, event_id=record_id, tenant=self.case.tenant)
 
-    def trigger(self, request: DecisionRequest, timeout_s: float = 60.0) -> LogPosition:
-        """Sends a decision request for the case (one transaction); a trigger id sent before is not sent again."""
-        return self._retried(lambda: self._trigger_once(request), timeout_s)
+    @property
+    def registered(self) -> bool:
+        """Whether the head was ever read (it then holds every event this writer or an earlier one committed)."""
+        return self._registered is not None
 
-    def _trigger_once(self, request: DecisionRequest) -> LogPosition:
-        generation = self._ready()
-        sent = self.head.triggers.get(request.trigger_id)
-        if sent is not None:
-            return sent
-        topic = self._names.triggers
-        output = Output(topic, self.case.key.encode(), request.encode(),
-                        self._headers(SchemaId.TRIGGER, request.trigger_id),
-                        case_partition(self.case, self._partitions[topic]))  # fmt: skip
-        [position] = self._producer.publish([output], generation=generation)
-        self.head.triggers[request.trigger_id] = position
-        return position
+    def note_trigger(self, trigger_id: str, position: LogPosition) -> None:
+        """Records a decision request sent for the case (CaseWriters sends them), so the same id is not sent twice.
 
-    def positions(self) -> tuple[LogPosition, ...]:
-        """The positions of the case's events 1..n as this writer knows them (registering first if it must)."""
-        self._retried(self._ready, 60.0)
-        return tuple(self.head.positions)
+        Called on the trigger producer's report thread, which must never wait for an append in
+        progress: no lock (one dict item set; a head read again at registration replaces the dict).
+        """
+        self.head.triggers[trigger_id] = position
 
     def _retried(self, attempt: Callable[[], _T], timeout_s: float) -> _T:
         """`attempt()` until it succeeds, a conflict or a lasting failure, or `timeout_s` passes (the broker away)."""
@@ -257,7 +278,7 @@ def _case_records(client_config: dict[str, str], topic: str, partition: int, cas
                                                               timeout_s=10)
                  if r.key and (r.key == exact_key if exact else r.key.startswith(prefix))]  # fmt: skip
     except KafkaException as exc:
-        raise KafkaAdapterError(f"reading case {case.key} from {topic}[{partition}] failed: {exc}") from exc
+        raise wrapped(exc, f"reading case {case.key} from {topic}[{partition}] failed") from exc
     finally:
         consumer.close()
     if exact:
@@ -266,28 +287,95 @@ def _case_records(client_config: dict[str, str], topic: str, partition: int, cas
     return sorted((r for r in latest.values() if r.value), key=lambda r: r.position)
 
 
+@dataclass(frozen=True)
+class KnownCase:
+    """A case's events and the decision requests sent for it, as a client knows them when it asks for a decision."""
+
+    positions: tuple[LogPosition, ...]
+    triggers: dict[str, LogPosition]
+
+
 class CaseWriters:
-    """The writers of a process's recent cases (least recently used closed first), made on first use."""
+    """The writers of a process's recent cases, and the one producer every case's decision requests share.
+
+    Writers are made on first use, the least recently used closed first. Thread-safe.
+    """
 
     def __init__(self, client_config: dict[str, str], names: TopicNames, cipher: CaseCipher | None,
                  capacity: int = 64) -> None:  # fmt: skip
         self._config, self._names, self._cipher, self._capacity = client_config, names, cipher, capacity
         self._writers: OrderedDict[CaseRef, CaseWriter] = OrderedDict()
-        self._partitions: dict[str, int] | None = None  # asked of the cluster at the first writer, not at every one
+        self._partitions: dict[str, int] | None = None  # asked of the cluster at the first use, not at every case
+        self._sender: TriggerSender | None = None
+        self._lock = threading.Lock()
+
+    def _partition_counts(self) -> dict[str, int]:
+        if self._partitions is None:
+            self._partitions = {t: topic_partitions(self._config, t) for t in (self._names.events,
+                                                                               self._names.triggers)}  # fmt: skip
+        return self._partitions
 
     def __call__(self, case: CaseRef) -> CaseWriter:
-        writer = self._writers.get(case)
-        if writer is None:
-            if self._partitions is None:
-                self._partitions = {t: topic_partitions(self._config, t) for t in (self._names.events,
-                                                                                   self._names.triggers)}  # fmt: skip
-            writer = self._writers[case] = CaseWriter(self._config, self._names, case, self._cipher, self._partitions)
-            while len(self._writers) > self._capacity:
-                self._writers.popitem(last=False)[1].close()
-        self._writers.move_to_end(case)
-        return writer
+        with self._lock:
+            writer = self._writers.get(case)
+            if writer is None:
+                writer = self._writers[case] = CaseWriter(self._config, self._names, case, self._cipher,
+                                                          self._partition_counts())  # fmt: skip
+                while len(self._writers) > self._capacity:
+                    self._writers.popitem(last=False)[1].close()
+            self._writers.move_to_end(case)
+            return writer
+
+    def known(self, case: CaseRef) -> KnownCase:
+        """The case as this process's writer of it knows it; for a case it has no writer of, as committed now.
+
+        The first needs no broker (a decision asked while it is away waits for it, not for a new
+        registration); the second reads the case's partitions without registering a writer: asking
+        for a decision fences nobody.
+        """
+        known = self.known_here(case)
+        if known is not None:
+            return known
+        with self._lock:
+            partitions = self._partition_counts()
+        head = read_head(self._config, self._names, case, partitions)
+        return KnownCase(tuple(head.positions), head.triggers)
+
+    def known_here(self, case: CaseRef) -> KnownCase | None:
+        """The case as this process's registered writer of it knows it (never blocks); None without one."""
+        with self._lock:
+            writer = self._writers.get(case)
+        if writer is None or not writer.registered:
+            return None
+        head = writer.head  # as its own appends left it: no broker call
+        return KnownCase(tuple(head.positions), dict(head.triggers))
+
+    def send_trigger(self, request: DecisionRequest) -> Future[LogPosition]:
+        """Sends a decision request on the case's partition of the triggers topic; its future completes when acked."""
+        topic = self._names.triggers
+        headers = standard_headers(SchemaId.TRIGGER, source=SOURCE, event_id=request.trigger_id,
+                                   tenant=request.case.tenant)  # fmt: skip
+        with self._lock:
+            output = Output(topic, request.case.key.encode(), request.encode(), headers,
+                            case_partition(request.case, self._partition_counts()[topic]))  # fmt: skip
+            if self._sender is None:
+                self._sender = TriggerSender(self._config)
+            sent = self._sender.send(output)
+            writer = self._writers.get(request.case)
+        if writer is not None:
+            sent.add_done_callback(partial(_note_sent, writer, request.trigger_id))
+        return sent
 
     def close(self) -> None:
-        for writer in self._writers.values():
-            writer.close()
-        self._writers.clear()
+        with self._lock:
+            for writer in self._writers.values():
+                writer.close()
+            self._writers.clear()
+            if self._sender is not None:
+                self._sender.close()
+                self._sender = None
+
+
+def _note_sent(writer: CaseWriter, trigger_id: str, sent: Future[LogPosition]) -> None:
+    if sent.exception() is None:
+        writer.note_trigger(trigger_id, sent.result())

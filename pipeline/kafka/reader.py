@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import logging
+import queue
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
 
@@ -213,4 +215,38 @@ class KafkaEventLog:
         if self._pool is not None:
             self._pool.shutdown(wait=True)
         for reader in (self._consumer, *self._points):
+            reader.close()
+
+
+class PooledLog:
+    """An event log whose every read borrows one of several Kafka readers, each used by one thread at a time.
+
+    A caller (an auditor's page, a client's call) holds a reader only while it reads: a replay
+    re-running a slow model holds none.
+    """
+
+    def __init__(self, readers: list[KafkaEventLog]) -> None:
+        self._all = readers
+        self._free: queue.LifoQueue[KafkaEventLog] = queue.LifoQueue()
+        for reader in readers:
+            self._free.put(reader)
+
+    @contextmanager
+    def _borrowed(self) -> Iterator[KafkaEventLog]:
+        reader = self._free.get()
+        try:
+            yield reader
+        finally:
+            self._free.put(reader)
+
+    def read(self, positions: Sequence[LogPosition], deadline: float | None = None) -> ReadResult:
+        with self._borrowed() as reader:
+            return reader.read(positions, deadline)
+
+    def scan(self, case: CaseRef, deadline: float | None = None) -> ReadResult:
+        with self._borrowed() as reader:
+            return reader.scan(case, deadline)
+
+    def close(self) -> None:
+        for reader in self._all:
             reader.close()

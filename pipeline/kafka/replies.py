@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
@@ -18,11 +19,12 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from pipeline.core.event_log import RawRecord
 from pipeline.kafka.admin import reader_group, topic_partitions
-from pipeline.kafka.errors import KafkaAdapterError
+from pipeline.kafka.errors import BrokerUnavailableError, KafkaAdapterError, wrapped
 from pipeline.kafka.range_reads import raw_record
 
 _LOG = logging.getLogger("pipeline.kafka.librdkafka")
 _POLL_S = 0.2
+_RETRY_S = 1.0
 
 
 class ReplyReader:
@@ -37,22 +39,43 @@ class ReplyReader:
         self._started = threading.Lock()
         self.failure: str | None = None  # why the reader stopped early, if it did
 
-    def start(self) -> None:
-        """Positions the reader at the topics' ends and starts its thread (once; later calls return at once)."""
+    @property
+    def started(self) -> bool:
+        return self._thread is not None
+
+    def start(self, timeout_s: float = 15.0) -> None:
+        """Positions the reader at the topics' ends and starts its thread (once; later calls return at once).
+
+        A cluster that does not answer, or is not ready (just back), is asked again for up to
+        `timeout_s`; then BrokerUnavailableError.
+        """
         with self._started:
             if self._thread is not None:
                 return
-            consumer = Consumer({**self._config, "group.id": reader_group("replies"), "enable.auto.commit": False,
-                                 "isolation.level": "read_committed", "fetch.wait.max.ms": 20},
-                                logger=_LOG)  # fmt: skip
-            try:
-                consumer.assign(self._ends(consumer))
-            except KafkaException as exc:
-                consumer.close()
-                raise KafkaAdapterError(f"reading the replies on {', '.join(self._topics)} failed: {exc}") from exc
-            self._consumer = consumer
+            deadline = time.monotonic() + timeout_s
+            while True:
+                try:
+                    self._consumer = self._positioned()
+                    break
+                except BrokerUnavailableError:
+                    if time.monotonic() + _RETRY_S > deadline:
+                        raise
+                    time.sleep(_RETRY_S)
             self._thread = threading.Thread(target=self._run, name="dpm-replies", daemon=True)
             self._thread.start()
+
+    def _positioned(self) -> Consumer:
+        consumer = Consumer({**self._config, "group.id": reader_group("replies"), "enable.auto.commit": False,
+                             "isolation.level": "read_committed", "fetch.wait.max.ms": 20}, logger=_LOG)  # fmt: skip
+        try:
+            consumer.assign(self._ends(consumer))
+        except KafkaException as exc:
+            consumer.close()
+            raise wrapped(exc, f"reading the replies on {', '.join(self._topics)} failed") from exc
+        except KafkaAdapterError:
+            consumer.close()
+            raise
+        return consumer
 
     def _ends(self, consumer: Consumer) -> list[TopicPartition]:
         """Every partition of the topics at its current end (the next offset to be written)."""

@@ -4,22 +4,18 @@ from __future__ import annotations
 
 import logging
 import math
-import queue
 import threading
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass
 
 from pipeline.config.settings import Settings
 from pipeline.core.errors import DpmError
-from pipeline.core.event_log import ReadResult
-from pipeline.core.events import CaseRef, LogPosition, Trajectory
+from pipeline.core.events import Trajectory
 from pipeline.core.verification import ReplayReport
 from pipeline.kafka.errors import KafkaAdapterError
 from pipeline.kafka.keystore import case_keys_from
 from pipeline.kafka.layout import current_generation
-from pipeline.kafka.reader import KafkaEventLog
+from pipeline.kafka.reader import KafkaEventLog, PooledLog
 from pipeline.kafka.topics import TopicNames
 from pipeline.services.audit_index import DecisionIndex, IndexedDecision, LiveIndex, read_audits
 from pipeline.services.replay import LogChangedError, read_recorded_events, registry_backends, replay_one
@@ -36,39 +32,6 @@ class CaseEvents:
 
     trajectory: Trajectory | None
     problem: str | None = None  # "erased", or what changed at the recorded offsets
-
-
-class PooledLog:
-    """An event log whose every read borrows one of several Kafka readers, each used by one thread at a time.
-
-    A page holds a reader only while it reads: a replay re-running a slow model holds none.
-    """
-
-    def __init__(self, readers: list[KafkaEventLog]) -> None:
-        self._all = readers
-        self._free: queue.LifoQueue[KafkaEventLog] = queue.LifoQueue()
-        for reader in readers:
-            self._free.put(reader)
-
-    @contextmanager
-    def _borrowed(self) -> Iterator[KafkaEventLog]:
-        reader = self._free.get()
-        try:
-            yield reader
-        finally:
-            self._free.put(reader)
-
-    def read(self, positions: Sequence[LogPosition], deadline: float | None = None) -> ReadResult:
-        with self._borrowed() as reader:
-            return reader.read(positions, deadline)
-
-    def scan(self, case: CaseRef, deadline: float | None = None) -> ReadResult:
-        with self._borrowed() as reader:
-            return reader.scan(case, deadline)
-
-    def close(self) -> None:
-        for reader in self._all:
-            reader.close()
 
 
 class _Scope:

@@ -17,7 +17,9 @@ from tests.integration.test_client_appends import client_settings
 from tests.pipeline_support import create_topics, small_cases, worker_env
 from tests.processes import dpm_cli
 
-pytestmark = pytest.mark.e2e
+# The door's waiting and typing are the client's own; what a broker release could change (its case
+# writers' transactions and fencing) runs on both releases in tests/integration/test_client_appends.py.
+pytestmark = [pytest.mark.e2e, pytest.mark.any_broker]
 
 
 def test_an_agent_appends_steps_and_gets_a_cited_decision_that_replays(
@@ -35,6 +37,10 @@ def test_an_agent_appends_steps_and_gets_a_cited_decision_that_replays(
             collected = memory.decision(decision.decision_id)
             explained = memory.explain(decision.decision_id)
             replayed_here = memory.replay(decision.decision_id)
+            with DecisionMemory("acme", settings=settings) as other:  # another process, which never wrote case-7
+                read_back = other.decision(decision.decision_id)  # its cited events read from the log
+                theirs = other.decide("case-7", task=case.task, budget=2_000, timeout=120)
+            after = memory.append("case-7", kind="message", text="a step after the other's decision")
     assert decision.label in case.task.label_space
     assert decision.facts
     assert all(f.cites for f in decision.facts)
@@ -44,10 +50,13 @@ def test_an_agent_appends_steps_and_gets_a_cited_decision_that_replays(
     assert decision.record.events_count == len(case.trajectory)
     assert again.decision_id == decision.decision_id == collected.decision_id  # the retry made no second decision
     published = [r for r in read_topic(kafka_config, topic_names.decisions) if r.key]
-    assert [r.key.decode() for r in published if r.key] == [decision.decision_id]
+    assert [r.key.decode() for r in published if r.key] == [decision.decision_id, theirs.decision_id]
     assert explained.events_unreadable is None
     assert all(f.citations_valid for f in explained.facts)  # as the auditor's page checks them
     assert replayed_here.status is ReplayStatus.MATCH
+    assert read_back.facts == decision.facts  # from the log, the same events this client remembered sending
+    assert theirs.record.events_count == len(case.trajectory)  # the case as committed when it asked
+    assert after.seq == len(case.trajectory) + 1  # asking for a decision fenced nobody: the writer goes on
     replayed = dpm_cli(*decision.replay_command.split()[1:], env={"DPM_BOOTSTRAP": kafka_bootstrap,
                                                                  "DPM_TOPIC_PREFIX": topic_names.prefix})  # fmt: skip
     assert replayed.returncode == 0, replayed.stderr

@@ -22,7 +22,7 @@ from pipeline.integrations.langgraph import CaptureSteps, decision_node  # noqa:
 from pipeline.kafka.topics import TopicNames  # noqa: E402
 from pipeline.keys.store import CaseKeys  # noqa: E402
 from pipeline.services.cluster import pipeline_processes  # noqa: E402
-from tests.integration.test_client_appends import _case_log, client_settings  # noqa: E402
+from tests.integration.test_client_appends import case_log, client_settings  # noqa: E402
 from tests.pipeline_support import create_topics, worker_env  # noqa: E402
 from tests.processes import dpm_cli  # noqa: E402
 
@@ -78,7 +78,7 @@ def test_a_langgraph_agent_s_steps_land_in_order_and_its_decision_node_decides(
                                            config={"callbacks": [capture]})  # fmt: skip
         decided = memory.decision(final["decision"]["decision_id"])
     assert capture.appended == 6
-    assert _case_log(kafka_config, topic_names, CaseRef("acme", "loan-42"), case_keys) == [
+    assert case_log(kafka_config, topic_names, CaseRef("acme", "loan-42"), case_keys) == [
         (1, 'credit_report {"applicant": "J. Doe"}'),
         (2, "Credit bureau report for J. Doe: score 712, no defaults on record, debt-to-income 0.28."),
         (3, "Checking income next."),

@@ -25,7 +25,7 @@ from pipeline.integrations.openai_agents import CaptureSteps, decision_tool  # n
 from pipeline.kafka.topics import TopicNames  # noqa: E402
 from pipeline.keys.store import CaseKeys  # noqa: E402
 from pipeline.services.cluster import pipeline_processes  # noqa: E402
-from tests.integration.test_client_appends import _case_log, client_settings  # noqa: E402
+from tests.integration.test_client_appends import case_log, client_settings  # noqa: E402
 from tests.pipeline_support import create_topics, worker_env  # noqa: E402
 from tests.processes import dpm_cli  # noqa: E402
 
@@ -87,7 +87,7 @@ def test_an_agents_sdk_run_s_steps_land_in_order_and_its_decision_tool_decides(
                               and "decision_id" in str(i.output)))  # fmt: skip
     assert decided["label"] in ("APPROVE", "DENY", "REFER")
     assert appended == 3
-    assert _case_log(kafka_config, topic_names, CaseRef("acme", "loan-7"), case_keys) == [
+    assert case_log(kafka_config, topic_names, CaseRef("acme", "loan-7"), case_keys) == [
         (1, 'credit_report {"applicant": "J. Doe"}'),
         (2, "Credit bureau report for J. Doe: score 712, no defaults on record, income 84,000 per year."),
         (3, SUMMARY),

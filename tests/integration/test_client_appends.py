@@ -30,7 +30,7 @@ def client_settings(bootstrap: str, names: TopicNames, home: Path) -> Settings:
                               "DPM_KEYS_DIR": os.environ["DPM_KEYS_DIR"]})  # fmt: skip
 
 
-def _case_log(config: dict[str, str], names: TopicNames, case: CaseRef, keys: CaseKeys) -> list[tuple[int, str]]:
+def case_log(config: dict[str, str], names: TopicNames, case: CaseRef, keys: CaseKeys) -> list[tuple[int, str]]:
     """(seq, text) of the case's committed events in log order, opened with the case's key."""
     keys.sync()
     found = []
@@ -55,7 +55,7 @@ def test_the_library_numbers_a_case_s_events_across_restarts_and_appends_a_batch
     with DecisionMemory("acme", settings=settings) as restarted:  # a new process: it reads the case's last seq
         again = restarted.append("case-7", kind="message", text="pay slip received")
     assert again.seq == 4
-    assert _case_log(kafka_config, topic_names, CaseRef("acme", "case-7"), case_keys) == [
+    assert case_log(kafka_config, topic_names, CaseRef("acme", "case-7"), case_keys) == [
         (1, "Applicant income verified: 84,000"), (2, "credit score 712"), (3, "asked for a pay slip"),
         (4, "pay slip received")]  # fmt: skip
 
@@ -72,7 +72,7 @@ def test_a_second_writer_fences_the_first_which_learns_it_and_nothing_is_duplica
             one.append("case-1", kind="message", text="one: refused, never written")
         taken_back = one.append("case-1", kind="message", text="one: after two's event")
         assert taken_back.seq == 3
-    assert _case_log(kafka_config, topic_names, CaseRef("acme", "case-1"), case_keys) == [
+    assert case_log(kafka_config, topic_names, CaseRef("acme", "case-1"), case_keys) == [
         (1, "one: first"), (2, "two: takes over"), (3, "one: after two's event")]  # fmt: skip
 
 
@@ -89,7 +89,7 @@ def test_an_append_retried_with_its_idempotency_key_is_written_once(
         later = restarted.append("case-2", kind="message", text="next")
     assert retried == written
     assert later.seq == 3
-    assert [seq for seq, _ in _case_log(kafka_config, topic_names, CaseRef("acme", "case-2"), case_keys)] == [1, 2, 3]
+    assert [seq for seq, _ in case_log(kafka_config, topic_names, CaseRef("acme", "case-2"), case_keys)] == [1, 2, 3]
 
 
 _HALF_WRITTEN = """
@@ -121,4 +121,4 @@ def test_a_writer_killed_mid_batch_leaves_nothing_of_it_and_the_next_writer_cont
     with DecisionMemory("acme", settings=settings) as memory:  # registering aborts what the killed writer left open
         after = memory.append("case-3", kind="message", text="after the kill")
     assert after.seq == 2
-    assert _case_log(kafka_config, topic_names, case, case_keys) == [(1, "committed"), (2, "after the kill")]
+    assert case_log(kafka_config, topic_names, case, case_keys) == [(1, "committed"), (2, "after the kill")]
