@@ -10,6 +10,7 @@ log, and decisions are read from the output topics; the rate limit is per replic
 
 from __future__ import annotations
 
+import logging
 import math
 import threading
 import time
@@ -17,10 +18,12 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
+import orjson
 from fastapi import FastAPI, Header, Path, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from pipeline.api.problems import (
     Problem,
@@ -34,11 +37,13 @@ from pipeline.api.problems import (
 from pipeline.client import (
     AsyncDecisionMemory,
     CaseConflictError,
+    ClientError,
     ClusterUnavailableError,
     Decision,
     DecisionNotFoundError,
     DecisionRefusedError,
     DecisionTimeoutError,
+    EventTooLargeError,
     NoEventsError,
 )
 from pipeline.client.memory import DEFAULT_BUDGET_CHARS
@@ -49,6 +54,7 @@ from pipeline.core.task import TaskSpec
 from pipeline.services.api_keys import ApiKey, ApiKeys
 from pipeline.wire.trigger import DecisionId, InvalidDecisionIdError
 
+_LOG = logging.getLogger("pipeline.api")
 VERSION = "v1"
 MIN_BUDGET_CHARS, MAX_BUDGET_CHARS = 200, 1_000_000
 CaseId = Annotated[str, Path(min_length=1, max_length=200, description="the case, as the agent names it")]
@@ -132,6 +138,35 @@ class DecisionOut(BaseModel):
         return cls.model_validate(decision.to_json())
 
 
+class FactCheckOut(BaseModel):
+    """A fact checked against the case's events as read now."""
+
+    number: int
+    text: str
+    citations: list[int]
+    citations_valid: bool | None = Field(description="every cited event exists (null: the events are unreadable)")
+    grounded: bool | None = Field(description="its figures are in the cited events (null: none to check)")
+
+
+class ExplanationOut(BaseModel):
+    decision: DecisionOut
+    facts: list[FactCheckOut]
+    events_unreadable: str | None = Field(description='why the checks could not be made ("erased", "log changed")')
+
+
+class ReplayOut(BaseModel):
+    """The decision re-run from its recorded offsets and verified by hash (the recorded backend)."""
+
+    decision_id: str
+    status: str = Field(examples=["MATCH"], description="MATCH, DRIFT, MISMATCH, ERASED, ... (see the docs)")
+    detail: str
+
+
+class CaseDecisionsOut(BaseModel):
+    case_id: str
+    decision_ids: list[str] = Field(description="oldest first")
+
+
 class Pending(BaseModel):
     decision_id: str
     status: Literal["pending"] = "pending"
@@ -201,7 +236,8 @@ def create_api(memory_for: MemoryFor, keys: ApiKeys, settings: ApiSettings,
     app = FastAPI(title="dpm", version=VERSION, description=__doc__, openapi_url="/openapi.json", docs_url=None,
                   redoc_url=None)  # fmt: skip
     _answer_problems(app)
-    _guard(app, keys, RateLimit(settings.rate_per_s), settings.max_body_bytes)
+    app.add_middleware(_Guard, keys=keys, limits=RateLimit(settings.rate_per_s),
+                       max_body_bytes=settings.max_body_bytes)  # fmt: skip
     routes = _Routes(memory_for, settings, erase)
     written = (400, 401, 403, 409, 411, 413, 429, 503)
     app.add_api_route(f"/{VERSION}/cases/{{case_id}}/events", routes.append, methods=["POST"], status_code=201,
@@ -214,6 +250,16 @@ def create_api(memory_for: MemoryFor, keys: ApiKeys, settings: ApiSettings,
                       response_model=DecisionOut,
                       responses={202: {"model": Pending}, **_problems(400, 401, 403, 404, 422, 429)},
                       summary="Read a decision, waiting up to wait_s")  # fmt: skip
+    app.add_api_route(f"/{VERSION}/decisions/{{decision_id}}/explanation", routes.explain, methods=["GET"],
+                      response_model=ExplanationOut, responses=_problems(401, 403, 404, 429, 503),
+                      summary="A decision with its facts checked against its events")  # fmt: skip
+    app.add_api_route(f"/{VERSION}/decisions/{{decision_id}}/replay", routes.replay, methods=["GET"],
+                      response_model=ReplayOut, responses=_problems(401, 403, 404, 429, 503),
+                      summary="Replay a decision from its recorded offsets and verify it by hash")  # fmt: skip
+    app.add_api_route(f"/{VERSION}/cases/{{case_id}}/decisions", routes.decisions_of, methods=["GET"],
+                      response_model=CaseDecisionsOut, responses=_problems(400, 401, 403, 429, 503),
+                      summary="The ids of a case's published decisions")  # fmt: skip
+    app.add_api_route("/healthz", _healthz, methods=["GET"], summary="Liveness: the process answers (no key)")
     app.add_api_route(f"/{VERSION}/tenants/{{tenant}}/cases/{{case_id}}", routes.erase_case, methods=["DELETE"],
                       status_code=204, responses=_problems(400, 401, 403, 429),
                       summary="Erase a case (admin key)")  # fmt: skip
@@ -255,22 +301,32 @@ def _answer_problems(app: FastAPI) -> None:
         return bad_request(f"{where}: {first.get('msg', 'invalid')}").response()  # the message names no value
 
 
-def _guard(app: FastAPI, keys: ApiKeys, limits: RateLimit, max_body_bytes: int) -> None:
-    """Before any route: the body's declared size, then (under /v1) the API key and its rate."""
+class _Guard:
+    """Before any route: the body's declared size, then (under /v1) the API key and its rate.
 
-    @app.middleware("http")
-    async def _guarded(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
-        try:
-            _check_size(request, max_body_bytes)
-            if request.url.path.startswith(f"/{VERSION}/"):
-                caller = _caller(request, keys)
-                wait = limits.retry_after(caller.key.key_id)
-                if wait is not None:
-                    raise rate_limited(wait)
-                request.state.caller = caller
-        except Problem as problem:
-            return problem.response()
-        return await call_next(request)
+    A plain ASGI middleware, not Starlette's BaseHTTPMiddleware (`@app.middleware`), which runs
+    every request through a task and a memory stream of its own: at 50 concurrent decisions that
+    cost more than the rest of the door.
+    """
+
+    def __init__(self, app: ASGIApp, keys: ApiKeys, limits: RateLimit, max_body_bytes: int) -> None:
+        self._app, self._keys, self._limits, self._max_body_bytes = app, keys, limits, max_body_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            request = Request(scope)
+            try:
+                _check_size(request, self._max_body_bytes)
+                if request.url.path.startswith(f"/{VERSION}/"):
+                    caller = _caller(request, self._keys)
+                    wait = self._limits.retry_after(caller.key.key_id)
+                    if wait is not None:
+                        raise rate_limited(wait)
+                    scope.setdefault("state", {})["caller"] = caller
+            except Problem as problem:
+                await problem.response()(scope, receive, send)
+                return
+        await self._app(scope, receive, send)
 
 
 IdempotencyKey = Annotated[str | None, Header(max_length=200, description="the same key again: no second write")]
@@ -297,13 +353,17 @@ class _Routes:
                                             idempotency_key=idempotency_key)  # fmt: skip
         except InvalidEventError as exc:
             raise bad_request("an event is not valid: " + str(exc).split(" must ")[0].split(" ")[0]) from exc
+        except EventTooLargeError as exc:
+            raise Problem(413, "event-too-large", "Content too large",
+                          f"events[{exc.index}] takes {exc.size} bytes as a record (its text sealed, with its "
+                          f"headers), over the limit of {exc.limit}; nothing was written") from exc  # fmt: skip
         except (CaseConflictError, ClusterUnavailableError) as exc:
             raise _client_problem(exc) from exc
         return Appended(case_id=case_id, events=[Position(seq=a.seq, partition=a.position.partition,
                                                           offset=a.position.offset) for a in done])  # fmt: skip
 
     async def decide(self, request: Request, case_id: CaseId, body: DecideIn,
-                     idempotency_key: IdempotencyKey = None) -> DecisionOut | JSONResponse:  # fmt: skip
+                     idempotency_key: IdempotencyKey = None) -> Response:  # fmt: skip
         """The decision (200), or 202 with its URL when it takes longer than wait_s."""
         memory = await self._memory(request)
         _check_case(case_id)
@@ -314,24 +374,61 @@ class _Routes:
             decision_id = await memory.request(case_id, task=task, budget=body.budget_chars,
                                                architecture=body.architecture,
                                                idempotency_key=idempotency_key)  # fmt: skip
-            return DecisionOut.of(await memory.wait(decision_id, min(body.wait_s, self._settings.max_wait_s)))
+            return _decision(await memory.wait(decision_id, min(body.wait_s, self._settings.max_wait_s)))
         except DecisionTimeoutError as exc:
             return _pending(exc.decision_id)
         except (NoEventsError, DecisionRefusedError, CaseConflictError, ClusterUnavailableError) as exc:
             raise _client_problem(exc) from exc
 
     async def read(self, request: Request, decision_id: str,
-                   wait_s: Annotated[float, Query(ge=0)] = 0.0) -> DecisionOut | JSONResponse:  # fmt: skip
+                   wait_s: Annotated[float, Query(ge=0)] = 0.0) -> Response:  # fmt: skip
         """A published decision of the key's tenant; 404 for any other id, 202 while waited for in vain."""
         memory = await self._memory(request)
         _check_decision_id(decision_id)
         try:
-            return DecisionOut.of(await memory.collect(decision_id, min(wait_s, self._settings.max_wait_s)))
+            return _decision(await memory.collect(decision_id, min(wait_s, self._settings.max_wait_s)))
         except DecisionNotFoundError:
             raise not_found("decision") from None
         except DecisionTimeoutError:
             return _pending(decision_id)
         except DecisionRefusedError as exc:
+            raise _client_problem(exc) from exc
+
+    async def explain(self, request: Request, decision_id: str) -> ExplanationOut:
+        """The decision and each fact checked against the case's events as read now (what the auditor's page shows)."""
+        memory = await self._memory(request)
+        _check_decision_id(decision_id)
+        try:
+            explained = await memory.explain(decision_id)
+        except DecisionNotFoundError:
+            raise not_found("decision") from None
+        except ClientError as exc:
+            raise _client_problem(exc) from exc
+        facts = [FactCheckOut(number=r.number, text=r.text, citations=list(r.citations),
+                              citations_valid=r.citations_valid, grounded=r.grounded)
+                 for r in explained.facts]  # fmt: skip
+        return ExplanationOut(decision=DecisionOut.of(explained.decision), facts=facts,
+                              events_unreadable=explained.events_unreadable)  # fmt: skip
+
+    async def replay(self, request: Request, decision_id: str) -> ReplayOut:
+        """Re-runs the decision with its recorded backend from its recorded offsets; the verdict by hash."""
+        memory = await self._memory(request)
+        _check_decision_id(decision_id)
+        try:
+            report = await memory.replay(decision_id)
+        except DecisionNotFoundError:
+            raise not_found("decision") from None
+        except ClientError as exc:
+            raise _client_problem(exc) from exc
+        return ReplayOut(decision_id=decision_id, status=report.status.value, detail=report.detail)
+
+    async def decisions_of(self, request: Request, case_id: CaseId) -> CaseDecisionsOut:
+        """The case's published decisions of the key's tenant (another tenant's case: none, as an unknown one)."""
+        memory = await self._memory(request)
+        _check_case(case_id)
+        try:
+            return CaseDecisionsOut(case_id=case_id, decision_ids=await memory.decisions_of(case_id))
+        except ClientError as exc:
             raise _client_problem(exc) from exc
 
     async def erase_case(self, request: Request, tenant: str, case_id: CaseId) -> Response:
@@ -348,6 +445,20 @@ class _Routes:
         return Response(status_code=204)
 
 
+def _decision(decision: Decision) -> Response:
+    """200 with the decision: Decision.to_json's bytes as they are.
+
+    DecisionOut documents that shape (a test holds the answers to it). Validating each answer
+    through the model again cost a few ms of the event loop's time per decision, which fifty
+    decisions answered at once queue behind.
+    """
+    return Response(orjson.dumps(decision.to_json()), media_type="application/json")
+
+
+async def _healthz() -> dict[str, str]:
+    return {"status": "ok"}
+
+
 def _client_problem(exc: Exception) -> Problem:
     """The problem a client error answers as."""
     if isinstance(exc, DecisionRefusedError):
@@ -357,6 +468,8 @@ def _client_problem(exc: Exception) -> Problem:
         return unprocessable("no-events", "the case has no events: append its steps before asking for a decision")
     if isinstance(exc, CaseConflictError):
         return Problem(409, "case-conflict", "Conflict", str(exc))
+    if not isinstance(exc, ClusterUnavailableError):
+        _LOG.error("a client call failed: %s", exc)
     return Problem(503, "cluster-unavailable", "Service unavailable", "the cluster did not answer in time; nothing "
                    "was written", {"Retry-After": "5"})  # fmt: skip
 
