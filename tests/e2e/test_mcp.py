@@ -26,7 +26,7 @@ from pipeline.services.cluster import pipeline_processes
 from tests.conftest import free_port
 from tests.pipeline_support import create_topics, small_cases, worker_env
 
-pytestmark = [pytest.mark.e2e, pytest.mark.any_broker]  # this door's own behaviour (the client's runs on Kafka 4)
+pytestmark = [pytest.mark.e2e, pytest.mark.any_broker]  # this door's own behaviour
 
 
 def _structured(result: Any) -> dict[str, Any]:
