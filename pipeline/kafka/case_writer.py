@@ -316,15 +316,18 @@ class CaseWriters:
         return self._partitions
 
     def __call__(self, case: CaseRef) -> CaseWriter:
+        evicted: list[CaseWriter] = []
         with self._lock:
             writer = self._writers.get(case)
             if writer is None:
                 writer = self._writers[case] = CaseWriter(self._config, self._names, case, self._cipher,
                                                           self._partition_counts())  # fmt: skip
                 while len(self._writers) > self._capacity:
-                    self._writers.popitem(last=False)[1].close()
+                    evicted.append(self._writers.popitem(last=False)[1])
             self._writers.move_to_end(case)
-            return writer
+        for old in evicted:  # outside the lock: a producer's close may wait, and known_here runs on event loops
+            old.close()
+        return writer
 
     def known(self, case: CaseRef) -> KnownCase:
         """The case as this process's writer of it knows it; for a case it has no writer of, as committed now.
