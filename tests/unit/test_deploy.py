@@ -41,7 +41,8 @@ def test_manifests_parse_and_use_known_settings() -> None:
     assert set(kinds) == {"ConfigMap/dpm-settings", "Secret/dpm-secrets", "PersistentVolumeClaim/dpm-keys",
                           "Deployment/dpm-worker", "Deployment/dpm-baseline", "ScaledObject/dpm-worker",
                           "Deployment/dpm-ui", "Service/dpm-ui", "Secret/dpm-ui-tokens", "Secret/dpm-kafka-worker",
-                          "Secret/dpm-kafka-baseline", "Secret/dpm-kafka-auditor"}  # fmt: skip
+                          "Secret/dpm-kafka-baseline", "Secret/dpm-kafka-auditor", "Secret/dpm-kafka-producer",
+                          "Deployment/dpm-api", "Service/dpm-api", "Secret/dpm-api-keys"}  # fmt: skip
     config = kinds["ConfigMap/dpm-settings"]["data"]
     secret = kinds["Secret/dpm-secrets"]["stringData"]
     assert set(config) | set(secret) <= set(ENVIRONMENT)
@@ -82,12 +83,13 @@ def test_manifests_are_valid_objects_of_the_kubernetes_api() -> None:
             if doc["kind"] not in custom:
                 kubernetes_validate.validate(doc, KUBERNETES_VERSION, strict=True)
                 checked.append(f"{doc['kind']}/{doc['metadata']['name']}")
-    assert len(checked) == 11
+    assert len(checked) == 15
 
 
 def _check_principals(kinds: dict[str, dict[str, Any]]) -> None:
     """Each Deployment connects as its own role's principal, from a Secret mounted read-only, never a literal."""
-    for deployment, role in (("dpm-worker", "worker"), ("dpm-baseline", "baseline"), ("dpm-ui", "auditor")):
+    for deployment, role in (("dpm-worker", "worker"), ("dpm-baseline", "baseline"), ("dpm-ui", "auditor"),
+                             ("dpm-api", "producer")):  # fmt: skip
         pod = kinds[f"Deployment/{deployment}"]["spec"]["template"]["spec"]
         container = pod["containers"][0]
         config = next(e["value"] for e in container["env"] if e["name"] == "DPM_KAFKA_CONFIG")
@@ -128,6 +130,10 @@ def test_compose_uses_known_settings_and_wires_monitoring() -> None:
     assert ui["command"] == ["ui"]
     assert set(ui["environment"]) <= set(ENVIRONMENT)
     assert ui["ports"] == ["127.0.0.1:8080:8080"]  # published on this machine's loopback only
+    api = compose["services"]["api"]
+    assert api["command"] == ["api"]
+    assert set(api["environment"]) <= set(ENVIRONMENT)
+    assert api["ports"] == ["127.0.0.1:8088:8088"]
     volumes = " ".join(compose["services"]["prometheus"]["volumes"] + compose["services"]["grafana"]["volumes"])
     assert "deploy/prometheus" in volumes
     assert "deploy/grafana/dashboards" in volumes
