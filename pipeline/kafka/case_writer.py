@@ -345,7 +345,7 @@ class CaseWriters:
         return KnownCase(tuple(head.positions), head.triggers)
 
     def known_here(self, case: CaseRef) -> KnownCase | None:
-        """The case as this process's registered writer of it knows it (never blocks); None without one."""
+        """The case as this process's registered writer of it knows it (no broker call); None without one."""
         with self._lock:
             writer = self._writers.get(case)
         if writer is None or not writer.registered:
