@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterator
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from pipeline.core.event_log import RawRecord
 from pipeline.kafka.admin import reader_group, topic_partitions
@@ -13,6 +14,8 @@ from pipeline.kafka.errors import KafkaAdapterError
 from pipeline.kafka.range_reads import read_range, renewed
 
 _LOG = logging.getLogger("pipeline.kafka.librdkafka")
+_NO_LEADER_YET = (KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE)
+_LEADER_WAIT_S = 10.0
 
 
 class TopicFollower:
@@ -49,8 +52,21 @@ class TopicFollower:
         Asked through the consumer, whose leader metadata is refreshed as soon as a broker is lost; an
         AdminClient kept asking the dead leader, 10 s a time, until its metadata aged out.
         """
-        tps = [TopicPartition(self.topic, p) for p in range(self.partition_count())]
-        return {tp.partition: self._consumer.get_watermark_offsets(tp, timeout=10)[1] for tp in tps}
+        return {p: self._end(TopicPartition(self.topic, p)) for p in range(self.partition_count())}
+
+    def _end(self, tp: TopicPartition) -> int:
+        """One partition's end, asked again for up to _LEADER_WAIT_S while the partition has no leader.
+
+        A partition just created, or whose broker is just back, has none for a moment: not a failure.
+        """
+        deadline = time.monotonic() + _LEADER_WAIT_S
+        while True:
+            try:
+                return int(self._consumer.get_watermark_offsets(tp, timeout=10)[1])
+            except KafkaException as exc:
+                if exc.args[0].code() not in _NO_LEADER_YET or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
 
     def new_records(self) -> Iterator[RawRecord]:
         """The committed records written since the last call (all of them on the first)."""
