@@ -80,7 +80,8 @@ class AsyncDecisionMemory:
         if prepared.request is None:  # sent before: the decision (or the refusal) may be published already
             await self._run(self.sync.look_up, prepared.decision_id)
             return str(prepared.decision_id)
-        sent = asyncio.wrap_future(self.sync.send_request(prepared.request))
+        # Shielded: a timeout here must not cancel the request's future, which its delivery report completes.
+        sent = asyncio.shield(asyncio.wrap_future(self.sync.send_request(prepared.request)))
         try:
             await asyncio.wait_for(sent, timeout)
         except TimeoutError:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
@@ -41,12 +41,15 @@ class TriggerSender:
         future: Future[LogPosition] = Future()
 
         def delivered(err: KafkaError | None, msg: Message) -> None:
-            if err is None:
-                future.set_result(LogPosition(msg.partition() or 0, msg.offset() or 0))
-            elif err.retriable() or err.code() == KafkaError._MSG_TIMED_OUT:
-                future.set_exception(BrokerUnavailableError(f"{output.topic}: not delivered: {err.str()}"))
-            else:
-                future.set_exception(KafkaAdapterError(f"{output.topic}: refused: {err.str()}"))
+            try:
+                if err is None:
+                    future.set_result(LogPosition(msg.partition() or 0, msg.offset() or 0))
+                elif err.retriable() or err.code() == KafkaError._MSG_TIMED_OUT:
+                    future.set_exception(BrokerUnavailableError(f"{output.topic}: not delivered: {err.str()}"))
+                else:
+                    future.set_exception(KafkaAdapterError(f"{output.topic}: refused: {err.str()}"))
+            except InvalidStateError:  # the caller cancelled its future (gave up waiting): nobody to tell
+                _LOG.debug("a request's delivery report came after its caller gave up")
 
         try:
             partition = -1 if output.partition is None else output.partition  # -1: the partitioner chooses
@@ -58,7 +61,10 @@ class TriggerSender:
 
     def _serve(self) -> None:
         while not self._stop.is_set():
-            self._producer.poll(_POLL_S)
+            try:
+                self._producer.poll(_POLL_S)
+            except Exception:  # noqa: BLE001 - one report's failure must not stop every later request's
+                _LOG.exception("serving the decision requests' delivery reports")
 
     def close(self) -> None:
         """Waits (up to 10 s) for what is in flight, then stops the poller."""
