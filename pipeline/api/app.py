@@ -16,7 +16,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 import orjson
 from fastapi import FastAPI, Header, Path, Query, Request, Response
@@ -55,6 +55,7 @@ from pipeline.services.api_keys import ApiKey, ApiKeys
 from pipeline.wire.trigger import DecisionId, InvalidDecisionIdError
 
 _LOG = logging.getLogger("pipeline.api")
+_Answer = TypeVar("_Answer")
 VERSION = "v1"
 MIN_BUDGET_CHARS, MAX_BUDGET_CHARS = 200, 1_000_000
 CaseId = Annotated[str, Path(min_length=1, max_length=200, description="the case, as the agent names it")]
@@ -394,16 +395,21 @@ class _Routes:
         except DecisionRefusedError as exc:
             raise _client_problem(exc) from exc
 
-    async def explain(self, request: Request, decision_id: str) -> ExplanationOut:
-        """The decision and each fact checked against the case's events as read now (what the auditor's page shows)."""
+    async def _published(self, request: Request, decision_id: str,
+                         ask: Callable[[AsyncDecisionMemory, str], Awaitable[_Answer]]) -> _Answer:  # fmt: skip
+        """`ask` about one published decision of the key's tenant: 404 for any other id, a client error's problem."""
         memory = await self._memory(request)
         _check_decision_id(decision_id)
         try:
-            explained = await memory.explain(decision_id)
+            return await ask(memory, decision_id)
         except DecisionNotFoundError:
             raise not_found("decision") from None
         except ClientError as exc:
             raise _client_problem(exc) from exc
+
+    async def explain(self, request: Request, decision_id: str) -> ExplanationOut:
+        """The decision and each fact checked against the case's events as read now (what the auditor's page shows)."""
+        explained = await self._published(request, decision_id, lambda memory, d: memory.explain(d))
         facts = [FactCheckOut(number=r.number, text=r.text, citations=list(r.citations),
                               citations_valid=r.citations_valid, grounded=r.grounded)
                  for r in explained.facts]  # fmt: skip
@@ -412,14 +418,7 @@ class _Routes:
 
     async def replay(self, request: Request, decision_id: str) -> ReplayOut:
         """Re-runs the decision with its recorded backend from its recorded offsets; the verdict by hash."""
-        memory = await self._memory(request)
-        _check_decision_id(decision_id)
-        try:
-            report = await memory.replay(decision_id)
-        except DecisionNotFoundError:
-            raise not_found("decision") from None
-        except ClientError as exc:
-            raise _client_problem(exc) from exc
+        report = await self._published(request, decision_id, lambda memory, d: memory.replay(d))
         return ReplayOut(decision_id=decision_id, status=report.status.value, detail=report.detail)
 
     async def decisions_of(self, request: Request, case_id: CaseId) -> CaseDecisionsOut:
