@@ -45,7 +45,7 @@ from pipeline.kafka.errors import BrokerUnavailableError, KafkaAdapterError
 from pipeline.kafka.keystore import case_keys_from
 from pipeline.kafka.range_reads import read_topic
 from pipeline.kafka.reader import KafkaEventLog, PooledLog
-from pipeline.kafka.replies import ReplyReader
+from pipeline.kafka.replies import START_TIMEOUT_S, ReplyReader
 from pipeline.keys.store import CaseKeys
 from pipeline.services.cluster import cluster_settings
 from pipeline.services.read_outputs import load_outputs
@@ -61,7 +61,6 @@ _KEPT_DECISIONS = 1_024  # typed decisions a client keeps for calls that ask for
 # Readers of cited events per events topic, each serving one call at a time; a decision cites a few
 # events, so each reader seeks with two consumers rather than the worker's eight.
 _EVENT_READERS, _POINT_READERS = 4, 2
-_REPLIES_START_S = 15.0  # at most this long waiting for a cluster just back to say where the replies end
 
 
 @dataclass(frozen=True)
@@ -228,7 +227,7 @@ class DecisionMemory:
             known = self._known(case)
             # at the replies' ends before the request is sent: no reply can be missed
             with _reading("where the replies end (nothing was requested)"):
-                self._replies.start(timeout_s=min(timeout, _REPLIES_START_S))
+                self._replies.start(timeout_s=min(timeout, START_TIMEOUT_S))
         if not known.positions:
             raise NoEventsError(f"case {case.key} has no events: append its steps before asking for a decision")
         trigger_id = _trigger_id(case, idempotency_key)

@@ -25,6 +25,7 @@ from pipeline.kafka.range_reads import raw_record
 _LOG = logging.getLogger("pipeline.kafka.librdkafka")
 _POLL_S = 0.2
 _RETRY_S = 1.0
+START_TIMEOUT_S = 15.0  # at most this long waiting for a cluster just back to say where the replies end
 
 
 class ReplyReader:
@@ -43,7 +44,7 @@ class ReplyReader:
     def started(self) -> bool:
         return self._thread is not None
 
-    def start(self, timeout_s: float = 15.0) -> None:
+    def start(self, timeout_s: float = START_TIMEOUT_S) -> None:
         """Positions the reader at the topics' ends and starts its thread (once; later calls return at once).
 
         A cluster that does not answer, or is not ready (just back), is asked again for up to
