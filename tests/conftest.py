@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
 
 import pytest
 from playwright.sync_api import Browser, sync_playwright
+from pluggy import Result
 
 from pipeline.config.settings import Settings, keys_folder
 from pipeline.kafka.admin import fetch_metadata
@@ -143,3 +144,21 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.integration)
         elif "e2e" in parts:
             item.add_marker(pytest.mark.e2e)
+
+
+# What a failed test's child processes logged is shown with it: in CI the test's folder is gone
+# once the run ends, and a failure that happens once in many runs must be explained by that run.
+_LOG_TAIL_LINES = 60
+_LOGS_SHOWN = 8
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item) -> Generator[None, Result[pytest.TestReport], None]:
+    report = (yield).get_result()
+    tmp_path = getattr(item, "funcargs", {}).get("tmp_path")
+    if report.when != "call" or not report.failed or not isinstance(tmp_path, Path):
+        return
+    logs = sorted(tmp_path.rglob("*.log"), key=lambda p: p.stat().st_mtime, reverse=True)[:_LOGS_SHOWN]
+    for log in logs:
+        lines = log.read_text(errors="replace").splitlines()[-_LOG_TAIL_LINES:]
+        report.sections.append((f"last lines of {log.relative_to(tmp_path)}", "\n".join(lines)))

@@ -71,6 +71,9 @@ def test_both_architectures_decide_through_kafka_and_replay_from_the_record(
     for record in outputs.decisions.values():
         assert (record.backend, record.model) == ("openai", local_llm.model)
         assert record.outcome.label in (*CASE.task.label_space, None)
+    trails = [a for trail in outputs.audits.values() for a in trail]
+    assert trails, "the audit records were read"
+    assert all(dict(a.call.response.serving)["sha256"] == local_llm.sha256 for a in trails)  # the model file's
     summ_calls = outputs.decisions[DecisionKey(CASE.ref.tenant, DecisionId("local", Architecture.SUMM))].llm_calls
     assert summ_calls == len(CASE.trajectory) + 1
     replayed = dpm_cli("replay", "--all", "--verify-recorded", env=env)
@@ -119,15 +122,21 @@ def test_a_model_server_that_dies_gives_retries_then_model_error_dead_letters_ne
 # (segments counted by the server's tokenizer, an event folded in parts) does not depend on the size, and
 # on two cores a window a quarter the size takes a fraction of the time.
 WINDOW_TOKENS = 3000
+# The smallest budget a view may have: each call's answer is bounded by it, and answers are most of a call's time here.
+LONG_BUDGET = 200
 
 
 def _long_cases() -> tuple[Case, Case]:
-    """A 14,000-character case, longer than the window, and a short one holding one event larger than the window."""
-    longer = generate_cases(GenerationSpec(domains=("claim",), per_domain=1, chars=(14_000, 15_000), events=(40, 45),
+    """A 10,500-character case, longer than the window, and a short one holding one event larger than the window.
+
+    Each model call costs seconds here: the cases are as small as still proves the point (two segments; one
+    event folded in parts).
+    """
+    longer = generate_cases(GenerationSpec(domains=("claim",), per_domain=1, chars=(10_500, 11_000), events=(30, 33),
                                            tenant="window"))[0]  # fmt: skip
-    short = shortened(load_fixture(), 4)
+    short = shortened(load_fixture(), 2)
     first = short.trajectory.events[0]
-    report = Event(first.case, 5, "document", "Appraisal report, continued. " * 550)  # about 16,000 characters
+    report = Event(first.case, 3, "document", "Appraisal report, continued. " * 550)  # about 16,000 characters
     with_big_event = replace(short, trajectory=Trajectory(short.ref, (*short.trajectory.events, report)))
     return longer, with_big_event
 
@@ -150,14 +159,14 @@ def test_cases_longer_than_the_models_window_are_decided_and_replay_from_the_rec
     decisions = {}
     for names, cases, command, architecture in (
         (topic_names, (longer,), ["worker", "--batch-size", "1"], Architecture.DPM),
-        (summ_names, (with_big_event,), ["baseline", "--budgets", str(BUDGET), "--trigger-wait", "900"],
+        (summ_names, (with_big_event,), ["baseline", "--budgets", str(LONG_BUDGET), "--trigger-wait", "900"],
          Architecture.SUMM),
     ):  # fmt: skip
         create_topics(kafka_config, names)
         producer = EventProducer(kafka_config, names)
         for case in cases:
-            positions = tuple(producer.append(case.trajectory.events, CaseOpening(case.task, (BUDGET,))))
-            producer.trigger(DecisionRequest(case.ref.case_id, case.ref, case.task, BUDGET, (architecture,),
+            positions = tuple(producer.append(case.trajectory.events, CaseOpening(case.task, (LONG_BUDGET,))))
+            producer.trigger(DecisionRequest(case.ref.case_id, case.ref, case.task, LONG_BUDGET, (architecture,),
                                              positions, len(positions)))  # fmt: skip
         producer.close()
         env = {**_model_env(worker_env(kafka_bootstrap, names, tmp_path), local_llm), **extra}
