@@ -265,11 +265,19 @@ def _keep_logs(stage: Stage, scenario: str) -> None:
 
 
 def _crashed(procs: list[subprocess.Popen[bytes]], killed: set[int], stage: Stage, scenario: str) -> int:
-    """How many processes not killed on purpose have exited; their exit codes printed and the logs kept."""
+    """How many processes not killed on purpose have exited; their exit codes and last log lines printed, logs kept.
+
+    The logs kept are gone with CI's machine: the lines printed are what explains a crash there.
+    """
     crashed = [(i, p.returncode) for i, p in enumerate(procs) if i not in killed and p.poll() is not None]
     if crashed:
         print(f"\n{scenario}: process(es) exited: {', '.join(f'#{i} with {code}' for i, code in crashed)}",
               flush=True)  # fmt: skip
+        for i, _ in crashed:
+            for log in sorted(stage.logs.glob(f"*-{i}.log")):  # pipeline_processes names them <command>-<index>
+                print(f"  last lines of {log.name}:", flush=True)
+                for line in log.read_text(errors="replace").splitlines()[-30:]:
+                    print(f"    {line[:600]}", flush=True)
         _keep_logs(stage, scenario)
     return len(crashed)
 

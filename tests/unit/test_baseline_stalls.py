@@ -5,12 +5,15 @@ from __future__ import annotations
 from pipeline.workers.baseline.stalls import Stalls
 
 
-def test_a_partition_whose_committed_offset_stays_put_with_records_waiting_is_reported_once_per_offset() -> None:
+def test_a_stall_is_reported_then_again_each_time_it_has_lasted_twice_as_long() -> None:
     stalls: Stalls[str] = Stalls(after_s=30)
     assert stalls.observe("e0", committed=10, end=40, in_flight=0, now=0) == 0.0
     assert stalls.observe("e0", committed=10, end=40, in_flight=0, now=29) == 0.0
     assert stalls.observe("e0", committed=10, end=40, in_flight=0, now=31) == 31
-    assert stalls.observe("e0", committed=10, end=45, in_flight=0, now=90) == 0.0  # reported: read again once
+    assert stalls.observe("e0", committed=10, end=45, in_flight=0, now=60) == 0.0  # read again: given time to take
+    assert stalls.observe("e0", committed=10, end=45, in_flight=0, now=62) == 62  # it did not: read again
+    assert stalls.observe("e0", committed=10, end=45, in_flight=0, now=120) == 0.0
+    assert stalls.observe("e0", committed=10, end=45, in_flight=0, now=124) == 124
     stalls.observe("e0", committed=12, end=45, in_flight=0, now=100)  # it moved on
     assert stalls.observe("e0", committed=12, end=45, in_flight=0, now=131) == 31  # a new stall is news again
 

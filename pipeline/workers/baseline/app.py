@@ -56,6 +56,7 @@ from pipeline.workers.baseline.folding import Folding
 from pipeline.workers.baseline.outcome import Outcome, PartitionRevoked
 from pipeline.workers.baseline.stalls import Stalls
 from pipeline.workers.baseline.tenancy import KINDS, REFRESH_S, BaselineInputs
+from pipeline.workers.baseline.transport import CommittedConsumer
 from pipeline.workers.publishing import dead_letter, worker_source
 
 _LOG = logging.getLogger("pipeline.workers.baseline")
@@ -266,7 +267,13 @@ class Baseline:
             self._handled_at.setdefault((tp.topic, tp.partition), now)
         self._acks.keep_only(assigned)
         self._rewinds.keep_only(assigned)
-        await self._rewind()
+        try:
+            await self._rewind()
+        except Exception as exc:  # noqa: BLE001 - an error here would stop the member (faust crashes the app)
+            # Kafka just back may not answer yet. Nothing is lost: a partition whose reading starts past
+            # its committed offset is sought back there when its first record comes (_sought_back).
+            _LOG.warning("input partitions not sought back to their commits after a rebalance: %r", exc,
+                         extra={"worker_id": self.options.worker_id})  # fmt: skip
         await self.blocking(self.publisher.forget)
 
     async def _rewind(self) -> None:
@@ -285,8 +292,19 @@ class Baseline:
         assigned = self._input_partitions()
         never = [tp for tp in assigned if not committed.get(tp)]
         starts = await consumer.earliest_offsets(*never) if never else {}
-        for tp in assigned:
-            await consumer.seek(tp, committed.get(tp) or starts[tp])
+        await self._seek({tp: committed.get(tp) or starts[tp] for tp in assigned})
+
+    async def _seek(self, positions: dict[TP, int]) -> None:
+        """Moves fetch positions, and faust's read offsets with them, before the next record is taken.
+
+        faust's `seek`, whose client seek runs on the consumer's own thread (transport.py). Not its
+        `seek_wait`: that sets the read offsets on the consumer's thread before waiting for the new
+        positions, and records this thread handed over meanwhile moved them forward again (a case's
+        events then skipped: sequence gaps).
+        """
+        consumer = cast(Consumer, self.app.consumer)
+        for tp, offset in positions.items():
+            await consumer.seek(tp, offset)
 
     def _input_partitions(self) -> list[TP]:
         """The events and triggers partitions this member is assigned (not its tables' changelogs)."""
@@ -318,7 +336,10 @@ class Baseline:
             metrics.observe_lag(self.app.conf.id, topic, lags)
 
     async def _look_for_stalls(self) -> None:
-        """Finds input partitions that make no progress although records wait (stalls.py); reads them again.
+        """Reads input partitions again: stalled ones (stalls.py), and those faust dropped fetched records of.
+
+        A partition faust dropped fetched records of in this generation (transport.py) is read again
+        once nothing of it is in flight: its fetch position is past records never handled.
 
         The committed offset and the end are asked of faust's records and of the broker: a partition
         this member never fetched has no end in the fetcher's cache.
@@ -336,25 +357,42 @@ class Baseline:
         except Exception as exc:  # noqa: BLE001 - aiokafka's errors while the broker is away: look again later
             _LOG.debug("no look at the input partitions: %s", exc)
             return
+        dropped = cast(CommittedConsumer, consumer).dropped
+        for tp in [tp for tp in dropped if tp not in assigned]:
+            del dropped[tp]  # a table's changelog (read by faust's recovery), or no longer this member's
         for tp in assigned:
             end = ends.get(tp)
             committed = consumer._committed_offset.get(tp)
             if committed is None:
                 committed = starts.get(tp, 0)
-            stalled_for = self._stalls.observe(tp, committed, end, self._acks.unfinished(tp, generation),
-                                               time.monotonic())  # fmt: skip
-            if stalled_for:
-                try:
-                    position = await consumer.position(tp)
-                except Exception as exc:  # noqa: BLE001 - taken away by a rebalance meanwhile: nothing to read again
-                    _LOG.debug("%s left this member before it was read again: %r", tp, exc)
-                    continue
-                _LOG.warning("%s[%d] made no progress for %.0f s from offset %d to its end %s (fetch position %s), "
-                             "nothing of it in flight: %s; reading it again from offset %d", tp.topic, tp.partition,
-                             stalled_for, committed, end, position, _fetch_state(consumer, tp), committed,
-                             extra={"worker_id": self.options.worker_id})  # fmt: skip
-                consumer.resume_partitions({tp})
-                await consumer.seek(tp, committed)
+            in_flight = self._acks.unfinished(tp, generation)
+            stalled_for = self._stalls.observe(tp, committed, end, in_flight, time.monotonic())
+            if dropped.get(tp, generation) != generation:
+                del dropped[tp]  # in an earlier generation: the rebalance since read the partition again (_rewind)
+            read_dropped = tp in dropped and not in_flight
+            if read_dropped:
+                del dropped[tp]
+            if stalled_for or read_dropped:
+                await self._read_again(tp, committed, end, stalled_for)
+
+    async def _read_again(self, tp: TP, committed: int, end: int | None, stalled_for: float) -> None:
+        """Reads a partition again from its committed offset (unless no longer this member's), saying why.
+
+        Why: it made no progress for `stalled_for` seconds, or (0) faust dropped records of it it had
+        fetched (transport.py) and nothing of it is in flight any more.
+        """
+        consumer = cast(Consumer, self.app.consumer)
+        try:
+            position = await consumer.position(tp)
+            why = f"made no progress for {stalled_for:.0f} s" if stalled_for else "had fetched records dropped"
+            _LOG.warning("%s[%d] %s from offset %d to its end %s (fetch position %s), nothing of it in flight: %s; "
+                         "reading it again from offset %d", tp.topic, tp.partition, why, committed, end, position,
+                         _fetch_state(consumer, tp), committed,
+                         extra={"worker_id": self.options.worker_id})  # fmt: skip
+            consumer.resume_partitions({tp})
+            await self._seek({tp: committed})
+        except Exception as exc:  # noqa: BLE001 - taken away by a rebalance meanwhile: nothing to read again
+            _LOG.debug("%s left this member before it was read again: %r", tp, exc)
 
     def _raw_topic(self, *names: str) -> Any:  # noqa: ANN401 - faust's TopicT
         return self.app.topic(
@@ -414,7 +452,7 @@ class Baseline:
             return False
         _LOG.warning("%s[%d]: reading started at offset %d past the committed %d; read again from there", tp.topic,
                      tp.partition, offset, committed, extra={"worker_id": self.options.worker_id})  # fmt: skip
-        await cast(Consumer, self.app.consumer).seek(tp, committed)
+        await self._seek({tp: committed})
         return True
 
     async def _log_reading(self, tp: TP, generation: int | None, offset: int) -> int:

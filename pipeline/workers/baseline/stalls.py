@@ -22,7 +22,7 @@ _P = TypeVar("_P")
 class _Still:
     committed: int
     since: float
-    reported: bool = False
+    next_report_s: float  # how long the stall must last before it is reported (again)
 
 
 class Stalls(Generic[_P]):
@@ -36,20 +36,22 @@ class Stalls(Generic[_P]):
         """Notes one look at `partition`; returns how long it has been stalled when that is news, else 0.0.
 
         `committed` is the next offset to handle (the log's start when nothing was committed). News is
-        a stall reaching `after_s`, once per committed offset: a partition whose last records are
-        transaction markers (nothing left to handle, yet its end lies past its commit) is reported once.
+        a stall reaching `after_s`, then again each time it has lasted twice as long as when last
+        reported: a reading again that did not take (a second rebalance dropped what it fetched) is
+        made again, while a partition whose last records are transaction markers (nothing left to
+        handle, yet its end lies past its commit) is reported a few times an hour, not every look.
         """
         if end is None or end <= committed or in_flight:
             self._still.pop(partition, None)
             return 0.0
         still = self._still.get(partition)
         if still is None or still.committed != committed:
-            self._still[partition] = _Still(committed, now)
+            self._still[partition] = _Still(committed, now, self.after_s)
             return 0.0
         stalled_for = now - still.since
-        if stalled_for < self.after_s or still.reported:
+        if stalled_for < still.next_report_s:
             return 0.0
-        still.reported = True
+        still.next_report_s = 2 * stalled_for
         return stalled_for
 
     def keep_only(self, partitions: set[_P]) -> None:
