@@ -7,6 +7,7 @@ faults first (status codes with headers, delays, malformed bodies).
 
 from __future__ import annotations
 
+import hashlib
 import threading
 import time
 from collections import deque
@@ -43,6 +44,11 @@ class MessagesApiState:
     lock: threading.Lock = field(default_factory=threading.Lock)
     one_slot: bool = False  # answer /slots as llama.cpp does (one slot, busy while a request is served)
     busy: int = 0  # requests being answered now
+    # The Messages API's prompt cache, as documented: an entry per breakpoint prefix, five minutes.
+    cache: dict[str, float] = field(default_factory=dict)
+    cache_min_tokens: int = 1024
+    cache_ttl_s: float = 300.0
+    chat_prompts: list[tuple[str, float]] = field(default_factory=list)  # Chat Completions: (prompt, expiry)
 
 
 PROPS_N_CTX = 4096  # the window the fake llama.cpp /props reports
@@ -68,7 +74,33 @@ def _structured(request: ModelRequest, text: str) -> str:
     return orjson.dumps(shape).decode()
 
 
-def _chat_answer(body: dict[str, Any]) -> bytes:
+def _shared_chars(a: str, b: str) -> int:
+    return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
+
+
+def _chat_cached_tokens(state: MessagesApiState, prompt: str) -> int:
+    """Cached tokens as OpenAI documents them: the longest prefix shared with a recent request, from 1,024
+    tokens on, in steps of 128. Tokens are 4 characters, as elsewhere in this fake."""
+    now = time.monotonic()
+    with state.lock:
+        earlier = [p for p, until in state.chat_prompts if until > now]
+        state.chat_prompts.append((prompt, now + state.cache_ttl_s))
+    shared = max((_shared_chars(p, prompt) // 4 for p in earlier), default=0)
+    return 0 if shared < 1024 else 1024 + (shared - 1024) // 128 * 128
+
+
+def _route(state: MessagesApiState, answer: Callable[[MessagesApiState, dict[str, Any]], bytes]
+           ) -> Callable[[dict[str, Any] | None], bytes]:  # fmt: skip
+    """A POST route answering with `answer`, which sees the server's state (its prompt cache)."""
+
+    def route(body: dict[str, Any] | None) -> bytes:
+        assert body is not None
+        return answer(state, body)
+
+    return route
+
+
+def _chat(state: MessagesApiState, body: dict[str, Any]) -> bytes:
     system, user = body["messages"][0]["content"], body["messages"][1]["content"]
     request = ModelRequest(_purpose(system), system, user, body["max_tokens"], body["temperature"])
     text = ExtractiveBackend().answer(request)
@@ -83,7 +115,8 @@ def _chat_answer(body: dict[str, Any]) -> bytes:
             "system_fingerprint": "fp_fake",
             "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
             "usage": {"prompt_tokens": len(user) // 4, "completion_tokens": len(text) // 4,
-                      "total_tokens": (len(user) + len(text)) // 4},
+                      "total_tokens": (len(user) + len(text)) // 4,
+                      "prompt_tokens_details": {"cached_tokens": _chat_cached_tokens(state, user)}},
         }
     )  # fmt: skip
 
@@ -118,14 +151,48 @@ def _tokenize(body: dict[str, Any] | None) -> bytes:
     return orjson.dumps({"tokens": list(range((len(content) + 1) // 2))})
 
 
-def _answer(body: dict[str, Any]) -> bytes:
-    request = ModelRequest(
-        _purpose(body["system"]),
-        body["system"],
-        body["messages"][0]["content"],
-        body["max_tokens"],
-        body["temperature"],
-    )
+_LOOKBACK_BLOCKS = 20  # the Messages API looks this many block boundaries back from a breakpoint
+
+
+def _cache_usage(state: MessagesApiState, system: str, content: str | list[dict[str, Any]]) -> dict[str, int]:
+    """Usage as the Messages API reports it with its prompt cache: tokens read from it, written to it, and the rest.
+
+    A breakpoint's prefix (the system prompt and the blocks through it) is looked up at the
+    breakpoint and at up to 20 block boundaries before it; the longest entry found is read, the
+    rest up to the last breakpoint is written, one entry per breakpoint. A prefix under the
+    minimum is neither read nor written. Tokens are 4 characters, as elsewhere in this fake.
+    """
+    texts = [content] if isinstance(content, str) else [b["text"] for b in content]
+    marks = [] if isinstance(content, str) else [i for i, b in enumerate(content) if b.get("cache_control")]
+    ends = [sum(len(t) for t in texts[: i + 1]) for i in range(len(texts))]
+    user = "".join(texts)
+
+    def key(end: int) -> str:
+        return hashlib.sha256(f"{system}\x00{user[:end]}".encode()).hexdigest()
+
+    now, hit, last = time.monotonic(), 0, 0
+    with state.lock:
+        for mark in marks:
+            if ends[mark] // 4 < state.cache_min_tokens:
+                continue
+            last = ends[mark]
+            for i in range(mark, max(-1, mark - _LOOKBACK_BLOCKS - 1), -1):
+                if ends[i] > hit and state.cache.get(key(ends[i]), 0.0) > now:
+                    hit = ends[i]
+                    break
+        for mark in marks:
+            if ends[mark] // 4 >= state.cache_min_tokens:
+                state.cache[key(ends[mark])] = now + state.cache_ttl_s
+    if not last:
+        return {"input_tokens": len(user) // 4}
+    return {"input_tokens": (len(user) - last) // 4, "cache_creation_input_tokens": (last - hit) // 4,
+            "cache_read_input_tokens": hit // 4}  # fmt: skip
+
+
+def _message(state: MessagesApiState, body: dict[str, Any]) -> bytes:
+    content = body["messages"][0]["content"]
+    prompt = content if isinstance(content, str) else "".join(b["text"] for b in content)
+    request = ModelRequest(_purpose(body["system"]), body["system"], prompt, body["max_tokens"], body["temperature"])
     text = ExtractiveBackend().answer(request)
     return orjson.dumps(
         {
@@ -136,7 +203,7 @@ def _answer(body: dict[str, Any]) -> bytes:
             "content": [{"type": "text", "text": text}],
             "stop_reason": "end_turn",
             "stop_sequence": None,
-            "usage": {"input_tokens": len(body["messages"][0]["content"]) // 4, "output_tokens": len(text) // 4},
+            "usage": {**_cache_usage(state, body["system"], content), "output_tokens": len(text) // 4},
         }
     )
 
@@ -172,9 +239,9 @@ def _handler(state: MessagesApiState) -> type[BaseHTTPRequestHandler]:
             if self.path.endswith("/slots") and not state.one_slot:
                 fault = Fault(404)  # only a one-slot server (llama.cpp) reports its slots
             routes = {"/models": _models, "/props": _props, "/tokenize": _tokenize, "/slots": _slots(state),
-                      "/chat/completions": _chat_answer}  # fmt: skip
-            answer = routes.get(next((end for end in routes if self.path.endswith(end)), ""), _answer)
-            payload = fault.body if fault.body is not None else (answer(body) if fault.status == 200 else b"{}")  # type: ignore[arg-type]
+                      "/chat/completions": _route(state, _chat)}  # fmt: skip
+            answer = routes.get(next((end for end in routes if self.path.endswith(end)), ""), _route(state, _message))
+            payload = fault.body if fault.body is not None else (answer(body) if fault.status == 200 else b"{}")
             try:
                 self.send_response(fault.status)
                 self.send_header("content-type", "application/json")

@@ -10,6 +10,7 @@ from pipeline.bench.evaluate import run_in_process
 from pipeline.core.case import Case
 from pipeline.core.hashing import text_digest
 from pipeline.core.model import ModelBackend
+from pipeline.core.prompt import PromptLayout
 from pipeline.core.task import Architecture, Budget
 from pipeline.core.verification import view_distances
 
@@ -20,13 +21,16 @@ def determinism_study(
     archs: Sequence[Architecture],
     backend: ModelBackend,
     replays: int,
+    *,
+    layout: PromptLayout = PromptLayout.TASK_FIRST,
 ) -> dict[str, Any]:
     """Per arch: unique SHA-256 counts per case and mean/max normalized edit distances (whole, 200-char prefix)."""
     study: dict[str, Any] = {"replays": replays, "backend": backend.name, "model": backend.model, "archs": {}}
     for arch in archs:
         per_case: list[dict[str, Any]] = []
         for case in cases:
-            views = [run_in_process(case, arch, budgets[case.ref.key], backend).view_text for _ in range(replays)]
+            views = [run_in_process(case, arch, budgets[case.ref.key], backend, layout=layout).view_text
+                     for _ in range(replays)]  # fmt: skip
             distances = [view_distances(views[0], other) for other in views[1:]] or [(0.0, 0.0)]
             per_case.append({
                 "case_id": case.ref.case_id,

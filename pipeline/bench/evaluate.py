@@ -10,6 +10,7 @@ from typing import Any
 from pipeline.core.case import Case
 from pipeline.core.memory_log import InMemoryEventLog
 from pipeline.core.model import ModelBackend
+from pipeline.core.prompt import PromptLayout
 from pipeline.core.run import RunResult, SummVariant, run_dpm, run_summ
 from pipeline.core.scoring import Judge, eda, frp
 from pipeline.core.task import Architecture, Budget, resolve_budget
@@ -51,14 +52,20 @@ def resolve_budgets(specs: Sequence[str], cases: Sequence[Case]) -> dict[str, li
 
 
 def run_in_process(
-    case: Case, arch: Architecture, budget: Budget, backend: ModelBackend, variant: SummVariant = SummVariant.REWRITE
+    case: Case,
+    arch: Architecture,
+    budget: Budget,
+    backend: ModelBackend,
+    variant: SummVariant = SummVariant.REWRITE,
+    *,
+    layout: PromptLayout = PromptLayout.TASK_FIRST,
 ) -> RunResult:
     """One run through the in-memory log: append the events, read them back by position, run."""
     log = InMemoryEventLog()
     positions = append_events(log, case.trajectory.events)
     trajectory, _ = assemble(case.ref, log.read(positions), len(positions))
     if arch is Architecture.DPM:
-        return run_dpm(trajectory, case.task, budget, backend)
+        return run_dpm(trajectory, case.task, budget, backend, layout=layout)
     return run_summ(trajectory, case.task, budget, backend, variant)
 
 
@@ -115,12 +122,13 @@ def evaluate_case(
     *,
     judge: Judge,
     variant: SummVariant = SummVariant.REWRITE,
+    layout: PromptLayout = PromptLayout.TASK_FIRST,
 ) -> list[dict[str, Any]]:
     """Every (arch, budget) row of one case, in-process."""
     rows = []
     for point in points:
         for arch in archs:
-            result = run_in_process(case, arch, point.budget, backend, variant)
+            result = run_in_process(case, arch, point.budget, backend, variant, layout=layout)
             published = records_of(case, result, point.budget, backend.name)
             rows.append(score_row(case, point, published.decision, published.view, audits=len(published.audits),
                                   judge=judge))  # fmt: skip

@@ -42,7 +42,7 @@ def make_judge(config: EvalConfig) -> Judge:
 def _case_rows(case: Case, points: list[BudgetPoint], config: EvalConfig) -> list[dict[str, Any]]:
     """One case's rows (runs in a worker process: builds its own backend and judge)."""
     return evaluate_case(case, points, config.archs, make_backend(config.backend), judge=make_judge(config),
-                         variant=config.variant)  # fmt: skip
+                         variant=config.variant, layout=config.backend.prompt_layout)  # fmt: skip
 
 
 def evaluate_in_process(

@@ -21,10 +21,15 @@ def up(
     threads: int = typer.Option(2, "--threads", min=1, help="Threads, pinned: the same count gives the same bytes."),
     context: int = typer.Option(8192, "--context", min=512, help="Context length in tokens."),
     timeout: float = typer.Option(120.0, "--timeout", help="Seconds to wait for /v1/models to answer."),
+    cache_prompt: bool = typer.Option(
+        False,
+        "--cache-prompt/--no-cache-prompt",
+        help="Reuse what was evaluated for an earlier request's prompt prefix (see docs/how-to/local-model.md).",
+    ),
 ) -> None:
     """Start the server and wait until /v1/models answers."""
     home = Settings.from_env().paths.home
-    spec = local_model.ServerSpec(gguf or local_model.shipped_gguf(), port, threads, context)
+    spec = local_model.ServerSpec(gguf or local_model.shipped_gguf(), port, threads, context, cache_prompt=cache_prompt)
     with _out.status(f"starting llama.cpp on {spec.gguf.name}"):
         running, already = local_model.start(home, spec, timeout)
     _out.print(f"{'already running' if already else 'up'}: {running.model} at {running.base_url} "

@@ -10,11 +10,12 @@ import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 
 from pipeline.core.errors import DpmError
+from pipeline.core.prompt import PromptLayout
 from pipeline.wire.limits import MAX_TRAJECTORY_CHARS
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
@@ -190,6 +191,13 @@ class ModelSettings(_Group):
         validation_alias="DPM_SEGMENT_TOKENS",
         description="most tokens one segment's prompt takes when a case is longer than the window",
     )
+    prompt_layout: PromptLayout = Field(
+        PromptLayout.EVENTS_FIRST,
+        validation_alias="DPM_PROMPT_LAYOUT",
+        description="where DPM's projection prompts put the case's events: events-first (before the task: every "
+        "projection of a case then begins with the same bytes, a prompt cache's prefix) or task-first "
+        "(the first layout)",
+    )
     max_retries: int = Field(
         2, ge=0, validation_alias="DPM_MODEL_MAX_RETRIES", description="model call retries (429, 529, 5xx, connection)"
     )
@@ -362,6 +370,15 @@ class UiSettings(_Group):
     )
     session_max_s: float = Field(
         43_200.0, gt=0, validation_alias="DPM_UI_SESSION_MAX_S", description="a sign-in lasts this long at most"
+    )
+    contest: Literal["admin", "all", "none"] = Field(
+        "admin",
+        validation_alias="DPM_UI_CONTEST",
+        description="who may contest a decision from its page (decisive events, reasons, what-if; each one "
+        "recorded): `admin` (the admin token), `all` (every principal, its own tenant's), `none`",
+    )
+    contests_per_minute: int = Field(
+        10, ge=1, validation_alias="DPM_UI_CONTESTS_PER_MINUTE", description="contests one principal may ask per minute"
     )
     trusted_proxies: tuple[str, ...] = Field(
         ("127.0.0.1",),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Protocol, runtime_checkable
@@ -63,8 +64,38 @@ class ModelRequest:
 
 @dataclass(frozen=True)
 class Usage:
+    """Tokens of one call (or summed over several), as the provider reported them.
+
+    `input_tokens` counts every input token, cached or not; of those, `cache_write_tokens` were
+    written to the provider's prompt cache and `cache_read_tokens` served from it (each priced
+    apart, pricing.py). A provider that reports no cache fields leaves both 0.
+    """
+
     input_tokens: int
     output_tokens: int
+    cache_write_tokens: int = 0
+    cache_read_tokens: int = 0
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(self.input_tokens + other.input_tokens, self.output_tokens + other.output_tokens,
+                     self.cache_write_tokens + other.cache_write_tokens,
+                     self.cache_read_tokens + other.cache_read_tokens)  # fmt: skip
+
+    def wire(self) -> dict[str, int]:
+        """The `usage` object of audit and decision records; cache fields only when the provider reported some."""
+        value = {"input_tokens": self.input_tokens, "output_tokens": self.output_tokens}
+        if self.cache_write_tokens or self.cache_read_tokens:
+            value |= {"cache_write_input_tokens": self.cache_write_tokens,
+                      "cache_read_input_tokens": self.cache_read_tokens}  # fmt: skip
+        return value
+
+    @classmethod
+    def from_wire(cls, value: Mapping[str, Any]) -> Usage:
+        def tokens(name: str) -> int:
+            return int(value.get(name, 0))
+
+        return cls(tokens("input_tokens"), tokens("output_tokens"), tokens("cache_write_input_tokens"),
+                   tokens("cache_read_input_tokens"))  # fmt: skip
 
 
 class ResponseFormat(StrEnum):

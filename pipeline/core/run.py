@@ -12,7 +12,14 @@ from pipeline.core.decision import Decision, parse_decision
 from pipeline.core.events import Event, Trajectory
 from pipeline.core.model import ModelBackend, ModelRequest, ModelResponse, Purpose, model_identity
 from pipeline.core.parse import parse_view
-from pipeline.core.prompt import PromptEvent, decision_request, projection_request, summarization_request
+from pipeline.core.prompt import (
+    PromptEvent,
+    PromptLayout,
+    decision_request,
+    prompt_events,
+    segment_request,
+    summarization_request,
+)
 from pipeline.core.segments import SegmentNode, SegmentStore, project_in_segments, split_event
 from pipeline.core.task import Architecture, Budget, TaskSpec
 from pipeline.core.view import EMPTY_VIEW, Fact, MemoryView, fit_to_budget
@@ -51,6 +58,8 @@ class RunResult:
     # A DPM case too long for one call: the window it was cut for and its tree (segments.py); else empty.
     window: Window | None = None
     segments: tuple[SegmentNode, ...] = ()
+    # Where DPM's projection and merge prompts put the log (prompt.py); Summ-only's prompts have one layout.
+    layout: PromptLayout = PromptLayout.TASK_FIRST
 
     @property
     def memory_call(self) -> ModelCall | None:
@@ -177,6 +186,7 @@ class _Run:
         *,
         window: Window | None = None,
         segments: tuple[SegmentNode, ...] = (),
+        layout: PromptLayout = PromptLayout.TASK_FIRST,
     ) -> RunResult:
         view_text = memory.view.render()
         response = self.call(decision_request(view_text, self.task))
@@ -193,6 +203,7 @@ class _Run:
             wall_s=time.perf_counter() - self.started,
             window=window,
             segments=segments,
+            layout=layout,
         )
 
 
@@ -204,22 +215,26 @@ def run_dpm(
     *,
     window: Window | None = None,
     store: SegmentStore | None = None,
+    events: Sequence[PromptEvent] | None = None,
+    layout: PromptLayout = PromptLayout.TASK_FIRST,
 ) -> RunResult:
     """pi(E, T, B): one projection call over the whole log, then one decision call over the view.
 
     A log whose projection prompt does not fit `window` is projected in segments merged in a
     tree (segments.py), segment views reused from `store`; one that fits is projected exactly as
-    without a window.
+    without a window. `events` are the log as the prompt numbers it: by default the trajectory's,
+    1..n; a what-if (contest.py) passes them with some left out or replaced, each keeping its index.
+    `layout`: where the projection and merge prompts put the log (prompt.PromptLayout).
     """
     run = _Run(trajectory, task, budget, backend)
-    request = projection_request(trajectory, task, budget)
+    events = prompt_events(trajectory) if events is None else list(events)
+    request = segment_request(events, task, budget, whole=True, layout=layout)
     if window is None or window.fits(request.system, request.prompt, request.max_tokens):
-        return run.finish(Architecture.DPM, None, _view_from(run.call(request), budget))
-    events = [PromptEvent(i, e.kind, e.text) for i, e in enumerate(trajectory.events, start=1)]
+        return run.finish(Architecture.DPM, None, _view_from(run.call(request), budget), layout=layout)
     tree = project_in_segments(events, task, budget, window, model=model_identity(backend), call=run.call,
-                               store=store)  # fmt: skip
+                               store=store, layout=layout)  # fmt: skip
     return run.finish(Architecture.DPM, None, _view_from(tree.root_response, budget), window=window,
-                      segments=tree.nodes)  # fmt: skip
+                      segments=tree.nodes, layout=layout)  # fmt: skip
 
 
 def run_summ(
@@ -230,19 +245,22 @@ def run_summ(
     variant: SummVariant = SummVariant.REWRITE,
     *,
     window: Window | None = None,
+    events: Sequence[PromptEvent] | None = None,
 ) -> RunResult:
     """Summ-only: m_k = U(m_{k-1}, e_k) for every event, then decide over m_n.
 
     The buffered variant appends events verbatim while the memory still fits the budget and
     calls U only on overflow, so it makes fewer calls when the budget is loose. An event too
     large for `window` is folded in parts (summ_step); the result names the window only then.
+    `events` as run_dpm takes them.
     """
     run = _Run(trajectory, task, budget, backend)
     memory = SummMemory(EMPTY_VIEW)
     split = False
-    for index, event in enumerate(trajectory.events, start=1):
+    for step in prompt_events(trajectory) if events is None else events:
         before = len(run.calls)
-        memory = summ_step(memory, index, event, task=task, budget=budget, variant=variant, call=run.call,
+        event = Event(trajectory.case, step.index, step.kind, step.text)
+        memory = summ_step(memory, step.index, event, task=task, budget=budget, variant=variant, call=run.call,
                            window=window)  # fmt: skip
         split = split or folded_in_parts(len(run.calls) - before)
     return run.finish(Architecture.SUMM, variant, memory, window=window if split else None)

@@ -29,7 +29,15 @@ from typing import Protocol
 from pipeline.core.hashing import json_digest, text_digest
 from pipeline.core.model import ModelRequest, ModelResponse
 from pipeline.core.parse import parse_view
-from pipeline.core.prompt import PartialView, PromptEvent, event_line, merge_request, segment_request, view_line
+from pipeline.core.prompt import (
+    PartialView,
+    PromptEvent,
+    PromptLayout,
+    event_line,
+    merge_request,
+    segment_request,
+    view_line,
+)
 from pipeline.core.task import Budget, TaskSpec
 from pipeline.core.view import MemoryView, fit_to_budget
 from pipeline.core.window import CHARS_PER_TOKEN, Window, WindowTooSmallError
@@ -110,10 +118,14 @@ def split_event(event: PromptEvent, room: int, window: Window) -> list[PromptEve
 
 
 def cut_segments(
-    events: Sequence[PromptEvent], task: TaskSpec, budget: Budget, window: Window
+    events: Sequence[PromptEvent],
+    task: TaskSpec,
+    budget: Budget,
+    window: Window,
+    layout: PromptLayout = PromptLayout.TASK_FIRST,
 ) -> list[list[PromptEvent]]:
     """The events in segments whose projection prompts each fit the window's segment limit."""
-    probe = segment_request([PromptEvent(_FAR_INDEX, "", "")], task, budget, whole=False)
+    probe = segment_request([PromptEvent(_FAR_INDEX, "", "")], task, budget, whole=False, layout=layout)
     room = window.segment_limit(budget.response_token_limit) - window.count(probe.system, probe.prompt)
     if room < 64:
         raise WindowTooSmallError(
@@ -154,6 +166,7 @@ class _Tree:
     model: str
     call: Callable[[ModelRequest], ModelResponse]
     store: SegmentStore | None
+    layout: PromptLayout
     nodes: list[SegmentNode] = field(default_factory=list)
     root_response: ModelResponse | None = None
 
@@ -185,7 +198,7 @@ class _Tree:
     def merge_groups(self, views: list[PartialView]) -> list[list[PartialView]]:
         """Consecutive views grouped left to right, as many per merge prompt as the window holds."""
         limit = self.window.prompt_limit(self.budget.response_token_limit)
-        probe = merge_request([PartialView(_FAR_INDEX, _FAR_INDEX, "")], self.task, self.budget)
+        probe = merge_request([PartialView(_FAR_INDEX, _FAR_INDEX, "")], self.task, self.budget, layout=self.layout)
         fixed = self.window.count(probe.system, probe.prompt)
         groups: list[list[PartialView]] = []
         current: list[PartialView] = []
@@ -213,13 +226,14 @@ def project_in_segments(
     model: str,
     call: Callable[[ModelRequest], ModelResponse],
     store: SegmentStore | None = None,
+    layout: PromptLayout = PromptLayout.TASK_FIRST,
 ) -> SegmentedProjection:
     """Projects `events` segment by segment and merges the views into one (see the module's docstring)."""
-    tree = _Tree(task=task, budget=budget, window=window, model=model, call=call, store=store)
-    segments = cut_segments(events, task, budget, window)
+    tree = _Tree(task=task, budget=budget, window=window, model=model, call=call, store=store, layout=layout)
+    segments = cut_segments(events, task, budget, window, layout)
     alone = len(segments) == 1
     views = [
-        tree.view(segment_request(s, task, budget, whole=False), 0, s[0].index, s[-1].index, root=alone)
+        tree.view(segment_request(s, task, budget, whole=False, layout=layout), 0, s[0].index, s[-1].index, root=alone)
         for s in segments
     ]
     level = 0
@@ -231,7 +245,7 @@ def project_in_segments(
             if len(group) == 1:  # a last view with nothing left to merge with goes up as it is
                 merged.append(group[0])
                 continue
-            request = merge_request(group, task, budget)
+            request = merge_request(group, task, budget, layout=layout)
             merged.append(tree.view(request, level, group[0].first, group[-1].last, root=len(groups) == 1))
         views = merged
     if tree.root_response is None:  # pragma: no cover - the root is always computed

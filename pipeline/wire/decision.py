@@ -13,6 +13,7 @@ from pipeline.core.decision import Decision
 from pipeline.core.events import CaseRef, LogPosition, Trajectory
 from pipeline.core.hashing import events_digest, json_digest, text_digest
 from pipeline.core.model import Purpose, Usage
+from pipeline.core.prompt import PromptLayout
 from pipeline.core.run import RunResult, SummVariant
 from pipeline.core.segments import SegmentNode
 from pipeline.core.task import Architecture, Budget, TaskSpec
@@ -88,6 +89,8 @@ class DecisionRecord:
     # The events topic the positions are offsets of (v2). None: a v1 record, or an in-memory run;
     # its positions are offsets of its scope's events topic.
     events_topic: str | None = None
+    # Where its projection prompts put the log (core/prompt.py): replay builds them the same way.
+    prompt_layout: PromptLayout = PromptLayout.TASK_FIRST
 
     @property
     def architecture(self) -> Architecture:
@@ -104,7 +107,7 @@ class DecisionRecord:
     def replay_target(self) -> ReplayTarget:
         return ReplayTarget(self.architecture, self.variant, self.task, Budget(self.budget_chars),
                             self.events_sha256, self.view_sha256, self.raw_response_sha256, self.window,
-                            self.segments)  # fmt: skip
+                            self.segments, self.prompt_layout)  # fmt: skip
 
     @classmethod
     def from_run(
@@ -140,10 +143,7 @@ class DecisionRecord:
                 parse_problems=result.parse_problems,
             ),
             outcome=result.decision,
-            usage=Usage(
-                sum(c.response.usage.input_tokens for c in result.calls),
-                sum(c.response.usage.output_tokens for c in result.calls),
-            ),
+            usage=sum((c.response.usage for c in result.calls), Usage(0, 0)),
             cost_usd=round(sum(c.response.cost_usd for c in result.calls), 8),
             llm_calls=len(result.calls),
             latency_s=round(result.wall_s, 6),
@@ -151,6 +151,7 @@ class DecisionRecord:
             window=result.window,
             segments=result.segments,
             events_topic=provenance.events_topic,
+            prompt_layout=result.layout,
         )
 
     def to_wire(self) -> dict[str, Any]:
@@ -172,6 +173,10 @@ class DecisionRecord:
             **({"events_topic": self.events_topic} if self.events_topic is not None else {}),
             "events_count": self.events_count,
             "events_sha256": self.events_sha256,
+            # Written only for the second layout: a record without one put the task first, as v1 records did.
+            **(
+                {"prompt_layout": self.prompt_layout.value} if self.prompt_layout is not PromptLayout.TASK_FIRST else {}
+            ),
             "prompt_sha256": self.prompt_sha256,
             "raw_response_sha256": self.raw_response_sha256,
             "view_sha256": self.view_sha256,
@@ -191,7 +196,7 @@ class DecisionRecord:
                 "notice": outcome.notice,
                 "problems": list(outcome.problems),
             },
-            "usage": {"input_tokens": self.usage.input_tokens, "output_tokens": self.usage.output_tokens},
+            "usage": self.usage.wire(),
             "cost_usd": self.cost_usd,
             "llm_calls": self.llm_calls,
             "latency_s": self.latency_s,
@@ -242,7 +247,7 @@ class DecisionRecord:
                 parse_problems=tuple(checks["parse_problems"]),
             ),
             outcome=Decision(outcome["label"], outcome["rationale"], outcome["notice"], tuple(outcome["problems"])),
-            usage=Usage(int(usage["input_tokens"]), int(usage["output_tokens"])),
+            usage=Usage.from_wire(usage),
             cost_usd=float(value["cost_usd"]),
             llm_calls=int(value["llm_calls"]),
             latency_s=float(value["latency_s"]),
@@ -250,6 +255,7 @@ class DecisionRecord:
             window=None if value.get("window") is None else Window.from_wire(value["window"]),
             segments=tuple(_node_from(n) for n in value.get("segments", ())),
             events_topic=value.get("events_topic"),
+            prompt_layout=PromptLayout(value.get("prompt_layout", PromptLayout.TASK_FIRST.value)),
         )
 
 
@@ -257,7 +263,8 @@ def upcast(value: Mapping[str, Any]) -> Mapping[str, Any]:
     """A decision record of any released version as the current one: the one place versions are told apart.
 
     v1 had no `events_topic`: its positions are offsets of its scope's events topic, which is what
-    an absent `events_topic` means in v2 too. Nothing a digest covers differs between the versions.
+    an absent `events_topic` means in v2 too; nor `prompt_layout`: its prompts put the task first,
+    which is what an absent one means. Nothing a digest covers differs between the versions.
     """
     schema = value.get("schema")
     if schema == SchemaId.DECISION:

@@ -15,6 +15,7 @@ from pipeline.core.event_log import RawRecord, ReadDeadlineError, ReadResult
 from pipeline.core.events import CaseRef, Event, LogPosition
 from pipeline.core.memory_log import InMemoryEventLog
 from pipeline.core.model import ModelBackendError, ModelRequest, ModelResponse
+from pipeline.core.prompt import PromptLayout, prompt_layout
 from pipeline.core.task import Architecture
 from pipeline.core.window import Window
 from pipeline.kafka.steps import Output
@@ -24,6 +25,7 @@ from pipeline.keys.ring import KeyRing
 from pipeline.keys.store import CaseKeys, MemoryKeyTopic
 from pipeline.llm.extractive.backend import ExtractiveBackend
 from pipeline.observability.metrics import PipelineMetrics, outcome_label
+from pipeline.wire.audit import AuditRecord
 from pipeline.wire.dead_letter import DeadLetterRecord
 from pipeline.wire.decision import DecisionRecord, PositionsSource
 from pipeline.wire.event import append_events
@@ -101,6 +103,17 @@ def test_a_trigger_yields_view_decision_and_one_audit_per_call(log: InMemoryEven
     assert decision.positions_source is PositionsSource.TRIGGER
     assert decision.outcome.label == CASE.label
     assert decision.llm_calls == 2
+
+
+def test_a_worker_set_to_put_the_log_first_sends_and_records_that_layout(log: InMemoryEventLog) -> None:
+    positions = tuple(append_events(log, CASE.trajectory.events))
+    handler = ProjectionHandler(NAMES, log, ExtractiveBackend(), "unit-worker", layout=PromptLayout.EVENTS_FIRST)
+    outputs = handler.handle(_trigger(_request(positions)))
+    decision = _decision(outputs[1])
+    assert decision.prompt_layout is PromptLayout.EVENTS_FIRST
+    projection = AuditRecord.from_wire(orjson.loads(outputs[2].value)).call.request
+    assert prompt_layout(projection.prompt) is PromptLayout.EVENTS_FIRST
+    assert decision.outcome.label == CASE.label  # the offline reader reads either layout alike
 
 
 def test_without_positions_the_case_is_found_by_scanning(log: InMemoryEventLog) -> None:

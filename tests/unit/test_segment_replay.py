@@ -9,6 +9,7 @@ import orjson
 import pytest
 
 from pipeline.bench.generate import GenerationSpec, generate_cases
+from pipeline.core.prompt import PromptLayout, prompt_layout
 from pipeline.core.recorded import RecordedAnswers
 from pipeline.core.run import ModelCall, RunResult, run_dpm
 from pipeline.core.segments import DictSegmentStore
@@ -109,3 +110,34 @@ def test_a_segment_view_record_is_sealed_and_refused_when_its_digest_does_not_ma
     keys.erase_case(CASE.ref)
     with pytest.raises(RejectedError):
         SegmentViewRecord.decode(sealed, keys)
+
+
+def test_a_decision_with_the_log_first_records_it_and_replays_verifies_and_reuses_views_in_that_layout() -> None:
+    store = DictSegmentStore()
+    first = run_dpm(CASE.trajectory, CASE.task, BUDGET, ExtractiveBackend(), window=WINDOW, store=store,
+                    layout=PromptLayout.EVENTS_FIRST)  # fmt: skip
+    records = _published(first)
+    wire = orjson.loads(records.decision.encode())
+    validate(SchemaId.DECISION, wire)
+    assert wire["prompt_layout"] == "events-first"
+    assert DecisionRecord.from_wire(wire).prompt_layout is PromptLayout.EVENTS_FIRST
+    assert {prompt_layout(c.request.prompt) for c in first.calls[:-1]} == {PromptLayout.EVENTS_FIRST}
+    target = records.decision.replay_target()
+    assert verify_replay(target, CASE.trajectory, None, ExtractiveBackend()).status is ReplayStatus.MATCH
+    recorded = RecordedAnswers(calls_in_order(records.audits))
+    assert verify_replay(target, CASE.trajectory, None, recorded).status is ReplayStatus.MATCH
+    assert verify_recorded(target, calls_in_order(records.audits)).status is ReplayStatus.MATCH
+    # Built in the other layout, no request is the one recorded: the recorded answers answer none.
+    other = replace(target, layout=PromptLayout.TASK_FIRST)
+    assert verify_replay(other, CASE.trajectory, None, RecordedAnswers(calls_in_order(records.audits))).status \
+        is ReplayStatus.DRIFT  # fmt: skip
+    again = run_dpm(CASE.trajectory, CASE.task, BUDGET, ExtractiveBackend(), window=WINDOW, store=store,
+                    layout=PromptLayout.EVENTS_FIRST)  # fmt: skip
+    assert all(n.reused for n in again.segments if n.level == 0)  # the segment views of the first decision
+    assert again.view_text == first.view_text
+
+
+def test_a_record_without_a_layout_put_the_task_first() -> None:
+    wire = orjson.loads(_segmented().decision.encode())
+    assert "prompt_layout" not in wire  # the first layout is written as before
+    assert DecisionRecord.from_wire(wire).replay_target().layout is PromptLayout.TASK_FIRST

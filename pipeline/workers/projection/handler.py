@@ -21,6 +21,7 @@ from pipeline.core.event_log import (
 )
 from pipeline.core.events import CaseRef, LogPosition, Trajectory
 from pipeline.core.model import ModelBackend, ModelBackendError
+from pipeline.core.prompt import PromptLayout
 from pipeline.core.run import RunResult, run_dpm
 from pipeline.core.task import Architecture, Budget
 from pipeline.core.window import Window, WindowTooSmallError
@@ -103,6 +104,8 @@ class ProjectionHandler:
     tracing: Tracing = field(default_factory=PassThroughTracing)
     # The model's window: a case longer than it is projected in segments (core/segments.py); None: never.
     window: Window | None = None
+    # Where the projection prompts put the case's events (core/prompt.py); the decision record says which.
+    layout: PromptLayout = PromptLayout.TASK_FIRST
     # Where segment views are kept for reuse by later decisions of the case; None: every view computed.
     segment_views: SegmentViews | None = None
     # Tenancy by topic: a tenant's own topics and readers, by tenant (the shared ones above are then unused).
@@ -266,7 +269,7 @@ class ProjectionHandler:
         store = None if topics.segment_views is None else topics.segment_views.for_case(request.case)
         try:
             result = run_dpm(trajectory, request.task, Budget(request.budget_chars), self.backend, window=self.window,
-                             store=store)  # fmt: skip
+                             store=store, layout=self.layout)  # fmt: skip
             return _Projected(result, store.outputs() if store is not None else [])
         except (ModelBackendError, KafkaAdapterError):
             raise

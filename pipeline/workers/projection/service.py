@@ -71,6 +71,7 @@ def build_projection_worker(
                                 read_deadline_s=settings.worker.trigger_deadline_s, cipher=shared.cipher,
                                 seal=settings.keys.encryption, tracing=tracing,
                                 window=context_window(settings.model, backend),
+                                layout=settings.model.prompt_layout,
                                 segment_views=shared.segment_views,
                                 tenant_topics=tenant_topics if by_topic else None)  # fmt: skip
     group = options.group(settings)
