@@ -9,6 +9,7 @@ from rich.console import Console
 
 from pipeline.cli import acl, api, bench, broker, docs, keys, model, schemas, tenants, topics
 from pipeline.cli.baseline import baseline
+from pipeline.cli.contest import explain, whatif
 from pipeline.cli.demo import demo
 from pipeline.cli.ingest import erase, produce, trigger
 from pipeline.cli.inspect import compare, decisions, replay
@@ -42,7 +43,7 @@ app.command()(worker)
 app.command()(baseline)
 app.command()(ui)
 app.command()(mcp)
-for command in (produce, trigger, decisions, compare, replay, erase):
+for command in (produce, trigger, decisions, compare, replay, whatif, explain, erase):
     app.command()(command)
 
 _err = Console(stderr=True, soft_wrap=True)

@@ -194,8 +194,10 @@ def _baseline(names: TopicNames, who: str) -> list[Grant]:
 
 
 def _auditor_topics(names: TopicNames, who: str) -> list[Grant]:
+    """Reads everything a decision is made of; writes only its contests (a what-if is published, never a decision)."""
     outputs = (names.views, names.decisions, names.audit, names.dlq, names.layout)
-    return [*_generations(who, names.case_partitioned(), _READ), *_topics(who, outputs, _READ)]
+    return [*_generations(who, names.case_partitioned(), _READ), *_topics(who, outputs, _READ),
+            *_topics(who, (names.contests,), _READ_WRITE)]  # fmt: skip
 
 
 def _operator(names: TopicNames, who: str) -> list[Grant]:

@@ -14,12 +14,11 @@ import threading
 import time
 from collections.abc import Callable
 
-from confluent_kafka import KafkaError, KafkaException, Message, Producer
-
 from pipeline.config.settings import Settings
 from pipeline.core.errors import DpmError
 from pipeline.kafka.admin import topic_exists
 from pipeline.kafka.errors import KafkaAdapterError, NotAuthorizedError
+from pipeline.kafka.one_record import produce_one
 from pipeline.kafka.range_reads import read_topic
 from pipeline.kafka.topics import TopicNames, partition_counts
 from pipeline.wire.headers import standard_headers
@@ -72,23 +71,9 @@ def _read_layout(client_config: dict[str, str], names: TopicNames) -> Layout | N
 
 def write_layout(client_config: dict[str, str], names: TopicNames, layout: Layout) -> None:
     """Stores `layout` as the scope's current one (waits until the broker has it)."""
-    producer = Producer({**client_config, "enable.idempotence": True, "acks": "all"}, logger=_LIB_LOG)
-    failures: list[str] = []
-
-    def delivered(err: KafkaError | None, _msg: Message) -> None:
-        if err is not None:
-            failures.append(err.str())
-
     headers = standard_headers(SchemaId.LAYOUT, source="/dpm/topics", tenant=None,
                                event_id=f"{layout.scope}g{layout.generation}")  # fmt: skip
-    try:
-        producer.produce(names.layout, key=layout.key, value=layout.encode(), headers=list(headers),
-                         on_delivery=delivered)  # fmt: skip
-        remaining = producer.flush(30)
-    except (KafkaException, BufferError) as exc:
-        raise KafkaAdapterError(f"writing the layout to {names.layout} failed: {exc}") from exc
-    if failures or remaining:
-        raise KafkaAdapterError(f"the layout was not stored in {names.layout}: {failures or remaining}")
+    produce_one(client_config, names.layout, layout.key, layout.encode(), headers)
 
 
 def _unrecorded_problems(names: TopicNames, counts: dict[str, int]) -> list[str]:

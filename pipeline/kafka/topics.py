@@ -101,6 +101,11 @@ class TopicNames:
         return f"{self.scope}dlq"
 
     @property
+    def contests(self) -> str:
+        """What-if re-decisions and decisive analyses of published decisions (wire/contest.py), written by auditors."""
+        return f"{self.scope}contests"
+
+    @property
     def keys(self) -> str:
         return self._generational("keys")
 
@@ -189,7 +194,7 @@ class ErasureBound:
 def pipeline_topics(
     names: TopicNames, partitions: int = 6, erasure: ErasureBound | None = None
 ) -> tuple[TopicSpec, ...]:
-    """The nine topics with the configs the pipeline's guarantees depend on."""
+    """The ten topics with the configs the pipeline's guarantees depend on."""
     # A unique key per event (tenant/case/seq) means compaction never drops a live event; no time
     # retention, because replay months later must find the very offsets a decision recorded.
     compacted = {"cleanup.policy": "compact", "retention.ms": _KEEP_FOREVER, "retention.bytes": "-1"}
@@ -213,6 +218,9 @@ def pipeline_topics(
         # One record per scope (wire/layout.py): the current generation of the case-partitioned topics and
         # their partition count, kept forever; every process reads it at start and while it runs.
         TopicSpec(names.layout, 1, {"cleanup.policy": "compact", "retention.ms": _KEEP_FOREVER}),
+        # Contests of decisions (wire/contest.py), kept like the outputs and sealed like them. One partition: they
+        # are asked for by people, one at a time, and a reader finds a decision's contests in one place.
+        TopicSpec(names.contests, 1, outputs),
     )
 
 
@@ -383,7 +391,7 @@ def create_pipeline_topics(
     replication: int | None = None,
     erasure: ErasureBound | None = None,
 ) -> TopicReport:
-    """Creates (or checks) the nine topics; replication defaults to min(3, brokers in the cluster)."""
+    """Creates (or checks) the ten topics; replication defaults to min(3, brokers in the cluster)."""
     factor = replication or min(3, len(fetch_metadata(client_config).broker_ids))
     return ensure_topics(admin_client(client_config), pipeline_topics(names, partitions, erasure), factor)
 

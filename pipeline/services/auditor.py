@@ -1,4 +1,4 @@
-"""What the auditor's pages read through: the live index, a decision's events and audit records, replay."""
+"""What the auditor's pages read through: the live index, a decision's events and audit records, replay, contests."""
 
 from __future__ import annotations
 
@@ -18,9 +18,18 @@ from pipeline.kafka.layout import current_generation
 from pipeline.kafka.reader import KafkaEventLog, PooledLog
 from pipeline.kafka.topics import TopicNames
 from pipeline.services.audit_index import DecisionIndex, IndexedDecision, LiveIndex, read_audits
+from pipeline.services.contest import (
+    ContestAsk,
+    ContestDone,
+    ContestRefusedError,
+    Found,
+    contested_of,
+    publish_contest,
+    run_contest,
+)
 from pipeline.services.replay import LogChangedError, read_recorded_events, registry_backends, replay_one
 from pipeline.services.tenants import topic_scopes
-from pipeline.wire.audit import AuditRecord
+from pipeline.wire.audit import AuditRecord, calls_in_order
 from pipeline.wire.decision import DecisionRecord
 
 _LOG = logging.getLogger("pipeline.services.auditor")
@@ -164,6 +173,21 @@ class KafkaAuditor:
         scope = self._scope(item)
         return replay_one(item.record, item.view, audits, scope.events_of(item.record), self._backends,
                           recorded_only=False, cipher=scope.keys)  # fmt: skip
+
+    def contest(self, item: IndexedDecision, audits: list[AuditRecord], events: CaseEvents,
+                ask: ContestAsk) -> ContestDone:  # fmt: skip
+        """Contests the decision as `dpm whatif` / `dpm explain` do, from what its page read, and publishes the record.
+
+        Raises DpmError when it cannot (an erased case, a changed log, the model or the broker unreachable).
+        """
+        if item.view is None:
+            raise ContestRefusedError(f"the view of {item.decision_id} has not been read yet")
+        scope = self._scope(item)
+        contested = contested_of(item.record, item.view.view, events.trajectory)
+        found = Found(scope.names, item.record, contested, tuple(calls_in_order(audits)))
+        done = run_contest(self._settings, found, ask)
+        publish_contest(self._settings, found, done.record, scope.keys)
+        return done
 
     def close(self) -> None:
         self._stop.set()

@@ -1,6 +1,6 @@
 """Tenancy by topic (DPM_TENANCY=topics): a tenant's whole life on the broker: onboarding, listing, removing.
 
-A tenant's own topics are the pipeline's nine under `<prefix>.<tenant>.`, so a broker can grant a
+A tenant's own topics are the pipeline's ten under `<prefix>.<tenant>.`, so a broker can grant a
 tenant's principals exactly its own (acl_plan). Workers pick a new tenant up by their subscription
 pattern, within PATTERN_REFRESH_MS of its topics being created.
 
@@ -135,7 +135,7 @@ class TenantAdded:
 def add_tenant(
     settings: Settings, tenant: str, partitions: int, replication: int | None = None, *, replace: bool = False
 ) -> TenantAdded:
-    """Creates (or checks) the tenant's nine topics; idempotent.
+    """Creates (or checks) the tenant's ten topics; idempotent.
 
     A new tenant (none of its topics exist) is refused when a shared grant would reach its topics,
     when any grant on the cluster would reach them from another principal, or when its principal or
@@ -255,7 +255,7 @@ def tenants_on_cluster(settings: Settings) -> list[str]:
 
 
 def list_tenants(settings: Settings) -> list[TenantTopics]:
-    """Every tenant with a topic of its own under the prefix, and which of its nine topics exist."""
+    """Every tenant with a topic of its own under the prefix, and which of its ten topics exist."""
     names = _require_topics_mode(settings)
     topics = existing_topics(settings.kafka.client_config())
     tenants = _tenants_in(names, topics)

@@ -2,8 +2,10 @@
 
 Every page but /login and /healthz needs a principal. A tenant's principal sees its own decisions
 only: another tenant's decision id answers 404, exactly as an unknown id does, and a list filtered
-by another tenant answers 403. The one POST that does work, "replay now", reads and recomputes;
-it writes nothing anywhere.
+by another tenant answers 403. "Replay now" reads and recomputes; it writes nothing anywhere. A
+contest (decisive events, an adverse decision's reasons, a what-if) is the one thing a page writes:
+its record, on the contests topic, never the decision. Who may ask for one is DPM_UI_CONTEST's
+choice, and each principal may ask DPM_UI_CONTESTS_PER_MINUTE of them a minute (429 beyond).
 
 A browser signs in once and then holds a session cookie; its POSTs must come from these pages
 (Origin) and carry the session's anti-forgery token. A client that keeps presenting wrong tokens
@@ -16,6 +18,7 @@ import hmac
 import logging
 import secrets
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -30,17 +33,20 @@ from starlette.responses import HTMLResponse, PlainTextResponse, RedirectRespons
 from starlette.routing import Route
 
 from pipeline.config.settings import UiSettings
+from pipeline.core.contest import NO_REASONS, NOT_ADVICE, EventChange, leave_out
 from pipeline.core.errors import DpmError
 from pipeline.core.explanation import fact_rows
 from pipeline.core.task import Architecture
 from pipeline.core.verification import ReplayReport
 from pipeline.services.audit_index import DecisionFilter, DecisionIndex, ErasedDecision, IndexedDecision, Listed
 from pipeline.services.auditor import CaseEvents
+from pipeline.services.contest import ContestAsk, ContestDone, is_adverse_label
 from pipeline.ui.auth import COOKIE, LOGIN_COOKIE, Principal, Tokens, bearer, client_of, same_origin
 from pipeline.ui.pages import cited_events, parse_when, when
 from pipeline.ui.sessions import Sessions
 from pipeline.ui.throttle import Throttle
 from pipeline.wire.audit import AuditRecord
+from pipeline.wire.contest import Asker, ContestKind
 from pipeline.wire.trigger import DecisionId, InvalidDecisionIdError
 
 _LOG = logging.getLogger("pipeline.ui")
@@ -79,11 +85,20 @@ class Auditor(Protocol):
         """`item` re-derived from its recorded offsets, with its audit records (read already for the page)."""
         ...
 
+    def contest(self, item: IndexedDecision, audits: list[AuditRecord], events: CaseEvents,
+                ask: ContestAsk) -> ContestDone:  # fmt: skip
+        """Makes and publishes the contest asked of `item` (services/auditor.py); raises DpmError when it cannot."""
+        ...
+
 
 class _Pages:
     def __init__(self, auditor: Auditor, tokens: Tokens, sessions: Sessions, throttle: Throttle,
-                 concurrency: int) -> None:  # fmt: skip
+                 ui: UiSettings) -> None:  # fmt: skip
         self.auditor, self.tokens, self.sessions, self.throttle = auditor, tokens, sessions, throttle
+        self.contest_right = ui.contest
+        # Each contest asks a model: a principal is held to so many a minute, counted like wrong tokens.
+        self.contests = Throttle(limit=ui.contests_per_minute, window_s=60.0, block_s=60.0)
+        concurrency = ui.concurrency
         # Decision pages read and render this many at once. More threads at once only fight over the
         # interpreter lock (20 readers: 86 pages/s unbounded, 125 bounded to 2, on 2 cores); a
         # replay's model calls run outside this bound, so a slow model never holds pages back.
@@ -250,14 +265,45 @@ class _Pages:
             return self._not_found(viewer)
         return self._decision_page(viewer, item, replay=True)
 
+    def may_contest(self, principal: Principal) -> bool:
+        return self.contest_right == "all" or (self.contest_right == "admin" and principal.is_admin)
+
+    async def contest(self, request: Request) -> Response:
+        """Decisive events, an adverse decision's reasons or a what-if, asked from the decision's page."""
+        posted = await self._poster(request)
+        if isinstance(posted, Response):
+            return posted
+        viewer, form = posted
+        if not self.may_contest(viewer.principal):
+            return self.render("error.html", 403, viewer, message="You may read this decision, not contest it.")
+        wait = self.contests.retry_after(viewer.principal.name)
+        if wait is not None:
+            headers = {**_HEADERS, "Retry-After": str(wait)}
+            return PlainTextResponse(f"too many contests: try again in {wait} s", status_code=429, headers=headers)
+        try:
+            ask = _contest_ask(viewer.principal, form)
+        except (ValueError, DpmError) as exc:
+            return self.render("error.html", 400, viewer, message=f"Bad contest: {exc}")
+        self.contests.failed(viewer.principal.name)
+        return await run_in_threadpool(self._contested, viewer, str(form.get("tenant") or ""),
+                                       str(form.get("id") or ""), ask)  # fmt: skip
+
+    def _contested(self, viewer: Viewer, tenant: str, raw_id: str, ask: ContestAsk) -> Response:
+        item = self._item(viewer.principal, tenant, raw_id)
+        if item is None:
+            return self._not_found(viewer)
+        return self._decision_page(viewer, item, replay=False, contest=ask)
+
     def _replay(self, item: IndexedDecision, audits: list[AuditRecord]) -> ReplayReport | str:
         try:
             return self.auditor.replay(item, audits)
         except DpmError as exc:
             return f"replay could not run: {exc}"
 
-    def _decision_page(self, viewer: Viewer, item: Listed, *, replay: bool) -> Response:
-        """The decision's page, after replaying it when `replay` (an erased case has nothing to replay)."""
+    def _decision_page(
+        self, viewer: Viewer, item: Listed, *, replay: bool, contest: ContestAsk | None = None
+    ) -> Response:
+        """The decision's page, after replaying it when `replay`, or contesting it (an erased case has neither)."""
         if isinstance(item, ErasedDecision):
             return self.render("erased.html", viewer=viewer, item=item)
         other_arch = Architecture.SUMM if item.decision_id.architecture is Architecture.DPM else Architecture.DPM
@@ -271,6 +317,12 @@ class _Pages:
         except DpmError as exc:
             return self.render("error.html", 503, viewer, message=f"The log could not be read: {exc}")
         replayed = self._replay(item, audits) if replay else None
+        contested: ContestDone | str | None = None
+        if contest is not None:
+            try:
+                contested = self.auditor.contest(item, audits, events, contest)
+            except DpmError as exc:
+                contested = f"the contest could not be made: {exc}"
         view = item.view.view if item.view is not None else None
         trajectory = events.trajectory
         with self._work:
@@ -286,7 +338,28 @@ class _Pages:
                 audits=audits,
                 other=other,
                 replayed=replayed,
+                contested=contested,
+                may_contest=self.may_contest(viewer.principal),
+                adverse=is_adverse_label(item.record),
+                no_reasons=NO_REASONS,
+                not_advice=NOT_ADVICE,
             )
+
+
+def _contest_ask(principal: Principal, form: FormData) -> ContestAsk:
+    """The contest a page's form asks for; ValueError (or ContestError) for one it cannot be."""
+    try:
+        kind = ContestKind(str(form.get("kind") or ""))
+    except ValueError:
+        raise ValueError("ask for decisive events, reasons or a what-if") from None
+    why = str(form.get("why") or "")[:500]
+    changes: tuple[EventChange, ...] = ()
+    if kind is ContestKind.WHATIF:
+        dropped = [part.strip() for part in str(form.get("drop") or "").split(",") if part.strip()]
+        if not dropped or not all(part.isdigit() for part in dropped):
+            raise ValueError("name the events to leave out by number, e.g. 3,7")
+        changes = leave_out(*(int(part) for part in dropped))
+    return ContestAsk(kind, Asker(f"ui:{principal.name}", int(time.time() * 1000), why), changes=changes)
 
 
 def _too_many(wait_s: int) -> Response:
@@ -311,7 +384,7 @@ def create_app(auditor: Auditor, tokens: Tokens, settings: UiSettings | None = N
     """
     ui = settings or UiSettings.model_validate({})
     sessions = Sessions(ui.session_idle_s, ui.session_max_s)
-    pages = _Pages(auditor, tokens, sessions, throttle or Throttle(), ui.concurrency)
+    pages = _Pages(auditor, tokens, sessions, throttle or Throttle(), ui)
     return Starlette(
         routes=[
             Route("/", pages.home),
@@ -322,5 +395,6 @@ def create_app(auditor: Auditor, tokens: Tokens, settings: UiSettings | None = N
             Route("/decisions", pages.decisions),
             Route("/decision", pages.decision),
             Route("/decision/replay", pages.replay, methods=["POST"]),
+            Route("/decision/contest", pages.contest, methods=["POST"]),
         ]
     )

@@ -42,6 +42,7 @@ class Throttle:
             return max(1, math.ceil(record.blocked_until - now))
 
     def failed(self, client: str) -> None:
+        """Counts one failure of the client (or, for a throttle of costly requests, one request)."""
         now = self._clock()
         with self._lock:
             record = self._clients.pop(client, None) or _Record()

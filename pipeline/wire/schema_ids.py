@@ -21,6 +21,7 @@ class SchemaId(StrEnum):
     LEDGER = "dpm.ledger.v1"
     SEGMENT = "dpm.segment.v1"
     LAYOUT = "dpm.layout.v1"
+    CONTEST = "dpm.contest.v1"
 
     @property
     def file_stem(self) -> str:

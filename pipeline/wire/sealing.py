@@ -15,8 +15,9 @@ from typing import Any, Protocol
 import orjson
 
 from pipeline.core.events import CaseRef
-from pipeline.wire.rejection import RejectedError, Rejection
+from pipeline.wire.rejection import RejectedError, Rejection, decode_object
 from pipeline.wire.schema_ids import SchemaId
+from pipeline.wire.validation import SchemaError, validate
 
 # The fields of each record that hold case content (text that came from, or quotes, the case).
 CONTENT_FIELDS: Mapping[SchemaId, tuple[str, ...]] = {
@@ -26,6 +27,7 @@ CONTENT_FIELDS: Mapping[SchemaId, tuple[str, ...]] = {
     SchemaId.DECISION_V1: ("decision", "view_checks"),
     SchemaId.AUDIT: ("request", "raw_response_b64", "response_text"),
     SchemaId.SEGMENT: ("view",),
+    SchemaId.CONTEST: ("why", "changes", "runs", "calls", "outcome"),
 }
 SEALED = "sealed"
 
@@ -125,3 +127,13 @@ def open_body(body: Mapping[str, Any], cipher: CaseCipher | None) -> dict[str, A
     if not isinstance(content, dict) or set(content) - set(fields):
         raise RejectedError(Rejection.SCHEMA, "sealed content holds fields that are not content fields")
     return {**clear, **content}
+
+
+def opened_record(data: bytes | None, cipher: CaseCipher | None, schema: SchemaId, what: str) -> dict[str, Any]:
+    """A sealed record's body, decoded, opened and valid against `schema`; RejectedError (CaseErasedError) else."""
+    body = open_body(decode_object(data, what), cipher)
+    try:
+        validate(schema, body)
+    except SchemaError as exc:
+        raise RejectedError(Rejection.SCHEMA, str(exc)) from exc
+    return body

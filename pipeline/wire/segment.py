@@ -8,10 +8,9 @@ import orjson
 
 from pipeline.core.events import CaseRef
 from pipeline.core.hashing import text_digest
-from pipeline.wire.rejection import RejectedError, Rejection, decode_object
+from pipeline.wire.rejection import RejectedError, Rejection
 from pipeline.wire.schema_ids import SchemaId
-from pipeline.wire.sealing import CaseCipher, open_body, seal_body
-from pipeline.wire.validation import SchemaError, validate
+from pipeline.wire.sealing import CaseCipher, opened_record, seal_body
 
 
 @dataclass(frozen=True)
@@ -35,11 +34,7 @@ class SegmentViewRecord:
     @classmethod
     def decode(cls, data: bytes | None, cipher: CaseCipher | None) -> SegmentViewRecord:
         """The record, opened and checked against its digest; raises RejectedError (CaseErasedError once erased)."""
-        body = open_body(decode_object(data, "segment view"), cipher)
-        try:
-            validate(SchemaId.SEGMENT, body)
-        except SchemaError as exc:
-            raise RejectedError(Rejection.SCHEMA, str(exc)) from exc
+        body = opened_record(data, cipher, SchemaId.SEGMENT, "segment view")
         if text_digest(body["view"]) != body["view_sha256"]:
             raise RejectedError(Rejection.SCHEMA, "the segment view does not match its digest")
         return cls(CaseRef(body["tenant"], body["case_id"]), body["segment_key"], body["view"])

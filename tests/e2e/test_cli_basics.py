@@ -31,9 +31,9 @@ def test_topics_create_against_the_session_broker_is_idempotent(kafka_bootstrap:
     env = {"DPM_BOOTSTRAP": kafka_bootstrap, "DPM_TOPIC_PREFIX": f"cli-{os.getpid()}"}
     first = dpm_cli("topics", "create", "--partitions", "2", env=env)
     assert first.returncode == 0, first.stderr
-    assert first.stdout.count("created") == 9
+    assert first.stdout.count("created") == 10
     second = dpm_cli("topics", "create", "--partitions", "2", env=env)
-    assert second.stdout.count("settings match") == 9
+    assert second.stdout.count("settings match") == 10
     conflict = dpm_cli("topics", "create", "--partitions", "3", env=env)
     assert conflict.returncode == 1
     assert "conflict" in conflict.stderr

@@ -19,6 +19,7 @@ from playwright.sync_api import Browser, Page, expect
 from pipeline.core.case import Case
 from pipeline.core.task import Architecture
 from pipeline.kafka.producer import EventProducer
+from pipeline.kafka.range_reads import read_topic
 from pipeline.kafka.topics import TopicNames, create_pipeline_topics
 from pipeline.keys.store import CaseKeys
 from pipeline.services.cluster import pipeline_processes
@@ -88,7 +89,8 @@ def test_an_auditor_follows_a_decision_to_its_evidence_replays_it_and_sees_only_
     _produce(kafka_config, topic_names, case_keys, (ours, theirs))
     our_token, port = f"token-{uuid.uuid4().hex}", free_port()
     tokens = f"{ours.ref.tenant}={our_token},{theirs.ref.tenant}=token-{uuid.uuid4().hex}"
-    env = {**worker_env(kafka_bootstrap, topic_names, tmp_path), "DPM_UI_REFRESH_S": "0.5", "DPM_UI_TOKENS": tokens}
+    env = {**worker_env(kafka_bootstrap, topic_names, tmp_path), "DPM_UI_REFRESH_S": "0.5", "DPM_UI_TOKENS": tokens,
+           "DPM_UI_CONTEST": "all"}  # fmt: skip
     run = _Run(ours, theirs, our_token, env, f"http://127.0.0.1:{port}")
     commands = [["worker"], ["baseline", "--budgets", str(BUDGET)], ["ui", "--port", str(port)]]
     with pipeline_processes(commands, env, tmp_path / "logs"):
@@ -98,6 +100,8 @@ def test_an_auditor_follows_a_decision_to_its_evidence_replays_it_and_sees_only_
         _sign_in_and_list(page, run)
         _open_decision_and_follow_a_citation(page, run)
         _replay(page)
+        _contest(page)
+        assert len(list(read_topic(kafka_config, topic_names.contests))) == 2  # each contest recorded
         _refused_the_other_tenant(page, run)
         _erase_and_see_it_erased(page, run)
         page.close()
@@ -136,6 +140,20 @@ def _replay(page: Page) -> None:
     page.click("text=Replay now")
     expect(page.locator("#replay-result")).to_contain_text("MATCH")
     _shot(page, "replay")
+
+
+def _contest(page: Page) -> None:
+    """Decisive events, shown on the page and linked to their evidence; then a what-if without the first of them."""
+    page.click("text=Find decisive events")
+    result = page.locator("#contest-result")
+    expect(result).to_contain_text("Recorded as contest")
+    decisive = result.locator("a.decisive")
+    left_out = decisive.first.inner_text().strip("[]") if decisive.count() else "1"
+    page.fill("input[name=drop]", left_out)
+    page.fill("input[name=why]", "the applicant disputes this record")
+    page.click("text=What if")
+    expect(page.locator("#contest-result")).to_contain_text(f"What if (leave out [{left_out}])")
+    _shot(page, "contest")
 
 
 def _refused_the_other_tenant(page: Page, run: _Run) -> None:

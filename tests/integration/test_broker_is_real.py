@@ -87,9 +87,9 @@ def test_ensure_topics_is_idempotent_and_refuses_conflicts(kafka_config: dict[st
     names = TopicNames(unique_prefix())
     first = ensure_topics(admin, pipeline_topics(names, partitions=2), replication_factor=1)
     second = ensure_topics(admin, pipeline_topics(names, partitions=2), replication_factor=1)
-    assert len(first.created) == 9
+    assert len(first.created) == 10
     assert second.created == ()
-    assert len(second.existing) == 9
+    assert len(second.existing) == 10
     assert second.drift == ()
     tighter = pipeline_topics(names, partitions=2, erasure=ErasureBound(max_lag_ms=60_000, tombstone_ms=1_000))
     drift = ensure_topics(admin, tighter, replication_factor=1).drift  # reported, not refused
@@ -205,7 +205,7 @@ def test_a_throwaway_pipeline_is_removed_whole(kafka_config: dict[str, str]) -> 
     kept = TopicNames(f"{names.prefix}-2")  # a prefix that merely starts the same: another pipeline
     create_pipeline_topics(kafka_config, kept, partitions=1, replication=1)
     removed = remove_pipeline(kafka_config, names.prefix)
-    assert len(removed) == 9
+    assert len(removed) == 10
     deadline = time.monotonic() + 30
     while any(t.startswith(f"{names.prefix}.") for t in admin_client(kafka_config).list_topics(timeout=10).topics):
         assert time.monotonic() < deadline, "deleted topics still listed"

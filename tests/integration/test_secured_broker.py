@@ -119,6 +119,8 @@ def test_each_role_is_refused_outside_its_grants(shared: Shared) -> None:
     with pytest.raises(NotAuthorizedError, match=f"not authorized to use topic {names.prefix}-baseline"):
         next(read_topic(producer, f"{names.prefix}-baseline-summ-cases-changelog"))  # nor the baseline's state
     assert code(produce_error(auditor, names.decisions)) == KafkaError.TOPIC_AUTHORIZATION_FAILED  # it reads only
+    for role in (producer, worker):  # contests are the auditor's to write, and only they are
+        assert code(produce_error(role, names.contests)) == KafkaError.TOPIC_AUTHORIZATION_FAILED
     foreign_group = _read_error(worker, names.triggers, group=f"{names.prefix}-baseline")
     assert code(foreign_group) == KafkaError.GROUP_AUTHORIZATION_FAILED
     outsider = Producer({**worker, "transactional.id": "not-a-projection-worker"})
@@ -132,6 +134,7 @@ def test_each_role_is_refused_outside_its_grants(shared: Shared) -> None:
     assert refused_create.value.args[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
 
 
+@pytest.mark.any_broker  # the shared mode's weakness is the plan's, shown once
 def test_in_shared_topics_a_tenant_producer_can_still_write_in_another_tenant_name(shared: Shared) -> None:
     """The shared mode's weakness, shown: the broker authorizes topics, not the tenant a record names."""
     producer = shared.config(Role.PRODUCER.value)
@@ -179,6 +182,14 @@ def test_worker_and_baseline_on_their_plan_alone_decide_every_trigger_once(share
     assert replayed.returncode == 0, replayed.stdout[-2000:] + replayed.stderr[-2000:]  # every decision MATCH
     compared = shared.secured.dpm(Role.AUDITOR.value, "compare", DPM_TOPIC_PREFIX=names.prefix)
     assert "agreement" in compared.stdout, compared.stderr[-2000:]
+    contested = shared.secured.dpm(Role.AUDITOR.value, "whatif", "--decision", "s1:dpm", "--drop", "1", "--json",
+                                   DPM_TOPIC_PREFIX=names.prefix)  # fmt: skip
+    assert contested.returncode == 0, contested.stdout[-2000:] + contested.stderr[-2000:]  # on the plan's grants
+    explained = shared.secured.dpm(Role.AUDITOR.value, "explain", "--decision", "s1:dpm", "--decisive",
+                                   DPM_TOPIC_PREFIX=names.prefix)  # fmt: skip
+    assert "recorded as contest" in explained.stdout, explained.stdout[-2000:] + explained.stderr[-2000:]
+    [*published] = read_topic(auditor, names.contests)
+    assert len(published) == 2
     passwords = [shared.config(user)["sasl.password"] for user in ("worker", "baseline", "auditor")]
     logs = "".join(p.read_text(errors="replace") for p in tmp_path.rglob("*.log"))
     for password in passwords:  # never on a command line, never in a log

@@ -95,8 +95,8 @@ def test_a_tenant_principal_is_refused_every_topic_of_another_tenant(tenanted: T
     assert code(produce_error(acme, own.decisions)) == KafkaError.TOPIC_AUTHORIZATION_FAILED  # written by workers only
     listed = tenanted.secured.dpm(Role.OPERATOR.value, "tenants", "list", DPM_TOPIC_PREFIX=tenanted.names.prefix,
                                   DPM_TENANCY="topics")  # fmt: skip
-    assert "acme: 9 topic(s), complete" in listed.stdout
-    assert "globex: 9 topic(s), complete" in listed.stdout
+    assert "acme: 10 topic(s), complete" in listed.stdout
+    assert "globex: 10 topic(s), complete" in listed.stdout
 
 
 def _produce(tenanted: Tenanted, tenant: str, offset: int) -> list[DecisionRequest]:
@@ -157,11 +157,11 @@ def test_a_worker_and_the_baseline_decide_each_tenant_on_its_own_topics_and_pick
     compared = tenanted.secured.dpm(Role.AUDITOR.value, "compare", **as_auditor)
     assert compared.returncode == 0, compared.stderr[-2000:]
     removed = tenanted.secured.dpm("admin", "tenants", "remove", "initech", "--yes", **as_auditor)
-    assert "initech: 2 case key(s) destroyed, 9 topic(s) deleted" in removed.stdout, removed.stderr[-2000:]
+    assert "initech: 2 case key(s) destroyed, 10 topic(s) deleted" in removed.stdout, removed.stderr[-2000:]
     assert "1 SCRAM credential(s) deleted" in removed.stdout
     listed = tenanted.secured.dpm(Role.OPERATOR.value, "tenants", "list", **as_auditor).stdout
     assert "initech" not in listed
-    assert "acme: 9 topic(s), complete" in listed
+    assert "acme: 10 topic(s), complete" in listed
     for tenant in TENANTS:  # nothing of one tenant on another's topics
         other = next(t for t in TENANTS if t != tenant)
         ids = {r.trigger_id for r in requests[other]}

@@ -37,7 +37,7 @@ def test_a_tenant_s_own_topics_sit_under_its_prefix_and_are_told_apart_from_the_
     acme = NAMES.of_tenant("acme")
     assert [s.name for s in pipeline_topics(acme)] == [f"bank.acme.{t}" for t in ("events", "triggers", "views",
                                                        "decisions", "audit", "dlq", "keys", "segments",
-                                                       "layout")]  # fmt: skip
+                                                       "layout", "contests")]  # fmt: skip
     assert (NAMES.tenant_of("bank.acme.triggers"), NAMES.tenant_of("bank.triggers")) == ("acme", None)
     assert NAMES.tenant_of(NAMES.of_generation(2).triggers) is None  # a grown generation is no tenant's
     assert NAMES.tenant_of("banker.acme.triggers") is None  # another prefix

@@ -11,7 +11,7 @@ import pytest
 from pydantic import SecretStr
 from starlette.testclient import TestClient
 
-from pipeline.config.settings import Settings, SettingsError
+from pipeline.config.settings import Settings, SettingsError, UiSettings
 from pipeline.core.case import Case
 from pipeline.core.events import CaseRef, LogPosition, Trajectory
 from pipeline.core.explanation import fact_rows
@@ -20,16 +20,18 @@ from pipeline.core.task import Architecture, Budget
 from pipeline.core.verification import ReplayReport, verify_replay
 from pipeline.core.view import Fact, MemoryView
 from pipeline.core.window import Window
+from pipeline.kafka.topics import TopicNames
 from pipeline.llm.extractive.backend import ExtractiveBackend
 from pipeline.services.audit_index import DecisionFilter, DecisionIndex, ErasedDecision, IndexedDecision
 from pipeline.services.auditor import CaseEvents
+from pipeline.services.contest import ContestAsk, ContestDone, Found, contested_of, run_contest
 from pipeline.ui import Tokens, create_app
 from pipeline.ui.auth import COOKIE, NoTokensError, Principal
 from pipeline.ui.pages import cited_events, marked
 from pipeline.ui.server import asgi_app
 from pipeline.ui.sessions import Sessions
 from pipeline.ui.throttle import Throttle
-from pipeline.wire.audit import AuditRecord
+from pipeline.wire.audit import AuditRecord, calls_in_order
 from pipeline.wire.decision import PositionsSource, Provenance
 from pipeline.wire.run_records import RunRecords, run_records
 from pipeline.wire.trigger import DecisionId, DecisionKey
@@ -60,6 +62,7 @@ class _Auditor:
         self.cases: dict[CaseRef, Trajectory] = {}
         self.audit_records: dict[DecisionId, list[AuditRecord]] = {}
         self.replays = 0
+        self.contested: list[ContestDone] = []
         fixture = load_fixture()
         for n, tenant in enumerate(("acme", "globex")):
             case = _as_tenant(fixture, tenant)
@@ -80,6 +83,16 @@ class _Auditor:
     def audits(self, item: IndexedDecision) -> list[AuditRecord]:
         return self.audit_records[item.decision_id]
 
+    def contest(self, item: IndexedDecision, audits: list[AuditRecord], events: CaseEvents,
+                ask: ContestAsk) -> ContestDone:  # fmt: skip
+        """As the Kafka auditor does, but kept here instead of published."""
+        assert item.view is not None
+        found = Found(TopicNames("ui"), item.record, contested_of(item.record, item.view.view, events.trajectory),
+                      tuple(calls_in_order(audits)))  # fmt: skip
+        done = run_contest(Settings.from_env({}), found, ask)
+        self.contested.append(done)
+        return done
+
     def replay(self, item: IndexedDecision, audits: list[AuditRecord]) -> ReplayReport:
         assert audits == self.audit_records[item.decision_id]  # the page's own, not read again
         self.replays += 1
@@ -98,9 +111,9 @@ def auditor() -> _Auditor:
     return _Auditor()
 
 
-def _client(auditor: _Auditor, token: str | None = None) -> TestClient:
+def _client(auditor: _Auditor, token: str | None = None, ui: UiSettings | None = None) -> TestClient:
     tokens = Tokens({"acme": SecretStr(ACME), "globex": SecretStr(GLOBEX)}, SecretStr(ADMIN))
-    client = TestClient(create_app(auditor, tokens), follow_redirects=False)
+    client = TestClient(create_app(auditor, tokens, ui), follow_redirects=False)
     if token:
         client.headers["Authorization"] = f"Bearer {token}"
     return client
@@ -413,3 +426,66 @@ def test_a_segmented_decision_shows_its_window_and_segment_tree() -> None:
     assert f"Segment tree: {len(result.segments)} views, 0 reused" in page.text
     assert page.text.count("<td>computed</td>") == len(result.segments)
     assert page.text.count('<details class="audit">') == published.decision.llm_calls
+
+
+def test_the_admin_contests_a_decision_from_its_page_and_a_tenant_may_not_by_default(auditor: _Auditor) -> None:
+    admin = _client(auditor, ADMIN)
+    decisive = admin.post("/decision/contest", data={"tenant": "acme", "id": ACME_DPM, "kind": "decisive"})
+    assert decisive.status_code == 200, decisive.text
+    assert 'id="contest-result"' in decisive.text
+    assert "Recorded as contest" in decisive.text
+    found = auditor.contested[0].decisive
+    assert found is not None
+    for group in found.groups:  # each decisive event is marked on the page, linked to its evidence
+        assert all(f'href="#event-{i}" class="cite decisive"' in decisive.text for i in group)
+    whatif = admin.post("/decision/contest", data={"tenant": "acme", "id": ACME_DPM, "kind": "whatif", "drop": "1",
+                                                   "why": "the applicant disputes <b>it</b>"})  # fmt: skip
+    assert whatif.status_code == 200
+    assert "What if (leave out [1])" in whatif.text
+    assert "<b>it</b>" not in whatif.text  # nothing asked is echoed unescaped
+    assert auditor.contested[1].record.asker.why == "the applicant disputes <b>it</b>"
+    assert admin.post("/decision/contest", data={"tenant": "acme", "id": ACME_DPM, "kind": "whatif"}).status_code == 400
+    assert admin.post("/decision/contest", data={"tenant": "acme", "id": ACME_DPM, "kind": "nuke"}).status_code == 400
+    refused = _client(auditor, ACME).post("/decision/contest", data={"id": ACME_DPM, "kind": "decisive"})
+    assert refused.status_code == 403
+    assert len(auditor.contested) == 2
+    everyone = _client(auditor, ACME, UiSettings.model_validate({"DPM_UI_CONTEST": "all"}))
+    assert everyone.post("/decision/contest", data={"id": ACME_DPM, "kind": "decisive"}).status_code == 200
+    foreign = everyone.post("/decision/contest", data={"id": GLOBEX_DPM, "tenant": "globex", "kind": "decisive"})
+    assert foreign.status_code == 404  # another tenant's decision, as if unknown
+
+
+def test_contests_are_rate_limited_per_principal_and_need_the_page_s_anti_forgery_token(auditor: _Auditor) -> None:
+    client = _client(auditor, ui=UiSettings.model_validate({"DPM_UI_CONTESTS_PER_MINUTE": "2"}))
+    assert _sign_in(client, ADMIN).status_code == 303
+    page = client.get(f"/decision?tenant=acme&id={ACME_DPM}")
+    csrf = re.search(r'name="csrf" value="([^"]+)"', page.text)
+    assert csrf is not None
+    form = {"tenant": "acme", "id": ACME_DPM, "kind": "decisive"}
+    assert client.post("/decision/contest", data=form, headers=SAME_SITE).status_code == 403  # no token
+    assert client.post("/decision/contest", data={**form, "csrf": csrf.group(1)},
+                       headers={"Origin": "https://evil.example"}).status_code == 403  # fmt: skip
+    assert auditor.contested == []
+    for _ in range(2):
+        assert (
+            client.post("/decision/contest", data={**form, "csrf": csrf.group(1)}, headers=SAME_SITE).status_code == 200
+        )
+    limited = client.post("/decision/contest", data={**form, "csrf": csrf.group(1)}, headers=SAME_SITE)
+    assert limited.status_code == 429
+    assert int(limited.headers["Retry-After"]) > 0
+    assert len(auditor.contested) == 2
+
+
+def test_an_adverse_decision_s_page_offers_and_shows_its_principal_reasons(auditor: _Auditor) -> None:
+    admin = _client(auditor, ADMIN)
+    page = admin.get(f"/decision?tenant=acme&id={ACME_DPM}")
+    assert "DENY" in page.text
+    assert 'value="reasons"' in page.text  # a denial owes reasons: the page offers them
+    given = admin.post("/decision/contest", data={"tenant": "acme", "id": ACME_DPM, "kind": "reasons"})
+    assert given.status_code == 200, given.text
+    reasons = auditor.contested[0].reasons
+    assert reasons is not None
+    assert "Principal reasons for the adverse action" in given.text
+    assert "they are not legal advice" in given.text
+    for reason in reasons.reasons:
+        assert reason.fact.text in given.text

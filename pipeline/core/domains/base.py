@@ -129,6 +129,8 @@ class DomainRules:
     policy: Policy
     negative_labels: tuple[str, ...]
     limits: tuple[Limit, ...] = ()
+    # How the notice of an adverse decision (a negative label, or a referral) names its reasons.
+    reasons_heading: str = "Principal reasons for the decision"
 
     def verdict(self, values: Mapping[str, FieldValue], task_text: str = "") -> Verdict:
         """The policy's verdict under the thresholds the task states (the standard ones where it states none)."""

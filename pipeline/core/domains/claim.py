@@ -178,4 +178,5 @@ RULES = DomainRules(
     ),
     policy=policy,
     negative_labels=("DENY", "PARTIAL PAY"),
+    reasons_heading="Reasons for the claim determination, as the claims letter states them",
 )

@@ -199,5 +199,7 @@ RULES = DomainRules(
     ),
     policy=policy,
     negative_labels=("DENY",),
+    reasons_heading="Principal reasons for the adverse action taken on the application "
+    "(ECOA / Regulation B, 12 CFR 1002.9)",
     limits=(MIN_CREDIT_SCORE, MAX_DTI_PERCENT, MAX_LTV_PERCENT),
 )

@@ -109,4 +109,5 @@ RULES = DomainRules(
     policy=policy,
     limits=(MIN_WEEKS,),
     negative_labels=("DENY",),
+    reasons_heading="Reasons for the adverse determination of the prior authorization request",
 )

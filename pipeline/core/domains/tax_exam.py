@@ -119,4 +119,5 @@ RULES = DomainRules(
     policy=policy,
     limits=(TOLERANCE,),
     negative_labels=("ADJUST",),
+    reasons_heading="Reasons for the proposed adjustment, as the examination report states them",
 )
