@@ -45,13 +45,17 @@ from pipeline.client import (
     DecisionTimeoutError,
     EventTooLargeError,
     NoEventsError,
+    NotAdverseError,
+    ReasonsUnavailableError,
 )
 from pipeline.client.memory import DEFAULT_BUDGET_CHARS
 from pipeline.config.settings import ApiSettings
+from pipeline.core.contest import NOT_ADVICE
 from pipeline.core.domains import DOMAINS, domain_task
 from pipeline.core.events import InvalidEventError, check_identifier
 from pipeline.core.task import TaskSpec
 from pipeline.services.api_keys import ApiKey, ApiKeys
+from pipeline.wire.contest import reasons_outcome
 from pipeline.wire.trigger import DecisionId, InvalidDecisionIdError
 
 _LOG = logging.getLogger("pipeline.api")
@@ -163,6 +167,27 @@ class ReplayOut(BaseModel):
     detail: str
 
 
+class ReasonOut(BaseModel):
+    rank: int
+    fact: str = Field(description="a fact of the decision's memory view")
+    citations: list[int] = Field(description="the events it cites (1-based indices in the case's log)")
+    changes_decision: bool | None = Field(
+        description="leaving its cited events out changes the decision (null: it cites none, or was not tried)"
+    )
+    in_notice: bool = Field(description="the decision's own notice names its figures")
+
+
+class ReasonsOut(BaseModel):
+    """The principal reasons of an adverse decision, weightiest first (computed, not recorded)."""
+
+    decision_id: str
+    label: str
+    heading: str = Field(description="how the decision's domain names them (an adverse action notice, a claims letter)")
+    reasons: list[ReasonOut]
+    complete: bool = Field(description="false: the call budget ran out before every fact was tried")
+    note: str = Field(description="what the reasons are and are not")
+
+
 class CaseDecisionsOut(BaseModel):
     case_id: str
     decision_ids: list[str] = Field(description="oldest first")
@@ -257,6 +282,9 @@ def create_api(memory_for: MemoryFor, keys: ApiKeys, settings: ApiSettings,
     app.add_api_route(f"/{VERSION}/decisions/{{decision_id}}/replay", routes.replay, methods=["GET"],
                       response_model=ReplayOut, responses=_problems(401, 403, 404, 429, 503),
                       summary="Replay a decision from its recorded offsets and verify it by hash")  # fmt: skip
+    app.add_api_route(f"/{VERSION}/decisions/{{decision_id}}/reasons", routes.reasons, methods=["GET"],
+                      response_model=ReasonsOut, responses=_problems(401, 403, 404, 409, 429, 503),
+                      summary="The principal reasons of an adverse decision")  # fmt: skip
     app.add_api_route(f"/{VERSION}/cases/{{case_id}}/decisions", routes.decisions_of, methods=["GET"],
                       response_model=CaseDecisionsOut, responses=_problems(400, 401, 403, 429, 503),
                       summary="The ids of a case's published decisions")  # fmt: skip
@@ -421,6 +449,14 @@ class _Routes:
         report = await self._published(request, decision_id, lambda memory, d: memory.replay(d))
         return ReplayOut(decision_id=decision_id, status=report.status.value, detail=report.detail)
 
+    async def reasons(self, request: Request, decision_id: str) -> ReasonsOut:
+        """Each fact of the view, weightiest first, with whether leaving its cited events out changes the decision."""
+        given = await self._published(request, decision_id, lambda memory, d: memory.reasons(d))
+        outcome = reasons_outcome(given)
+        return ReasonsOut(decision_id=decision_id, label=given.label, heading=given.heading,
+                          reasons=[ReasonOut(**row) for row in outcome["reasons"]], complete=given.complete,
+                          note=NOT_ADVICE)  # fmt: skip
+
     async def decisions_of(self, request: Request, case_id: CaseId) -> CaseDecisionsOut:
         """The case's published decisions of the key's tenant (another tenant's case: none, as an unknown one)."""
         memory = await self._memory(request)
@@ -467,6 +503,12 @@ def _client_problem(exc: Exception) -> Problem:
         return unprocessable("no-events", "the case has no events: append its steps before asking for a decision")
     if isinstance(exc, CaseConflictError):
         return Problem(409, "case-conflict", "Conflict", str(exc))
+    if isinstance(exc, NotAdverseError):
+        return Problem(409, "not-adverse", "Conflict", "the decision's domain does not mark its label adverse: it "
+                       "owes no reasons")  # fmt: skip
+    if isinstance(exc, ReasonsUnavailableError):
+        return Problem(409, "reasons-unavailable", "Conflict", "the decision's recorded events are no longer what it "
+                       "read, or its model could not answer")  # fmt: skip
     if not isinstance(exc, ClusterUnavailableError):
         _LOG.error("a client call failed: %s", exc)
     return Problem(503, "cluster-unavailable", "Service unavailable", "the cluster did not answer in time; nothing "

@@ -11,7 +11,7 @@ def mcp(
     port: int = typer.Option(8089, "--port", min=1, max=65535, help="With --http: the port."),
     addr: str = typer.Option("127.0.0.1", "--addr", help="With --http: the address to bind."),
 ) -> None:
-    """Serve MCP tools (append_event, request_decision, get_decision, explain_decision) and a case's decisions."""
+    """Serve MCP tools: append a case's steps; ask for, read, explain and give reasons for its decisions."""
     from pipeline.cli.reach import broker_settings
     from pipeline.mcp_server.run import serve_http, serve_stdio
 

@@ -8,6 +8,7 @@ metrics from the metrics registry, dead-letter reasons from `Rejection` and thei
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -248,8 +249,8 @@ def mcp_page() -> str:
     for tool in sorted(tools, key=lambda t: t.name):
         properties = tool.input_schema.get("properties", {})
         required = set(tool.input_schema.get("required", []))
-        lines += [f"### `{tool.name}`", "", tool.description or "", "", "| argument | type | required |",
-                  "|---|---|---|"]  # fmt: skip
+        described = inspect.cleandoc(tool.description or "")  # a docstring's indentation is not markdown's
+        lines += [f"### `{tool.name}`", "", described, "", "| argument | type | required |", "|---|---|---|"]
         for name, spec in properties.items():
             kind = spec.get("type") or " or ".join(str(a.get("type")) for a in spec.get("anyOf", []))
             lines.append(f"| `{name}` | {kind} | {'yes' if name in required else 'no'} |")

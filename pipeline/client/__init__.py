@@ -16,6 +16,8 @@ from pipeline.client.errors import (
     DecisionTimeoutError,
     EventTooLargeError,
     NoEventsError,
+    NotAdverseError,
+    ReasonsUnavailableError,
 )
 from pipeline.client.memory import DEFAULT_BUDGET_CHARS, DecisionMemory
 from pipeline.client.results import CitedEvent, Decision, EventPosition, Explanation, Fact, ModelUsage
@@ -38,4 +40,6 @@ __all__ = [
     "Fact",
     "ModelUsage",
     "NoEventsError",
+    "NotAdverseError",
+    "ReasonsUnavailableError",
 ]

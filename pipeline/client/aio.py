@@ -19,9 +19,11 @@ from pipeline.client.errors import DecisionNotFoundError, DecisionTimeoutError
 from pipeline.client.memory import DEFAULT_BUDGET_CHARS, DecisionMemory
 from pipeline.client.results import Decision, EventPosition, Explanation
 from pipeline.config.settings import Settings
+from pipeline.core.contest import AdverseReasons
 from pipeline.core.task import TaskSpec
 from pipeline.core.verification import ReplayReport
 from pipeline.kafka.errors import KafkaAdapterError
+from pipeline.services.contest import DEFAULT_MAX_CALLS
 
 _T = TypeVar("_T")
 THREADS = 32  # blocking calls (appends, reads) a client runs side by side
@@ -121,6 +123,9 @@ class AsyncDecisionMemory:
 
     async def replay(self, decision_id: str, *, backend: str | None = None) -> ReplayReport:
         return await self._run(self.sync.replay, decision_id, backend=backend)
+
+    async def reasons(self, decision_id: str, *, max_calls: int = DEFAULT_MAX_CALLS) -> AdverseReasons:
+        return await self._run(self.sync.reasons, decision_id, max_calls=max_calls)
 
     async def decisions_of(self, case_id: str) -> list[str]:
         return await self._run(self.sync.decisions_of, case_id)

@@ -32,6 +32,14 @@ class NoEventsError(ClientError):
     """A decision was asked for a case that has no events."""
 
 
+class NotAdverseError(ClientError):
+    """Reasons were asked of a decision whose domain does not mark its label adverse: it owes none."""
+
+
+class ReasonsUnavailableError(ClientError):
+    """A decision's reasons cannot be found: its recorded events are no longer what it read (or the model failed)."""
+
+
 class DecisionRefusedError(ClientError):
     """A worker refused the decision request: its dead letter's reason (a `Rejection` value) and detail.
 

@@ -29,13 +29,16 @@ from pipeline.client.errors import (
     DecisionTimeoutError,
     EventTooLargeError,
     NoEventsError,
+    NotAdverseError,
+    ReasonsUnavailableError,
 )
 from pipeline.client.recent import RecentEvents
 from pipeline.client.replies import Reply, Waiters, trigger_refusal
 from pipeline.client.results import Decision, EventPosition, Explanation, cited_indexes
 from pipeline.config.settings import Settings
+from pipeline.core.contest import AdverseReasons, ContestError
 from pipeline.core.domains import domain_task
-from pipeline.core.events import CaseRef, Event, LogPosition
+from pipeline.core.events import CaseRef, Event, LogPosition, Trajectory
 from pipeline.core.explanation import fact_rows
 from pipeline.core.task import Architecture, TaskSpec
 from pipeline.core.verification import ReplayReport
@@ -48,9 +51,13 @@ from pipeline.kafka.reader import KafkaEventLog, PooledLog
 from pipeline.kafka.replies import START_TIMEOUT_S, ReplyReader
 from pipeline.keys.store import CaseKeys
 from pipeline.services.cluster import cluster_settings
+from pipeline.services.contest import DEFAULT_MAX_CALLS, ContestRefusedError, Found, contest_reasons, contested_of
+from pipeline.services.contest import NotAdverseError as ServiceNotAdverseError
 from pipeline.services.read_outputs import load_outputs
 from pipeline.services.replay import LogChangedError, read_recorded_events, registry_backends, replay_one
 from pipeline.services.tenants import topics_of
+from pipeline.wire.audit import calls_in_order
+from pipeline.wire.contest import Asker
 from pipeline.wire.decision import DecisionRecord
 from pipeline.wire.rejection import RejectedError
 from pipeline.wire.trajectory import case_event
@@ -304,9 +311,7 @@ class DecisionMemory:
         decision = self.decision(decision_id)
         record = decision.record
         try:
-            with _reading("the decision's events"):
-                trajectory = read_recorded_events(record, self._events_log(record.events_topic or self._names.events),
-                                                  self._keys)  # fmt: skip
+            trajectory = self._recorded_events(record)
         except LogChangedError as exc:
             return Explanation(decision, tuple(fact_rows(decision.view.view, None)), f"log changed: {exc.detail}")
         status = None if trajectory is not None else "erased"
@@ -329,6 +334,39 @@ class DecisionMemory:
             return replay_one(record, outputs.views.get(key), outputs.audits.get(key, []), log,
                               registry_backends(self._settings.model, backend), recorded_only=False,
                               cipher=self._keys)  # fmt: skip
+
+    def reasons(self, decision_id: str, *, max_calls: int = DEFAULT_MAX_CALLS) -> AdverseReasons:
+        """The principal reasons of an adverse decision, weightiest first, as `dpm explain --reasons` finds them.
+
+        Each fact's cited events are left out in turn and the decision re-made with its recorded backend
+        (at most `max_calls` new model calls; answers the decision recorded are reused). Computed, not
+        recorded: an auditor records them with `dpm explain --reasons`. NotAdverseError for a decision its
+        domain does not mark adverse; DecisionNotFoundError for one this tenant cannot read (or erased).
+        """
+        key = DecisionKey(self.tenant, DecisionId.parse(decision_id))
+        with _reading("the output topics"):
+            outputs = load_outputs(self._config, self._names, cipher=self._keys, with_triggers=False)
+        record, view = outputs.decisions.get(key), outputs.views.get(key)
+        if record is None or view is None:
+            raise DecisionNotFoundError(f"no decision {decision_id} of tenant {self.tenant} is published")
+        try:
+            trajectory = self._recorded_events(record)
+            if trajectory is None:
+                raise DecisionNotFoundError(f"decision {decision_id} is of an erased case")
+            found = Found(self._names, record, contested_of(record, view.view, trajectory),
+                          tuple(calls_in_order(outputs.audits.get(key, []))))  # fmt: skip
+            reasons, _ = contest_reasons(self._settings, found, Asker(f"client:{self.tenant}", 0), max_calls)
+        except ServiceNotAdverseError as exc:
+            raise NotAdverseError(str(exc)) from exc
+        except (LogChangedError, ContestRefusedError, ContestError) as exc:
+            raise ReasonsUnavailableError(f"the reasons of {decision_id} cannot be found: {exc}") from exc
+        return reasons
+
+    def _recorded_events(self, record: DecisionRecord) -> Trajectory | None:
+        """The events at the decision's recorded offsets (None: erased); LogChangedError when they are not."""
+        with _reading("the decision's events"):
+            return read_recorded_events(record, self._events_log(record.events_topic or self._names.events),
+                                        self._keys)  # fmt: skip
 
     def decisions_of(self, case_id: str) -> list[str]:
         """The ids of the case's published decisions, oldest first (it reads the output topics)."""

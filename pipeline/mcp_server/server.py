@@ -22,16 +22,20 @@ from pipeline.client import (
     ClientError,
     DecisionNotFoundError,
     DecisionTimeoutError,
+    NotAdverseError,
 )
+from pipeline.core.contest import NOT_ADVICE
 from pipeline.core.domains import domain_task
 from pipeline.services.api_keys import ApiKeys
+from pipeline.wire.contest import reasons_outcome
 
 MemoryFor = Callable[[str], Awaitable[AsyncDecisionMemory]]
 MAX_WAIT_S = 300.0  # longest a tool call waits for a decision (then it answers the id, pending)
 INSTRUCTIONS = (
     "Decision memory for this agent's cases: append each step you take to its case with append_event "
     "(kind: document, tool, message...; the text as it is), then ask for a decision with request_decision. "
-    "A decision's facts cite the steps they come from; explain_decision shows them with their text."
+    "A decision's facts cite the steps they come from; explain_decision shows them with their text, and "
+    "decision_reasons gives an adverse decision's principal reasons."
 )
 
 
@@ -65,6 +69,14 @@ def build_server(memory_for: MemoryFor, tenant: str | None, *, keys: ApiKeys | N
             raise ToolError("no tenant: this server takes an API key (Authorization: Bearer <key>)")
         return await memory_for(caller)
 
+    _case_tools(server, memory)
+    _decision_tools(server, memory)
+    return server
+
+
+def _case_tools(server: MCPServer, memory: Callable[[], Awaitable[AsyncDecisionMemory]]) -> None:
+    """The tools and the resource an agent works a case with: its steps in, a decision asked for, its decisions."""
+
     @server.tool()
     async def append_event(case_id: str, kind: str, text: str, idempotency_key: str | None = None) -> dict[str, int]:
         """Append one step to a case (after its last); returns its seq in the case and its log position."""
@@ -91,6 +103,15 @@ def build_server(memory_for: MemoryFor, tenant: str | None, *, keys: ApiKeys | N
         except ClientError as exc:
             raise ToolError(str(exc)) from exc
 
+    @server.resource("dpm://cases/{case_id}/decisions", mime_type="application/json")
+    async def case_decisions(case_id: str) -> list[str]:
+        """The ids of a case's published decisions, oldest first."""
+        return await (await memory()).decisions_of(case_id)
+
+
+def _decision_tools(server: MCPServer, memory: Callable[[], Awaitable[AsyncDecisionMemory]]) -> None:
+    """The tools that read a decision: itself, its explanation, an adverse decision's reasons."""
+
     @server.tool()
     async def get_decision(decision_id: str, wait_s: float = 0.0) -> dict[str, Any]:
         """A decision by id (waiting up to wait_s for one asked for but not in yet)."""
@@ -113,9 +134,18 @@ def build_server(memory_for: MemoryFor, tenant: str | None, *, keys: ApiKeys | N
             raise ToolError(str(exc)) from exc
         return {k: decision[k] for k in ("decision_id", "label", "rationale", "facts", "compliance", "replay_command")}
 
-    @server.resource("dpm://cases/{case_id}/decisions", mime_type="application/json")
-    async def case_decisions(case_id: str) -> list[str]:
-        """The ids of a case's published decisions, oldest first."""
-        return await (await memory()).decisions_of(case_id)
+    @server.tool()
+    async def decision_reasons(decision_id: str) -> dict[str, Any]:
+        """The principal reasons of an adverse decision (a denial, a referral), weightiest first.
 
-    return server
+        Each is a fact of the decision's view with the steps it cites, and whether leaving those steps
+        out changes the decision (found by re-deciding without them: computed, not legal advice).
+        """
+        try:
+            given = await (await memory()).reasons(decision_id)
+        except NotAdverseError as exc:
+            raise ToolError("the decision's domain does not mark its label adverse: it owes no reasons") from exc
+        except ClientError as exc:
+            raise ToolError(str(exc)) from exc
+        outcome = reasons_outcome(given)
+        return {"decision_id": decision_id, "label": outcome.pop("original_label"), **outcome, "note": NOT_ADVICE}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import itertools
 import signal
 import threading
 import time
@@ -13,6 +14,7 @@ import pytest
 
 from pipeline.api.app import DecisionOut
 from pipeline.core.events import CaseRef
+from pipeline.kafka.partitioning import case_partition
 from pipeline.kafka.topics import TopicNames
 from pipeline.keys.store import CaseKeys
 from pipeline.services.api_keys import ApiKeys
@@ -59,10 +61,11 @@ def test_a_tenant_appends_decides_explains_replays_and_lists_over_http(
             decision_id = decided.json()["decision_id"]
             explained = http.get(f"/v1/decisions/{decision_id}/explanation")
             replayed = http.get(f"/v1/decisions/{decision_id}/replay")
+            reasons = http.get(f"/v1/decisions/{decision_id}/reasons")
             listed = http.get("/v1/cases/case-7/decisions")
         with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {globex}"}, timeout=60) as other:
             theirs = [other.get(f"/v1/decisions/{decision_id}{tail}").status_code
-                      for tail in ("", "/explanation", "/replay")]  # fmt: skip
+                      for tail in ("", "/explanation", "/replay", "/reasons")]  # fmt: skip
             their_list = other.get("/v1/cases/case-7/decisions").json()
     assert appended.status_code == 201
     assert [e["seq"] for e in appended.json()["events"]] == list(range(1, len(case.trajectory) + 1))
@@ -79,9 +82,24 @@ def test_a_tenant_appends_decides_explains_replays_and_lists_over_http(
     assert explained.json()["events_unreadable"] is None
     assert all(f["citations_valid"] for f in explained.json()["facts"])
     assert replayed.json()["status"] == "MATCH"
+    if body["label"] == "APPROVE":  # owes no reasons: told so as a problem
+        assert (reasons.status_code, reasons.json()["type"].rsplit("/", 1)[-1]) == (409, "not-adverse")
+    else:
+        assert reasons.status_code == 200, reasons.text
     assert listed.json() == {"case_id": "case-7", "decision_ids": [decision_id]}
-    assert theirs == [404, 404, 404]  # another tenant's key: as unknown, never 403
+    assert theirs == [404, 404, 404, 404]  # another tenant's key: as unknown, never 403
     assert their_list["decision_ids"] == []
+
+
+def _one_case_per_partition(tenant: str, prefix: str, count: int, *, partitions: int) -> list[str]:
+    """`count` case ids of `tenant` whose events fall on different partitions."""
+    found: dict[int, str] = {}
+    for n in itertools.count():
+        case_id = f"{prefix}-{n}"
+        found.setdefault(case_partition(CaseRef(tenant, case_id), partitions), case_id)
+        if len(found) == count:
+            return list(found.values())
+    raise AssertionError("unreachable")
 
 
 def test_the_api_killed_mid_batch_leaves_each_batch_whole_or_absent(
@@ -94,21 +112,27 @@ def test_the_api_killed_mid_batch_leaves_each_batch_whole_or_absent(
            "DPM_API_MAX_BODY_BYTES": "8000000"}  # fmt: skip
     batch = {"events": [{"kind": "document", "text": f"page {n}: " + "terms and conditions " * 200}
                         for n in range(400)]}  # fmt: skip
+    # A writer killed inside its transaction holds read_committed readers of its partition back at
+    # that transaction until the broker aborts it (the transaction timeout): each round's case has a
+    # partition of its own, so a later round's committed opening is not hidden behind an earlier kill.
+    cases = _one_case_per_partition("acme", "kill", 3, partitions=3)
     outcomes: list[list[tuple[int, str]]] = []
     for round_, delay_s in enumerate((0.05, 0.3, 0.8)):
+        case_id = cases[round_]
         port = free_port()
         base = f"http://127.0.0.1:{port}"
         with pipeline_processes([["api", "--port", str(port)]], env, tmp_path / f"logs-{round_}") as (api,):
             _await_up(base)
             with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {acme}"}, timeout=60) as http:
-                http.post(f"/v1/cases/kill-{round_}/events", json={"events": [{"kind": "note", "text": "opened"}]})
+                opened = http.post(f"/v1/cases/{case_id}/events", json={"events": [{"kind": "note", "text": "opened"}]})
+                assert opened.status_code == 201, opened.text
                 killer = threading.Timer(delay_s, api.send_signal, (signal.SIGKILL,))
                 killer.start()
                 with contextlib.suppress(httpx.HTTPError):  # the process dies under the request (or just after it)
-                    http.post(f"/v1/cases/kill-{round_}/events", json=batch)
+                    http.post(f"/v1/cases/{case_id}/events", json=batch)
                 killer.join()
             assert api.wait(10) == -signal.SIGKILL
-        outcomes.append(case_log(kafka_config, topic_names, CaseRef("acme", f"kill-{round_}"), case_keys))
+        outcomes.append(case_log(kafka_config, topic_names, CaseRef("acme", case_id), case_keys))
     for log in outcomes:
         assert len(log) in (1, 1 + len(batch["events"])), "a batch is appended whole or not at all"
         assert [seq for seq, _ in log] == list(range(1, len(log) + 1))

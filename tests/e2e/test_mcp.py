@@ -20,6 +20,7 @@ from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp_types import TextResourceContents
 
+from pipeline.bench.generate import GenerationSpec, generate_cases
 from pipeline.kafka.topics import TopicNames
 from pipeline.services.api_keys import ApiKeys
 from pipeline.services.cluster import pipeline_processes
@@ -36,7 +37,7 @@ def _structured(result: Any) -> dict[str, Any]:
     return inner
 
 
-Done = tuple[list[int], dict[str, Any], dict[str, Any], list[str]]  # seqs, decision, explanation, case's decisions
+Done = tuple[list[int], dict[str, Any], dict[str, Any], list[str], Any]  # seqs, decision, explanation, list, reasons
 
 
 async def _agent(client: Client, steps: list[tuple[str, str]], domain: str) -> Done:
@@ -48,7 +49,8 @@ async def _agent(client: Client, steps: list[tuple[str, str]], domain: str) -> D
     explained = _structured(await client.call_tool("explain_decision", {"decision_id": decided["decision_id"]}))
     [listed] = (await client.read_resource("dpm://cases/case-7/decisions")).contents
     assert isinstance(listed, TextResourceContents)
-    return seqs, decided, explained, json.loads(listed.text)
+    reasons = await client.call_tool("decision_reasons", {"decision_id": decided["decision_id"]})
+    return seqs, decided, explained, json.loads(listed.text), reasons
 
 
 def test_an_agent_over_stdio_appends_its_steps_and_gets_a_cited_decision(
@@ -61,26 +63,43 @@ def test_an_agent_over_stdio_appends_its_steps_and_gets_a_cited_decision(
     server = StdioServerParameters(command=sys.executable, args=["-m", "pipeline", "mcp", "--tenant", "acme"],
                                    env={**env, "DPM_KEYS_DIR": os.environ["DPM_KEYS_DIR"]})  # fmt: skip
 
-    async def run() -> tuple[list[int], dict[str, Any], dict[str, Any], list[str], list[str]]:
+    async def run() -> tuple[list[int], dict[str, Any], dict[str, Any], list[str], Any, list[str]]:
         async with Client(server) as client:
             tools = sorted(t.name for t in (await client.list_tools()).tools)
             return (*await _agent(client, steps, case.task.domain), tools)
 
     with pipeline_processes([["worker"]], env, tmp_path / "logs"):
-        seqs, decided, explained, listed, tools = anyio.run(run)
-    assert tools == ["append_event", "explain_decision", "get_decision", "request_decision"]
+        seqs, decided, explained, listed, reasons, tools = anyio.run(run)
+    assert tools == ["append_event", "decision_reasons", "explain_decision", "get_decision", "request_decision"]
     assert seqs == list(range(1, 9))
     assert decided["label"] in case.task.label_space
     assert all(c["text"] == steps[c["seq"] - 1][1] for f in explained["facts"] for c in f["cites"])
     assert listed == [decided["decision_id"]]
+    _check_reasons(decided, reasons)
+
+
+def _check_reasons(decided: dict[str, Any], reasons: Any) -> list[dict[str, Any]]:
+    """An adverse decision's reasons (returned) each change it or are in its notice; an approval owes none."""
+    if decided["label"] == "APPROVE":  # a tool error says so
+        assert reasons.is_error
+        assert "owes no reasons" in reasons.content[0].text
+        return []
+    given = _structured(reasons)
+    assert (given["decision_id"], given["label"]) == (decided["decision_id"], decided["label"])
+    assert given["heading"].startswith("Principal reasons for the adverse action")
+    assert "not legal advice" in given["note"]
+    assert all(r["changes_decision"] or r["in_notice"] for r in given["reasons"])
+    return list(given["reasons"])
 
 
 def test_over_http_each_request_acts_for_its_api_key_s_tenant(
     kafka_bootstrap: str, kafka_config: dict[str, str], topic_names: TopicNames, tmp_path: Path
 ) -> None:
     create_topics(kafka_config, topic_names)
-    case = small_cases(per_domain=1, tenant="acme")[0]
-    steps = [(e.kind, e.text) for e in case.trajectory.events[:6]]
+    _, case = generate_cases(GenerationSpec(domains=("loan",), per_domain=2, events=(24, 30), chars=(6_000, 7_500),
+                                            tenant="acme"))  # fmt: skip
+    assert case.label == "DENY"  # whole, so that its decision is adverse and owes reasons
+    steps = [(e.kind, e.text) for e in case.trajectory.events]
     keys = ApiKeys(tmp_path / "api-keys.json")
     acme, globex = keys.add("acme")[1], keys.add("globex")[1]
     port = free_port()
@@ -94,17 +113,18 @@ def test_over_http_each_request_acts_for_its_api_key_s_tenant(
             client = await stack.enter_async_context(Client(streamable_http_client(url, http_client=http)))
             return await work(client)
 
-    async def run() -> tuple[Any, Any]:
-        _, decided, _, _ = await as_tenant(acme, lambda c: _agent(c, steps, case.task.domain))
+    async def run() -> tuple[Any, Any, Any]:
+        _, decided, _, _, reasons = await as_tenant(acme, lambda c: _agent(c, steps, case.task.domain))
         other = await as_tenant(globex, lambda c: c.call_tool("get_decision", {"decision_id": decided["decision_id"]}))
-        return decided, other
+        return decided, reasons, other
 
     with pipeline_processes([["worker"], ["mcp", "--http", "--port", str(port)]], env, tmp_path / "logs"):
         _await_up(f"http://127.0.0.1:{port}/mcp")
         refused = _status(url, "Bearer dpm_unknown_key")
-        decided, other = anyio.run(run)
+        decided, reasons, other = anyio.run(run)
     assert refused == 401
-    assert decided["label"] in case.task.label_space
+    assert decided["label"] == "DENY"
+    assert _check_reasons(decided, reasons)  # a denial of the whole case has reasons (as `dpm explain --reasons`)
     assert other.is_error  # globex's key does not reach acme's decision
     assert "no decision" in other.content[0].text
 
