@@ -27,7 +27,7 @@ from typing import Any
 
 import orjson
 
-from benchmarks import api_bench, long_horizon
+from benchmarks import api_bench, contest_bench, local_cache_bench, long_horizon, prompt_cache_bench
 from benchmarks.runs import (
     SMALL_CASES,
     RunSpec,
@@ -42,7 +42,20 @@ from benchmarks.runs import (
 from pipeline.config.settings import Settings
 from pipeline.services.cluster import private_cluster
 
-SECTIONS = ("startup", "read", "scale", "latency", "sealing", "per_decision", "rss_mb", "ui", "api", "long_horizon")
+SECTIONS = (
+    "startup",
+    "read",
+    "scale",
+    "latency",
+    "sealing",
+    "per_decision",
+    "rss_mb",
+    "ui",
+    "api",
+    "long_horizon",
+    "contest",
+    "prompt_cache",
+)
 MODEL_LATENCY_MS = 500
 TARGETS = {
     "scale": {"c8_w1/c1_w1": 6.0, "c8_w2/c8_w1": 1.8, "c8_w4/c8_w1": 3.2},
@@ -53,6 +66,7 @@ TARGETS = {
     "startup": {"help_s": 1.0, "broker_status_s": 1.5},
     "long_horizon": long_horizon.TARGETS,
     "api": api_bench.TARGETS,
+    "prompt_cache": {f"{name}/cache_share_of_nocache": share for name, share in prompt_cache_bench.TARGETS.items()},
 }
 LONG_HORIZON_PLOT = Path("docs/long-horizon.png")  # the long-cases page's plot, drawn from the figures file
 BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
@@ -167,6 +181,10 @@ MEASURE: dict[str, Callable[[str, Path], dict[str, Any]]] = {
     "ui": _ui,
     "api": api_bench.measure,
     "long_horizon": lambda _bootstrap, _work: long_horizon.measure(),
+    "contest": lambda _bootstrap, _work: contest_bench.measure(),
+    "prompt_cache": lambda _bootstrap, _work: prompt_cache_bench.with_local(
+        prompt_cache_bench.measure(), local_cache_bench.measure_if_installed()
+    ),
 }
 KEY = {"latency": "latency_ms"}  # the figures file's name for a section, where it differs
 
@@ -261,9 +279,67 @@ def rows(figures: dict[str, Any]) -> list[tuple[str, str]]:
             ("HTTP appends, 8 agents one step at a time", f"{_f(api['http_appends_per_s'])} per second"),
             ("resident memory of 1,000 waiting decide calls", f"{_f(api['waiters_1000_rss_mb'], 2)} MB"),
         ]
-    if horizon := figures.get("long_horizon"):
-        out += _long_horizon_rows(horizon)
+    sections = {"long_horizon": _long_horizon_rows, "contest": _contest_rows, "prompt_cache": _prompt_cache_rows}
+    for name, section_rows in sections.items():
+        if section := figures.get(name):
+            out += section_rows(section)
     return out
+
+
+def _prompt_cache_rows(cache: dict[str, Any]) -> list[tuple[str, str]]:
+    """Input dollars with and without a provider's prompt cache, DPM against Summ-only, and the local model's answer."""
+    out = [
+        ("prompt caching: " + cache["note"], f"a {cache['case_chars']:,}-character case, measured {cache['measured']}")
+    ]
+    names = {"tasks_at_once": "3 tasks x 2 budgets at once",
+             "agent_stream": f"a decision every 20 events as the case grows within an hour "
+                             f"({cache['agent_stream']['decisions']} decisions)"}  # fmt: skip
+    for key, name in names.items():
+        s = cache[key]
+        out.append((f"{name}: input dollars, DPM without cache / with cache / Summ-only",
+                    f"${s['dpm_nocache_input_usd']:.4f} / ${s['dpm_cache_input_usd']:.4f} "
+                    f"({_f(100 * s['cache_share_of_nocache'])}%, target {_f(100 * s['target_share'])}%) / "
+                    f"${s['summ_input_usd']:.4f}; {s['calls']} calls, {s['cached_tokens']:,} tokens read from "
+                    f"the cache, {s['uncached_tokens']:,} not"))  # fmt: skip
+    local = cache.get("local")
+    if local:
+        out.append(("local model (llama.cpp, SmolLM2-135M): answers identical with cache_prompt on, whatever came "
+                    "before / three tasks on one case, seconds off / on",
+                    f"{_identical(local)} / "
+                    f"{_f(local['three_tasks_s']['off'])} / {_f(local['three_tasks_s']['on'])} s"))  # fmt: skip
+    return out
+
+
+def _contest_rows(contest: dict[str, Any]) -> list[tuple[str, str]]:
+    """Decisive events found against the generator's truth, and what contests cost, DPM against Summ-only."""
+
+    def share(value: float | None) -> str:
+        return "-" if value is None else _f(value, 3)
+
+    out = [("contests: " + contest["note"], f"{len(contest['rows'])} generated cases, measured {contest['measured']}"),
+           ("decisive events: recall / precision against the generator's truth",
+            f"{share(contest['decisive_recall'])} / {share(contest['decisive_precision'])} ("
+            + ", ".join(f"{d} {share(v['decisive_recall'])} / {share(v['decisive_precision'])}"
+                        for d, v in contest["by_domain"].items()) + ")")]  # fmt: skip
+    for row in contest["cost"]:
+        arch = "DPM" if row["arch"] == "dpm" else "Summ-only"
+        out.append((f"{arch} at {row['chars']:,} characters: a what-if leaving out event {row['whatif_left_out']:,} "
+                    f"of {row['events']:,} / a decisive analysis ({row['decisive_tested']} sets tried)",
+                    f"{row['whatif_calls']:,} calls, {row['whatif_tokens']:,} tokens (from scratch "
+                    f"{row['whatif_from_scratch_calls']:,}, {row['whatif_from_scratch_tokens']:,}) / "
+                    f"{row['decisive_calls']:,} calls, {row['decisive_tokens']:,} tokens (from scratch "
+                    f"{row['decisive_from_scratch_calls']:,}, {row['decisive_from_scratch_tokens']:,}), "
+                    f"{_f(row['decisive_s'])} s"))  # fmt: skip
+    return out
+
+
+def _identical(local: dict[str, Any]) -> str:
+    """Whether the local model answered alike with its prompt cache on, and how many answers differed."""
+    if local["identical"]:
+        return f"yes, all {local['compared']} answers"
+    count = local.get("differing_count")
+    differed = f"{count}" if count is not None else f"{len(local['differing'])} or more"
+    return f"no: {differed} of {local['compared']} answers differed"
 
 
 def _long_horizon_rows(horizon: dict[str, Any]) -> list[tuple[str, str]]:
