@@ -12,10 +12,16 @@ import urllib.request
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+import anyio
+import httpx
+import httpx2
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import NewTopic
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
 
 from pipeline.client import DecisionMemory
 from pipeline.config.settings import Settings, keys_folder
@@ -29,6 +35,7 @@ from pipeline.kafka.producer import EventProducer
 from pipeline.kafka.range_reads import read_topic
 from pipeline.kafka.topics import TopicNames
 from pipeline.keys.providers import LocalFileKeyProvider
+from pipeline.services.api_keys import ApiKeys
 from pipeline.services.cluster import pipeline_processes
 from pipeline.services.read_outputs import await_decisions, load_outputs
 from pipeline.wire.event import CaseOpening
@@ -226,3 +233,80 @@ def test_the_agents_principal_appends_through_case_writers_and_sends_requests_on
         decision_id = memory.request("client-1", domain="loan")
     assert (first.seq, second.seq) == (1, 2)
     assert decision_id.endswith(":dpm")
+
+
+def test_the_http_api_and_the_mcp_server_serve_a_tenant_on_the_agents_plan_alone(
+    shared: Shared, tmp_path: Path
+) -> None:
+    """`dpm api` and `dpm mcp --http` as User:producer, the worker as User:worker: a tenant's key appends and decides.
+
+    The deployed shape (deploy/k8s/api-deployment.yaml): the door holds the agents' principal, and the
+    API keys, not the broker, tell one tenant from another.
+    """
+    names = shared.names
+    case = small_cases(per_domain=1, tenant="acme")[0]
+    keys = ApiKeys(tmp_path / "api-keys.json")
+    acme, globex = keys.add("acme")[1], keys.add("globex")[1]
+    api_port, mcp_port = free_port(), free_port()
+    env = {**worker_env(shared.secured.cluster.bootstrap, names, tmp_path), "DPM_API_KEYS_FILE": str(keys.path)}
+    roles = {"worker": Role.WORKER, "api": Role.PRODUCER, "mcp": Role.PRODUCER}
+
+    def as_role(command: list[str]) -> dict[str, str]:
+        return {**env, "DPM_KAFKA_CONFIG": str(shared.secured.properties(roles[command[0]].value))}
+
+    steps = {"events": [{"kind": e.kind, "text": e.text} for e in case.trajectory.events]}
+    task = {"domain": case.task.domain, "task": case.task.task, "label_space": list(case.task.label_space)}
+    commands = [["worker"], ["api", "--port", str(api_port)], ["mcp", "--http", "--port", str(mcp_port)]]
+    with pipeline_processes(commands, as_role, tmp_path / "logs"):
+        with httpx.Client(base_url=f"http://127.0.0.1:{api_port}", headers={"Authorization": f"Bearer {acme}"},
+                          timeout=180) as http:  # fmt: skip
+            _await_http(http)
+            appended = http.post("/v1/cases/sec-http/events", json=steps)
+            decided = http.post("/v1/cases/sec-http/decisions", json={"task": task, "budget_chars": 2_000,
+                                                                      "wait_s": 120})  # fmt: skip
+            replayed = http.get(f"/v1/decisions/{decided.json().get('decision_id')}/replay")
+            theirs = http.get("/v1/decisions/x", headers={"Authorization": f"Bearer {globex}"})
+        by_tool = anyio.run(_one_mcp_round, f"http://127.0.0.1:{mcp_port}/mcp", acme, case.task.domain)
+    assert appended.status_code == 201, appended.text
+    assert [e["seq"] for e in appended.json()["events"]] == list(range(1, len(case.trajectory) + 1))
+    assert decided.status_code == 200, decided.text
+    assert decided.json()["label"] in case.task.label_space
+    assert replayed.json()["status"] == "MATCH"  # the audit trail read back on the producer's grants
+    assert theirs.status_code == 404
+    assert by_tool["appended"] == 1
+    assert by_tool["label"] in case.task.label_space
+
+
+def _await_http(http: httpx.Client, timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            if http.get("/healthz", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        assert time.monotonic() < deadline, f"{http.base_url} did not come up"
+        time.sleep(0.3)
+
+
+async def _one_mcp_round(url: str, key: str, domain: str) -> dict[str, Any]:
+    """An agent's step and its decision, as two tool calls over streamable HTTP with the tenant's API key."""
+    deadline = time.monotonic() + 60
+    while True:  # the server is up once it answers at all (an unauthenticated probe: 401)
+        try:
+            httpx.post(url, json={}, timeout=2)
+            break
+        except httpx.HTTPError:
+            assert time.monotonic() < deadline, f"{url} did not come up"
+            await anyio.sleep(0.3)
+    async with (
+        httpx2.AsyncClient(headers={"Authorization": f"Bearer {key}"}, timeout=180) as http,
+        Client(streamable_http_client(url, http_client=http)) as client,
+    ):
+        step = {"case_id": "sec-mcp", "kind": "document", "text": "Applicant income verified: 84,000 a year."}
+        appended = await client.call_tool("append_event", step)
+        asked = {"case_id": "sec-mcp", "domain": domain, "budget_chars": 2_000, "wait_s": 120}
+        decided = await client.call_tool("request_decision", asked)
+    assert not appended.is_error, appended.content
+    assert not decided.is_error, decided.content
+    return {"appended": appended.structured_content["seq"], "label": decided.structured_content["label"]}
