@@ -264,15 +264,18 @@ def test_the_http_api_and_the_mcp_server_serve_a_tenant_on_the_agents_plan_alone
             appended = http.post("/v1/cases/sec-http/events", json=steps)
             decided = http.post("/v1/cases/sec-http/decisions", json={"task": task, "budget_chars": 2_000,
                                                                       "wait_s": 120})  # fmt: skip
-            replayed = http.get(f"/v1/decisions/{decided.json().get('decision_id')}/replay")
-            theirs = http.get("/v1/decisions/x", headers={"Authorization": f"Bearer {globex}"})
+            decision = f"/v1/decisions/{decided.json().get('decision_id')}"
+            replayed = http.get(f"{decision}/replay")
+            mine = http.get(decision)
+            theirs = http.get(decision, headers={"Authorization": f"Bearer {globex}"})
         by_tool = anyio.run(_one_mcp_round, f"http://127.0.0.1:{mcp_port}/mcp", acme, case.task.domain)
     assert appended.status_code == 201, appended.text
     assert [e["seq"] for e in appended.json()["events"]] == list(range(1, len(case.trajectory) + 1))
     assert decided.status_code == 200, decided.text
     assert decided.json()["label"] in case.task.label_space
     assert replayed.json()["status"] == "MATCH"  # the audit trail read back on the producer's grants
-    assert theirs.status_code == 404
+    assert mine.status_code == 200, mine.text
+    assert theirs.status_code == 404  # the same decision, asked for with another tenant's key: as unknown
     assert by_tool["appended"] == 1
     assert by_tool["label"] in case.task.label_space
 
