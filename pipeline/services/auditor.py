@@ -25,6 +25,7 @@ from pipeline.services.contest import (
     Found,
     contested_of,
     publish_contest,
+    require_contests_topic,
     run_contest,
 )
 from pipeline.services.replay import LogChangedError, read_recorded_events, registry_backends, replay_one
@@ -185,6 +186,7 @@ class KafkaAuditor:
         scope = self._scope(item)
         contested = contested_of(item.record, item.view.view, events.trajectory)
         found = Found(scope.names, item.record, contested, tuple(calls_in_order(audits)))
+        require_contests_topic(self._settings, scope.names)  # refused before any model call
         done = run_contest(self._settings, found, ask)
         publish_contest(self._settings, found, done.record, scope.keys)
         return done

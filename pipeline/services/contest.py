@@ -236,9 +236,8 @@ def require_contests_topic(settings: Settings, scope: TopicNames) -> None:
 
 
 def publish_contest(settings: Settings, found: Found, record: ContestRecord, cipher: CaseCipher | None) -> None:
-    """Publishes the contest on the scope's contests topic."""
+    """Publishes the contest on the scope's contests topic (its callers check it exists before computing)."""
     config = settings.kafka.client_config()
-    require_contests_topic(settings, found.scope)
     headers = standard_headers(SchemaId.CONTEST, source=SOURCE, tenant=record.case.tenant,
                                event_id=record.contest_id)  # fmt: skip
     produce_one(config, found.scope.contests, record.record_key, record.encode(cipher), headers)
