@@ -9,23 +9,29 @@ decision = memory.decide("case-7", domain="loan")
 from pipeline.client.aio import AsyncDecisionMemory
 from pipeline.client.errors import (
     CaseConflictError,
+    CaseErasedError,
     ClientError,
     ClusterUnavailableError,
     DecisionNotFoundError,
     DecisionRefusedError,
     DecisionTimeoutError,
     EventTooLargeError,
+    IdempotencyKeyInFlightError,
+    IdempotencyKeyReusedError,
     NoEventsError,
     NotAdverseError,
     ReasonsUnavailableError,
+    TopicsMissingError,
 )
 from pipeline.client.memory import DEFAULT_BUDGET_CHARS, DecisionMemory
 from pipeline.client.results import CitedEvent, Decision, EventPosition, Explanation, Fact, ModelUsage
+from pipeline.core.idempotency import InvalidIdempotencyKeyError
 
 __all__ = [
     "DEFAULT_BUDGET_CHARS",
     "AsyncDecisionMemory",
     "CaseConflictError",
+    "CaseErasedError",
     "CitedEvent",
     "ClientError",
     "ClusterUnavailableError",
@@ -38,8 +44,12 @@ __all__ = [
     "EventTooLargeError",
     "Explanation",
     "Fact",
+    "IdempotencyKeyInFlightError",
+    "IdempotencyKeyReusedError",
+    "InvalidIdempotencyKeyError",
     "ModelUsage",
     "NoEventsError",
     "NotAdverseError",
     "ReasonsUnavailableError",
+    "TopicsMissingError",
 ]

@@ -72,24 +72,25 @@ class AsyncDecisionMemory:
     async def request(self, case_id: str, *, domain: str | None = None, task: TaskSpec | None = None,
                       budget: int = DEFAULT_BUDGET_CHARS, architecture: str = "dpm",
                       idempotency_key: str | None = None, timeout: float = 60.0) -> str:  # fmt: skip
-        prepared = self.sync.prepare_request_now(case_id, domain=domain, task=task, budget=budget,
-                                                 architecture=architecture,
-                                                 idempotency_key=idempotency_key)  # fmt: skip
-        if prepared is None:  # the case (or where the replies end) must be read first: on a thread
-            prepared = await self._run(self.sync.prepare_request, case_id, domain=domain, task=task, budget=budget,
-                                       architecture=architecture, idempotency_key=idempotency_key,
-                                       timeout=timeout)  # fmt: skip
-        if prepared.request is None:  # sent before: the decision (or the refusal) may be published already
-            await self._run(self.sync.look_up, prepared.decision_id)
-            return str(prepared.decision_id)
-        # Shielded: a timeout here must not cancel the request's future, which its delivery report completes.
-        sent = asyncio.shield(asyncio.wrap_future(self.sync.send_request(prepared.request)))
-        try:
-            await asyncio.wait_for(sent, timeout)
-        except TimeoutError:
-            raise self.sync.unconfirmed(prepared, timeout) from None
-        except KafkaAdapterError as exc:
-            raise self.sync.unsent(prepared, exc) from exc
+        with self.sync.requesting(case_id, idempotency_key):
+            prepared = self.sync.prepare_request_now(case_id, domain=domain, task=task, budget=budget,
+                                                     architecture=architecture,
+                                                     idempotency_key=idempotency_key)  # fmt: skip
+            if prepared is None:  # the case (or where the replies end) must be read first: on a thread
+                prepared = await self._run(self.sync.prepare_request, case_id, domain=domain, task=task,
+                                           budget=budget, architecture=architecture,
+                                           idempotency_key=idempotency_key, timeout=timeout)  # fmt: skip
+            if prepared.request is None:  # sent before: the decision (or the refusal) may be published already
+                await self._run(self.sync.look_up, prepared.decision_id)
+                return str(prepared.decision_id)
+            # Shielded: a timeout here must not cancel the request's future, which its delivery report completes.
+            sent = asyncio.shield(asyncio.wrap_future(self.sync.send_request(prepared.request)))
+            try:
+                await asyncio.wait_for(sent, timeout)
+            except TimeoutError:
+                raise self.sync.unconfirmed(prepared, timeout) from None
+            except KafkaAdapterError as exc:
+                raise self.sync.unsent(prepared, exc) from exc
         return str(prepared.decision_id)
 
     async def wait(self, decision_id: str, timeout: float = 60.0) -> Decision:

@@ -9,6 +9,10 @@ class ClientError(DpmError):
     """A call of the client library failed; nothing half-done is left behind."""
 
 
+class TopicsMissingError(ClientError):
+    """The pipeline's topics do not exist on the cluster: `dpm topics create` (or `dpm tenants add`) makes them."""
+
+
 class CaseConflictError(ClientError):
     """Another writer took the case over (another process, or another client of this one): nothing was written."""
 
@@ -71,3 +75,21 @@ class DecisionTimeoutError(ClientError):
 
 class DecisionNotFoundError(ClientError):
     """No decision with that id was published for this tenant (yet)."""
+
+
+class IdempotencyKeyReusedError(ClientError):
+    """The idempotency key was used before with another request (other events, or another decision): nothing written.
+
+    A key names one request: retry with the same request, or use a new key for a new one.
+    """
+
+
+class IdempotencyKeyInFlightError(ClientError):
+    """A request with the same idempotency key is still being written by this client: nothing of this one was.
+
+    Retry once the first has answered: the retry then gets the first request's answer.
+    """
+
+
+class CaseErasedError(ClientError):
+    """The case was erased: its decisions cannot be read and it takes no more events (a new case id starts over)."""

@@ -16,21 +16,25 @@ from collections import OrderedDict
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Literal, overload
 
 from pipeline.client.errors import (
     CaseConflictError,
+    CaseErasedError,
     ClientError,
     ClusterUnavailableError,
     DecisionNotFoundError,
     DecisionTimeoutError,
     EventTooLargeError,
+    IdempotencyKeyInFlightError,
+    IdempotencyKeyReusedError,
     NoEventsError,
     NotAdverseError,
     ReasonsUnavailableError,
+    TopicsMissingError,
 )
 from pipeline.client.recent import RecentEvents
 from pipeline.client.replies import Reply, Waiters, trigger_refusal
@@ -40,20 +44,24 @@ from pipeline.core.contest import AdverseReasons, ContestError
 from pipeline.core.domains import domain_task
 from pipeline.core.events import CaseRef, Event, LogPosition, Trajectory
 from pipeline.core.explanation import fact_rows
+from pipeline.core.idempotency import append_fingerprint, check_idempotency_key, decision_fingerprint
 from pipeline.core.task import Architecture, TaskSpec
 from pipeline.core.verification import ReplayReport
-from pipeline.kafka.case_writer import CaseWriter, CaseWriterConflictError, CaseWriters, KnownCase
+from pipeline.kafka.admin import ensure_reachable, fetch_metadata
+from pipeline.kafka.case_writer import BatchReusedError, CaseWriter, CaseWriterConflictError, CaseWriters, KnownCase
 from pipeline.kafka.case_writer import EventTooLargeError as WriterEventTooLargeError
+from pipeline.kafka.erasures import ErasureWatch
 from pipeline.kafka.errors import BrokerUnavailableError, KafkaAdapterError
 from pipeline.kafka.keystore import case_keys_from
 from pipeline.kafka.range_reads import read_topic
 from pipeline.kafka.reader import KafkaEventLog, PooledLog
 from pipeline.kafka.replies import START_TIMEOUT_S, ReplyReader
+from pipeline.kafka.topics import TopicNames
 from pipeline.keys.store import CaseKeys
 from pipeline.services.cluster import cluster_settings
 from pipeline.services.contest import DEFAULT_MAX_CALLS, ContestRefusedError, Found, contest_reasons, contested_of
 from pipeline.services.contest import NotAdverseError as ServiceNotAdverseError
-from pipeline.services.read_outputs import load_outputs
+from pipeline.services.read_outputs import PublishedOutputs, load_outputs
 from pipeline.services.replay import LogChangedError, read_recorded_events, registry_backends, replay_one
 from pipeline.services.tenants import topics_of
 from pipeline.wire.audit import calls_in_order
@@ -64,6 +72,7 @@ from pipeline.wire.trajectory import case_event
 from pipeline.wire.trigger import DecisionId, DecisionKey, DecisionRequest
 
 DEFAULT_BUDGET_CHARS = 5352  # the memory budget `dpm trigger` asks for by default
+CONNECT_TIMEOUT_S = 10.0  # how long a new client waits for a broker to answer before saying none does
 _KEPT_DECISIONS = 1_024  # typed decisions a client keeps for calls that ask for them again
 # Readers of cited events per events topic, each serving one call at a time; a decision cites a few
 # events, so each reader seeks with two consumers rather than the worker's eight.
@@ -84,17 +93,20 @@ class DecisionMemory:
     A context manager; `close()` stops its replies reader and its writers.
     """
 
-    def __init__(self, tenant: str, *, settings: Settings | None = None, max_writers: int = 64) -> None:
+    def __init__(self, tenant: str, *, settings: Settings | None = None, max_writers: int = 64,
+                 connect_timeout: float = CONNECT_TIMEOUT_S) -> None:  # fmt: skip
         """A client for `tenant`, connected as every `dpm` command is (settings default: DPM_* variables).
 
         `max_writers`: cases whose writers this client keeps registered (least recently used closed first).
+        Raises ClusterUnavailableError when no broker answers within `connect_timeout` seconds, and
+        TopicsMissingError when the pipeline's topics do not exist: each says what to run.
         """
         settings = cluster_settings(settings or Settings.from_env())
         CaseRef(tenant, "check")  # the tenant id is checked as every key segment is
         self.tenant = tenant
         self._settings = settings
         self._config = settings.kafka.client_config()
-        self._names = topics_of(settings, tenant)
+        self._names = _connected(settings, self._config, tenant, connect_timeout)
         self._keys: CaseKeys = case_keys_from(settings, names=self._names)
         sealing = self._keys if settings.keys.encryption else None
         self._writers = CaseWriters(self._config, self._names, sealing, capacity=max_writers)
@@ -107,6 +119,8 @@ class DecisionMemory:
         self._recent = RecentEvents()
         self._typed_lock = threading.Lock()
         self._max_positions = settings.worker.max_trigger_positions
+        self._in_flight = InFlight()
+        self._erasures = ErasureWatch(self._config, names.keys, tenant, self._forget_case)
 
     def __enter__(self) -> DecisionMemory:
         return self
@@ -132,16 +146,26 @@ class DecisionMemory:
                     timeout: float = 60.0) -> list[EventPosition]:  # fmt: skip
         """Appends (kind, text) events in order, all or none (one transaction); returns their positions.
 
-        The same `idempotency_key` given again for the case returns the first call's positions and
-        writes nothing (within the case's last 1,000 appends).
+        The same `idempotency_key` given again for the case with the same events returns the first
+        call's positions and writes nothing (within the case's last 1,000 appends); with other
+        events it raises IdempotencyKeyReusedError, and while the first call is still writing,
+        IdempotencyKeyInFlightError (nothing written either way). A key is 1 to 200 visible ASCII
+        characters (InvalidIdempotencyKeyError otherwise).
         """
         case = CaseRef(self.tenant, case_id)
         items = list(events)
+        if idempotency_key is not None:
+            check_idempotency_key(idempotency_key)
         if not items:
             return []
         batch = _batch_id(idempotency_key)
+        fingerprint = append_fingerprint(items) if idempotency_key is not None else None
         try:
-            done = self._writer(case).append(items, batch_id=batch, timeout_s=timeout)
+            self._refuse_erased(case, timeout)
+            with self._in_flight.hold(("append", case, idempotency_key)):
+                done = self._writer(case).append(items, batch_id=batch, fingerprint=fingerprint, timeout_s=timeout)
+        except BatchReusedError as exc:
+            raise IdempotencyKeyReusedError(str(exc)) from exc
         except CaseWriterConflictError as exc:
             raise CaseConflictError(str(exc)) from exc
         except BrokerUnavailableError as exc:
@@ -156,6 +180,33 @@ class DecisionMemory:
 
     def _writer(self, case: CaseRef) -> CaseWriter:
         return self._writers(case)
+
+    # Erasure
+
+    def _refuse_erased(self, case: CaseRef, timeout: float) -> None:
+        """CaseErasedError for an erased case: it takes no more events and its decisions are not read."""
+        try:
+            erased = self._erasures.erased(case, timeout_s=min(timeout, START_TIMEOUT_S))
+        except BrokerUnavailableError as exc:
+            raise ClusterUnavailableError(str(exc)) from exc
+        if erased:
+            raise _erased(case)
+
+    def forget_erased(self, case_id: str) -> None:
+        """Drops what this client keeps of a case this process just erased, and refuses the case from now on.
+
+        Another process's erasure reaches the client's caches within about a second (kafka/erasures.py).
+        """
+        self._erasures.note(CaseRef(self.tenant, case_id))
+
+    def _forget_case(self, case: CaseRef) -> None:
+        """The case was erased: its replies, typed decisions, recent events and writer go (on the watch's thread)."""
+        self._waiters.erase(case, _erased(case))
+        with self._typed_lock:
+            for decision_id in [d for d, decision in self._typed.items() if decision.record.case == case]:
+                del self._typed[decision_id]
+        self._recent.forget_case(case)
+        self._writers.forget(case)
 
     # Deciding
 
@@ -182,19 +233,25 @@ class DecisionMemory:
         case it has not written, the events committed when asked. If the broker has not acknowledged
         the request within `timeout`, DecisionTimeoutError: it may still arrive and be decided.
         """
-        prepared = self.prepare_request(case_id, domain=domain, task=task, budget=budget, architecture=architecture,
-                                        idempotency_key=idempotency_key, timeout=timeout)  # fmt: skip
-        if prepared.request is None:  # a retry: the decision (or the refusal) may be published already
-            self.look_up(prepared.decision_id)
-            return str(prepared.decision_id)
-        sent = self.send_request(prepared.request)
-        try:
-            sent.result(timeout)
-        except FutureTimeout:
-            raise self.unconfirmed(prepared, timeout) from None
-        except KafkaAdapterError as exc:
-            raise self.unsent(prepared, exc) from exc
+        with self.requesting(case_id, idempotency_key):
+            prepared = self.prepare_request(case_id, domain=domain, task=task, budget=budget,
+                                            architecture=architecture, idempotency_key=idempotency_key,
+                                            timeout=timeout)  # fmt: skip
+            if prepared.request is None:  # a retry: the decision (or the refusal) may be published already
+                self.look_up(prepared.decision_id)
+                return str(prepared.decision_id)
+            sent = self.send_request(prepared.request)
+            try:
+                sent.result(timeout)
+            except FutureTimeout:
+                raise self.unconfirmed(prepared, timeout) from None
+            except KafkaAdapterError as exc:
+                raise self.unsent(prepared, exc) from exc
         return str(prepared.decision_id)
+
+    def requesting(self, case_id: str, idempotency_key: str | None) -> AbstractContextManager[None]:
+        """Held while a keyed decision request is being sent: the same key meanwhile is IdempotencyKeyInFlightError."""
+        return self._in_flight.hold(("decision", CaseRef(self.tenant, case_id), idempotency_key))
 
     def prepare_request(self, case_id: str, *, domain: str | None = None, task: TaskSpec | None = None,
                         budget: int = DEFAULT_BUDGET_CHARS, architecture: str = "dpm",
@@ -227,6 +284,11 @@ class DecisionMemory:
         spec = _task(domain, task)
         arch = Architecture(architecture)
         case = CaseRef(self.tenant, case_id)
+        if idempotency_key is not None:
+            check_idempotency_key(idempotency_key)
+        if not read and not self._erasures.ready:
+            return None
+        self._refuse_erased(case, timeout)
         known = self._writers.known_here(case)
         if known is None or not self._replies.started:
             if not read:
@@ -239,8 +301,13 @@ class DecisionMemory:
             raise NoEventsError(f"case {case.key} has no events: append its steps before asking for a decision")
         trigger_id = _trigger_id(case, idempotency_key)
         decision_id = DecisionId(trigger_id, arch)
+        sent = known.triggers.get(trigger_id)
+        if sent is not None and sent.fingerprint != decision_fingerprint(spec, budget, (arch,)):
+            raise IdempotencyKeyReusedError(f"case {case.key}: this idempotency key was used before for another "
+                                            "decision request (task, budget or architecture); nothing was requested."
+                                            " Ask again with the same request, or use a new key.")  # fmt: skip
         self._waiters.expect(decision_id)
-        if trigger_id in known.triggers:
+        if sent is not None:
             return PreparedRequest(decision_id, None)
         positions = known.positions
         listed = positions if len(positions) <= self._max_positions else None  # else the worker scans
@@ -305,8 +372,7 @@ class DecisionMemory:
     def explain(self, decision_id: str) -> Explanation:
         """A decision with its facts checked against its events as read now (what the auditor's page shows).
 
-        For an erased case the decision's content cannot be opened: DecisionNotFoundError, as for any
-        decision this tenant cannot read.
+        For an erased case the decision's content cannot be opened: CaseErasedError.
         """
         decision = self.decision(decision_id)
         record = decision.record
@@ -328,7 +394,7 @@ class DecisionMemory:
             outputs = load_outputs(self._config, self._names, cipher=self._keys, with_triggers=False)
         record = outputs.decisions.get(key)
         if record is None:
-            raise DecisionNotFoundError(f"no decision {decision_id} of tenant {self.tenant} is published")
+            raise _unpublished(outputs, key)
         log = self._events_log(record.events_topic or self._names.events)
         with _reading("the decision's events"):
             return replay_one(record, outputs.views.get(key), outputs.audits.get(key, []), log,
@@ -341,18 +407,19 @@ class DecisionMemory:
         Each fact's cited events are left out in turn and the decision re-made with its recorded backend
         (at most `max_calls` new model calls; answers the decision recorded are reused). Computed, not
         recorded: an auditor records them with `dpm explain --reasons`. NotAdverseError for a decision its
-        domain does not mark adverse; DecisionNotFoundError for one this tenant cannot read (or erased).
+        domain does not mark adverse; DecisionNotFoundError for one this tenant cannot read; CaseErasedError
+        for one of an erased case.
         """
         key = DecisionKey(self.tenant, DecisionId.parse(decision_id))
         with _reading("the output topics"):
             outputs = load_outputs(self._config, self._names, cipher=self._keys, with_triggers=False)
         record, view = outputs.decisions.get(key), outputs.views.get(key)
         if record is None or view is None:
-            raise DecisionNotFoundError(f"no decision {decision_id} of tenant {self.tenant} is published")
+            raise _unpublished(outputs, key)
         try:
             trajectory = self._recorded_events(record)
             if trajectory is None:
-                raise DecisionNotFoundError(f"decision {decision_id} is of an erased case")
+                raise _erased(record.case)
             found = Found(self._names, record, contested_of(record, view.view, trajectory),
                           tuple(calls_in_order(outputs.audits.get(key, []))))  # fmt: skip
             reasons, _ = contest_reasons(self._settings, found, Asker(f"client:{self.tenant}", 0), max_calls)
@@ -371,6 +438,7 @@ class DecisionMemory:
     def decisions_of(self, case_id: str) -> list[str]:
         """The ids of the case's published decisions, oldest first (it reads the output topics)."""
         case = CaseRef(self.tenant, case_id)
+        self._refuse_erased(case, START_TIMEOUT_S)
         with _reading("the output topics"):
             outputs = load_outputs(self._config, self._names, cipher=self._keys, with_audits=False,
                                    with_triggers=False)  # fmt: skip
@@ -389,6 +457,8 @@ class DecisionMemory:
         record, view = outputs.decisions.get(key), outputs.views.get(key)
         if record is not None and view is not None:
             return Reply(record, view)
+        if key in outputs.erased:
+            return _erased(outputs.erased[key])
         for letter in read_topic(self._config, self._names.dlq):
             refusal = trigger_refusal(self._names, self.tenant, letter)
             if refusal is not None and refusal.trigger_id == decision_id.trigger_id:
@@ -457,6 +527,7 @@ class DecisionMemory:
         return len(self._waiters)
 
     def close(self) -> None:
+        self._erasures.close()
         self._replies.close()
         self._writers.close()
         with self._logs_lock:
@@ -464,6 +535,68 @@ class DecisionMemory:
                 log.close()
             self._logs.clear()
         self._keys.close()
+
+
+def _connected(settings: Settings, config: dict[str, str], tenant: str, timeout_s: float) -> TopicNames:
+    """The tenant's topics, once a broker answered and they exist; else an error naming the cause and the fix."""
+    try:
+        ensure_reachable(config, timeout_s)
+        names = topics_of(settings, tenant)
+        present = set(fetch_metadata(config, timeout_s).topics)
+    except BrokerUnavailableError as exc:
+        raise ClusterUnavailableError(str(exc)) from exc
+    except KafkaAdapterError as exc:
+        raise ClientError(f"connecting to the cluster failed: {exc}") from exc
+    missing = [t for t in (names.events, names.triggers, names.decisions, names.views, names.dlq) if t not in present]
+    if missing:
+        fix = f"`dpm tenants add {tenant}`" if names.tenant else "`dpm topics create`"
+        raise TopicsMissingError(f"the pipeline's topics do not exist ({', '.join(missing)}): create them with {fix} "
+                                 f"(DPM_TOPIC_PREFIX={names.prefix})")  # fmt: skip
+    return names
+
+
+def _erased(case: CaseRef) -> CaseErasedError:
+    return CaseErasedError(f"case {case.key} was erased: its decisions cannot be read and it takes no more events; "
+                           "a subject who comes back is a new case id")  # fmt: skip
+
+
+def _unpublished(outputs: PublishedOutputs, key: DecisionKey) -> ClientError:
+    """Why a decision is not among the published ones: its case was erased, or no such decision is published."""
+    if key in outputs.erased:
+        return _erased(outputs.erased[key])
+    return DecisionNotFoundError(f"no decision {key.decision_id} of tenant {key.tenant} is published")
+
+
+class InFlight:
+    """The keyed requests a client is writing now: a second one with the same key is refused, not queued.
+
+    The draft's 409: a retry sent while the first attempt is still being written would otherwise
+    wait for it and then answer with its result, which a caller cannot tell from a fresh write.
+    Unkeyed requests are never in flight to each other. Per client (process); across processes the
+    case's writer fences the other (CaseConflictError).
+    """
+
+    def __init__(self) -> None:
+        self._held: set[tuple[str, CaseRef, str]] = set()
+        self._lock = threading.Lock()
+
+    @contextmanager
+    def hold(self, request: tuple[str, CaseRef, str | None]) -> Iterator[None]:
+        kind, case, key = request
+        if key is None:
+            yield
+            return
+        with self._lock:
+            if (kind, case, key) in self._held:
+                raise IdempotencyKeyInFlightError(f"case {case.key}: a {kind} request with this idempotency key is "
+                                                  "still being written; nothing of this one was. Retry once it "
+                                                  "has answered.")  # fmt: skip
+            self._held.add((kind, case, key))
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._held.discard((kind, case, key))
 
 
 @contextmanager

@@ -13,7 +13,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Iterable
 
-from pipeline.core.events import Event, LogPosition
+from pipeline.core.events import CaseRef, Event, LogPosition
 
 MAX_CHARS = 16_000_000  # text kept, about 16 MB (oldest forgotten first)
 
@@ -38,6 +38,12 @@ class RecentEvents:
                 self._chars += len(event.text)
             while self._chars > self._max_chars:
                 self._chars -= len(self._events.popitem(last=False)[1].text)
+
+    def forget_case(self, case: CaseRef) -> None:
+        """Forgets the case's events (it was erased)."""
+        with self._lock:
+            for where in [w for w, event in self._events.items() if event.case == case]:
+                self._chars -= len(self._events.pop(where).text)
 
     def get(self, topic: str, position: LogPosition) -> Event | None:
         with self._lock:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from pipeline.client.errors import DecisionRefusedError
 from pipeline.core.event_log import RawRecord
+from pipeline.core.events import CaseRef
 from pipeline.kafka.topics import TopicNames
 from pipeline.wire.dead_letter import DeadLetterRecord
 from pipeline.wire.decision import DecisionRecord
@@ -75,6 +76,17 @@ class Waiters:
         for decision_id in [d for d, w in self._waiting.items()
                             if w.completed_at is not None and now - w.completed_at > KEEP_COMPLETED_S]:  # fmt: skip
             del self._waiting[decision_id]
+
+    def erase(self, case: CaseRef, erased: Exception) -> None:
+        """Drops the case's replies (their content is the erased case's) and fails the calls still waiting for one."""
+        with self._lock:
+            dropped = [d for d, w in self._waiting.items() if _of_case(w, case)]
+            for decision_id in dropped:
+                del self._waiting[decision_id]
+            waiting = [(d, w) for d, w in self._waiting.items() if w.completed_at is None and w.record is not None
+                       and w.record.case == case]  # fmt: skip
+        for decision_id, _ in waiting:
+            self.complete(decision_id, erased)
 
     def forget(self, decision_id: DecisionId) -> None:
         """Stops waiting for a decision (its callers gave up)."""
@@ -171,3 +183,10 @@ def trigger_refusal(names: TopicNames, tenant: str, record: RawRecord) -> Refusa
     if trigger.get("tenant") != tenant or not isinstance(trigger_id, str):
         return None
     return Refusal(trigger_id, letter.reason.value, letter.detail)
+
+
+def _of_case(waiting: _Waiting, case: CaseRef) -> bool:
+    """Whether a completed reply is a decision of the case."""
+    if waiting.completed_at is None or not waiting.future.done() or waiting.future.exception() is not None:
+        return False
+    return waiting.future.result().record.case == case

@@ -11,7 +11,9 @@ forking the log. Writing again after a conflict takes the case back, after the o
 Each append is one transaction: a batch is committed whole or not at all. Every record carries
 its batch id in a header; a batch retried after an ambiguous failure (the broker away at the
 commit) is found in the head and not written twice, and the same id given again by a caller
-(an idempotency key) returns the positions of the first write.
+(an idempotency key) returns the positions of the first write. A keyed batch's records also carry
+the fingerprint of the request (core/idempotency.py), so the same key with other events is
+refused (BatchReusedError), by this process or by any that reads the head later.
 
 Producers outside this library (`dpm produce`, another language's client) are not fenced: a case
 must be written through one or the other.
@@ -41,6 +43,7 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from pipeline.core.event_log import RawRecord, ReadResult
 from pipeline.core.events import CaseRef, Event, LogPosition
+from pipeline.core.idempotency import decision_fingerprint
 from pipeline.kafka.admin import reader_group, topic_partitions
 from pipeline.kafka.errors import BrokerUnavailableError, KafkaAdapterError, wrapped
 from pipeline.kafka.partitioning import case_partition
@@ -61,6 +64,7 @@ from pipeline.wire.trigger import DecisionRequest
 _LOG = logging.getLogger("pipeline.kafka.librdkafka")
 SOURCE = "/dpm/client"  # the CloudEvents source of what the client library writes
 BATCH_HEADER = "dpm_batch"  # the append (batch) a record was written by
+REQUEST_HEADER = "dpm_request"  # the fingerprint of the keyed append a record was written by
 _KEPT_BATCHES = 1_000  # batch ids a writer remembers per case (idempotent retries within them)
 _T = TypeVar("_T")
 
@@ -72,6 +76,15 @@ class CaseWriterConflictError(KafkaAdapterError):
     def of(cls, case: CaseRef) -> CaseWriterConflictError:
         return cls(f"case {case.key}: another writer took it over; nothing of this append was written. "
                    "Appending again takes the case back and continues after the other writer's events.")  # fmt: skip
+
+
+class BatchReusedError(KafkaAdapterError):
+    """A batch id (an idempotency key) already names an append of other events: nothing of this call was written."""
+
+    @classmethod
+    def of(cls, case: CaseRef) -> BatchReusedError:
+        return cls(f"case {case.key}: this idempotency key was used before for an append of other events; nothing "
+                   "was written. Retry with the same events, or use a new key for new events.")  # fmt: skip
 
 
 class EventTooLargeError(KafkaAdapterError):
@@ -86,19 +99,41 @@ class EventTooLargeError(KafkaAdapterError):
 
 
 @dataclass
+class Batch:
+    """One committed append: where its events are, and its request's fingerprint (None: written without a key)."""
+
+    positions: list[LogPosition] = field(default_factory=list)
+    fingerprint: str | None = None
+
+    def answers(self, items: Sequence[tuple[str, str]], fingerprint: str | None) -> bool:
+        """Whether this batch is the append asked again (records of older releases carry no fingerprint)."""
+        if self.fingerprint is not None and fingerprint is not None:
+            return self.fingerprint == fingerprint
+        return len(self.positions) == len(items)
+
+
+@dataclass(frozen=True)
+class SentTrigger:
+    """A decision request sent for a case: where it is, and its fingerprint (core/idempotency.py)."""
+
+    position: LogPosition
+    fingerprint: str
+
+
+@dataclass
 class CaseHead:
     """What a case's log holds when its writer registered, kept current by the writer's own appends."""
 
     positions: list[LogPosition] = field(default_factory=list)  # of seq 1..n, in order
-    batches: OrderedDict[str, list[LogPosition]] = field(default_factory=OrderedDict)  # batch id -> its positions
-    triggers: dict[str, LogPosition] = field(default_factory=dict)  # trigger id -> where it was sent
+    batches: OrderedDict[str, Batch] = field(default_factory=OrderedDict)  # batch id -> the batch
+    triggers: dict[str, SentTrigger] = field(default_factory=dict)  # trigger id -> the request sent
 
     @property
     def last_seq(self) -> int:
         return len(self.positions)
 
-    def add_batch(self, batch_id: str, positions: list[LogPosition]) -> None:
-        self.batches[batch_id] = positions
+    def add_batch(self, batch_id: str, batch: Batch) -> None:
+        self.batches[batch_id] = batch
         self.batches.move_to_end(batch_id)
         while len(self.batches) > _KEPT_BATCHES:
             self.batches.popitem(last=False)
@@ -137,29 +172,36 @@ class CaseWriter:
         return generation
 
     def append(self, items: Sequence[tuple[str, str]], *, batch_id: str | None = None,
-               opening: CaseOpening | None = None, timeout_s: float = 60.0) -> Appended:  # fmt: skip
+               fingerprint: str | None = None, opening: CaseOpening | None = None,
+               timeout_s: float = 60.0) -> Appended:  # fmt: skip
         """Appends (kind, text) events after the case's last, in one transaction; returns their positions.
 
-        Raises CaseWriterConflictError when another writer fenced this one, BrokerUnavailableError
-        when the broker did not take the batch within `timeout_s` (nothing of it written either way),
-        InvalidEventError or SchemaError for an event that is not valid, EventTooLargeError for one
-        too large to send (nothing sent).
+        `batch_id` names the append (a caller's idempotency key), `fingerprint` its request: the same
+        id again with the same request returns the first write's positions, with another raises
+        BatchReusedError. Raises CaseWriterConflictError when another writer fenced this one,
+        BrokerUnavailableError when the broker did not take the batch within `timeout_s` (nothing of
+        it written either way), InvalidEventError or SchemaError for an event that is not valid,
+        EventTooLargeError for one too large to send (nothing sent).
         """
-        batch = batch_id or uuid.uuid4().hex
-        return self._retried(lambda: self._append_once(items, batch, opening), timeout_s)
+        batch = Batch(fingerprint=fingerprint)
+        batch_id = batch_id or uuid.uuid4().hex
+        return self._retried(lambda: self._append_once(items, batch_id, batch, opening), timeout_s)
 
-    def _append_once(self, items: Sequence[tuple[str, str]], batch: str, opening: CaseOpening | None) -> Appended:
+    def _append_once(self, items: Sequence[tuple[str, str]], batch_id: str, batch: Batch,
+                     opening: CaseOpening | None) -> Appended:  # fmt: skip
         generation = self._ready()
-        done = self.head.batches.get(batch)
+        done = self.head.batches.get(batch_id)
         if done is not None:
-            return Appended(tuple(done), self._seq_of(done[0]), written=False)
+            if not done.answers(items, batch.fingerprint):
+                raise BatchReusedError.of(self.case)
+            return Appended(tuple(done.positions), self._seq_of(done.positions[0]), written=False)
         first = self.head.last_seq + 1
         events = [Event(self.case, first + i, kind, text) for i, (kind, text) in enumerate(items)]
-        outputs = self._event_outputs(events, batch, opening)
+        outputs = self._event_outputs(events, batch_id, batch.fingerprint, opening)
         self._check_sizes(outputs, first)
         positions = self._producer.publish(outputs, generation=generation)
         self.head.positions.extend(positions)
-        self.head.add_batch(batch, positions)
+        self.head.add_batch(batch_id, Batch(positions, batch.fingerprint))
         return Appended(tuple(positions), first, written=True)
 
     def _check_sizes(self, outputs: Sequence[Output], first_seq: int) -> None:
@@ -174,10 +216,14 @@ class CaseWriter:
     def _seq_of(self, position: LogPosition) -> int:
         return self.head.positions.index(position) + 1
 
-    def _event_outputs(self, events: Sequence[Event], batch: str, opening: CaseOpening | None) -> list[Output]:
+    def _event_outputs(self, events: Sequence[Event], batch_id: str, fingerprint: str | None,
+                       opening: CaseOpening | None) -> list[Output]:  # fmt: skip
         partition = case_partition(self.case, self._partitions[self._names.events])
-        return [Output(self._names.events, e.key.encode(), value,
-                       (*self._headers(SchemaId.EVENT, e.key), (BATCH_HEADER, batch.encode())), partition)
+        marks: tuple[tuple[str, bytes], ...] = ((BATCH_HEADER, batch_id.encode()),)
+        if fingerprint is not None:
+            marks += ((REQUEST_HEADER, fingerprint.encode()),)
+        return [Output(self._names.events, e.key.encode(), value, (*self._headers(SchemaId.EVENT, e.key), *marks),
+                       partition)
                 for e, value in sealed_values(events, opening, self._cipher)]  # fmt: skip
 
     def _headers(self, schema: SchemaId, record_id: str) -> tuple[tuple[str, bytes], ...]:
@@ -188,13 +234,13 @@ class CaseWriter:
         """Whether the head was ever read (it then holds every event this writer or an earlier one committed)."""
         return self._registered is not None
 
-    def note_trigger(self, trigger_id: str, position: LogPosition) -> None:
+    def note_trigger(self, trigger_id: str, sent: SentTrigger) -> None:
         """Records a decision request sent for the case (CaseWriters sends them), so the same id is not sent twice.
 
         Called on the trigger producer's report thread, which must never wait for an append in
         progress: no lock (one dict item set; a head read again at registration replaces the dict).
         """
-        self.head.triggers[trigger_id] = position
+        self.head.triggers[trigger_id] = sent
 
     def _retried(self, attempt: Callable[[], _T], timeout_s: float) -> _T:
         """`attempt()` until it succeeds, a conflict or a lasting failure, or `timeout_s` passes (the broker away)."""
@@ -231,16 +277,20 @@ def read_head(client_config: dict[str, str], names: TopicNames, case: CaseRef,
             raise KafkaAdapterError(f"case {case.key}: its events are not numbered 1..n (seq {seq} after "
                                     f"{head.last_seq}); it was written by another producer")  # fmt: skip
         head.positions.append(record.position)
-        batch = dict(record.headers).get(BATCH_HEADER)
-        if batch is not None:
-            head.batches.setdefault(batch.decode("utf-8", "replace"), []).append(record.position)
+        headers = dict(record.headers)
+        batch_id = headers.get(BATCH_HEADER)
+        if batch_id is not None:
+            batch = head.batches.setdefault(batch_id.decode("utf-8", "replace"), Batch())
+            batch.positions.append(record.position)
+            fingerprint = headers.get(REQUEST_HEADER)
+            batch.fingerprint = fingerprint.decode("ascii", "replace") if fingerprint is not None else None
     while len(head.batches) > _KEPT_BATCHES:
         head.batches.popitem(last=False)
     topic = names.triggers
     for record in _case_records(client_config, topic, case_partition(case, partitions[topic]), case, exact=True):
-        trigger_id = _trigger_id(record)
-        if trigger_id is not None:
-            head.triggers[trigger_id] = record.position
+        request = _request(record)
+        if request is not None:
+            head.triggers[request.trigger_id] = SentTrigger(record.position, request_fingerprint(request))
     return head
 
 
@@ -255,13 +305,17 @@ def _numbered(case: CaseRef, records: Sequence[RawRecord]) -> list[tuple[int, Ra
     return sorted(latest.items())
 
 
-def _trigger_id(record: RawRecord) -> str | None:
+def _request(record: RawRecord) -> DecisionRequest | None:
+    """The decision request a trigger record holds; None for one a worker would dead-letter (never decided)."""
     try:
-        value = decode_object(record.value, "trigger")
+        return DecisionRequest.from_wire(decode_object(record.value, "trigger"))
     except RejectedError:
         return None
-    trigger_id = value.get("trigger_id")
-    return trigger_id if isinstance(trigger_id, str) else None
+
+
+def request_fingerprint(request: DecisionRequest) -> str:
+    """A decision request's idempotency fingerprint: what it asks, not which events it lists."""
+    return decision_fingerprint(request.task, request.budget_chars, request.architectures)
 
 
 def _case_records(client_config: dict[str, str], topic: str, partition: int, case: CaseRef, *,
@@ -292,7 +346,7 @@ class KnownCase:
     """A case's events and the decision requests sent for it, as a client knows them when it asks for a decision."""
 
     positions: tuple[LogPosition, ...]
-    triggers: dict[str, LogPosition]
+    triggers: dict[str, SentTrigger]
 
 
 class CaseWriters:
@@ -328,6 +382,13 @@ class CaseWriters:
         for old in evicted:  # outside the lock: a producer's close may wait, and known_here runs on event loops
             old.close()
         return writer
+
+    def forget(self, case: CaseRef) -> None:
+        """Closes the case's writer, if this process has one (the case was erased: its head is of no more use)."""
+        with self._lock:
+            writer = self._writers.pop(case, None)
+        if writer is not None:  # outside the lock, as an evicted writer's close
+            writer.close()
 
     def known(self, case: CaseRef) -> KnownCase:
         """The case as this process's writer of it knows it; for a case it has no writer of, as committed now.
@@ -366,7 +427,7 @@ class CaseWriters:
             sent = self._sender.send(output)
             writer = self._writers.get(request.case)
         if writer is not None:
-            sent.add_done_callback(partial(_note_sent, writer, request.trigger_id))
+            sent.add_done_callback(partial(_note_sent, writer, request))
         return sent
 
     def close(self) -> None:
@@ -379,6 +440,6 @@ class CaseWriters:
                 self._sender = None
 
 
-def _note_sent(writer: CaseWriter, trigger_id: str, sent: Future[LogPosition]) -> None:
+def _note_sent(writer: CaseWriter, request: DecisionRequest, sent: Future[LogPosition]) -> None:
     if sent.exception() is None:
-        writer.note_trigger(trigger_id, sent.result())
+        writer.note_trigger(request.trigger_id, SentTrigger(sent.result(), request_fingerprint(request)))

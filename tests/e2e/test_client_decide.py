@@ -7,12 +7,20 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.client import AsyncDecisionMemory, DecisionMemory, DecisionRefusedError, DecisionTimeoutError
+from pipeline.client import (
+    AsyncDecisionMemory,
+    CaseErasedError,
+    DecisionMemory,
+    DecisionRefusedError,
+    DecisionTimeoutError,
+)
+from pipeline.core.events import CaseRef
 from pipeline.core.task import TaskSpec
 from pipeline.core.verification import ReplayStatus
 from pipeline.kafka.range_reads import read_topic
 from pipeline.kafka.topics import TopicNames
 from pipeline.services.cluster import pipeline_processes
+from pipeline.services.erase import erase_case
 from tests.integration.test_client_appends import client_settings
 from tests.pipeline_support import create_topics, small_cases, worker_env
 from tests.processes import dpm_cli
@@ -105,3 +113,44 @@ def test_a_thousand_waiting_calls_share_one_replies_reader(
         return {d.decision_id for d in decided}
 
     assert len(asyncio.run(run())) == 2
+
+
+def test_an_erased_case_is_gone_from_every_cache_of_the_client_and_refused_from_then_on(
+    kafka_bootstrap: str, kafka_config: dict[str, str], topic_names: TopicNames, tmp_path: Path
+) -> None:
+    create_topics(kafka_config, topic_names)
+    case = small_cases(per_domain=1, tenant="acme")[0]
+    settings = client_settings(kafka_bootstrap, topic_names, tmp_path)
+
+    async def run() -> None:
+        async with AsyncDecisionMemory("acme", settings=settings) as memory:
+            await memory.append_many("case-e", [(e.kind, e.text) for e in case.trajectory.events])
+            with pipeline_processes([["worker"]], worker_env(kafka_bootstrap, topic_names, tmp_path),
+                                    tmp_path / "logs"):  # fmt: skip
+                decided = await memory.decide("case-e", task=case.task, budget=2_000, timeout=120,
+                                              idempotency_key="ask-e")  # fmt: skip
+            await asyncio.to_thread(erase_case, settings, CaseRef("acme", "case-e"))  # as `dpm erase`, elsewhere
+            await asyncio.sleep(3)  # the client learns it from the key topic within about a second
+            # the reply this client waited for, and the typed decision it kept, are gone with the key
+            with pytest.raises(CaseErasedError):
+                await memory.collect(decided.decision_id, wait_s=5)
+            with pytest.raises(CaseErasedError):  # a retried request with the same key
+                await memory.decide("case-e", task=case.task, budget=2_000, timeout=10, idempotency_key="ask-e")
+            with pytest.raises(CaseErasedError):
+                await memory.append("case-e", kind="message", text="a step after the erasure")
+            with pytest.raises(CaseErasedError):
+                await memory.decisions_of("case-e")
+        with DecisionMemory("acme", settings=settings) as fresh:  # a process started after the erasure
+            with pytest.raises(CaseErasedError):
+                fresh.decision(decided.decision_id)
+            with pytest.raises(CaseErasedError):
+                fresh.append("case-e", kind="message", text="a step after the erasure")
+            with pytest.raises(CaseErasedError):
+                fresh.replay(decided.decision_id)
+            fresh.append("case-e2", kind="message", text="a subject who comes back is a new case")
+
+    asyncio.run(run())
+    latest = {r.key: r.value for r in read_topic(kafka_config, topic_names.events) if r.key}
+    erased = {k: v for k, v in latest.items() if k.startswith(b"acme/case-e/")}
+    assert len(erased) == len(case.trajectory)  # nothing appended after the erasure
+    assert all(v is None for v in erased.values())  # each event tombstoned

@@ -3,14 +3,24 @@
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import orjson
 import pytest
 
-from pipeline.client import CaseConflictError, DecisionMemory, NoEventsError
+from pipeline.client import (
+    CaseConflictError,
+    ClusterUnavailableError,
+    DecisionMemory,
+    IdempotencyKeyReusedError,
+    InvalidIdempotencyKeyError,
+    NoEventsError,
+    TopicsMissingError,
+)
 from pipeline.config.settings import Settings
 from pipeline.core.events import CaseRef
 from pipeline.kafka.partitioning import case_partition
@@ -92,6 +102,63 @@ def test_an_append_retried_with_its_idempotency_key_is_written_once(
     assert [seq for seq, _ in case_log(kafka_config, topic_names, CaseRef("acme", "case-2"), case_keys)] == [1, 2, 3]
 
 
+def test_an_idempotency_key_reused_with_other_events_is_refused_and_writes_nothing(
+    kafka_bootstrap: str, kafka_config: dict[str, str], topic_names: TopicNames, tmp_path: Path, case_keys: CaseKeys
+) -> None:
+    create_topics(kafka_config, topic_names)
+    settings = client_settings(kafka_bootstrap, topic_names, tmp_path)
+    case = CaseRef("acme", "case-3")
+    with DecisionMemory("acme", settings=settings) as memory:
+        memory.append("case-3", kind="tool", text="score 700", idempotency_key="step-1")
+        with pytest.raises(IdempotencyKeyReusedError):  # same process: the writer's head knows the key's request
+            memory.append("case-3", kind="tool", text="score 540", idempotency_key="step-1")
+        with pytest.raises(IdempotencyKeyReusedError):  # a batch of the same first event and more is another request
+            memory.append_many("case-3", [("tool", "score 700"), ("tool", "dti 51%")], idempotency_key="step-1")
+    with DecisionMemory("acme", settings=settings) as restarted:  # a restarted process reads it from the log
+        with pytest.raises(IdempotencyKeyReusedError):
+            restarted.append("case-3", kind="tool", text="score 540", idempotency_key="step-1")
+        again = restarted.append("case-3", kind="tool", text="score 700", idempotency_key="step-1")
+    assert again.seq == 1
+    assert case_log(kafka_config, topic_names, case, case_keys) == [(1, "score 700")]
+
+
+@pytest.mark.parametrize("key", ["", " ", "a b", "x" * 201, "caf\u00e9", "tab\there"])
+def test_an_idempotency_key_that_is_not_1_to_200_visible_ascii_characters_is_refused_before_anything_is_written(
+    kafka_bootstrap: str, kafka_config: dict[str, str], topic_names: TopicNames, tmp_path: Path, case_keys: CaseKeys,
+    key: str,
+) -> None:  # fmt: skip
+    create_topics(kafka_config, topic_names)
+    settings = client_settings(kafka_bootstrap, topic_names, tmp_path)
+    with DecisionMemory("acme", settings=settings) as memory:
+        with pytest.raises(InvalidIdempotencyKeyError):
+            memory.append("case-4", kind="tool", text="first", idempotency_key=key)
+        memory.append("case-4", kind="tool", text="second")
+        with pytest.raises(InvalidIdempotencyKeyError):
+            memory.request("case-4", domain="loan", idempotency_key=key)
+    assert case_log(kafka_config, topic_names, CaseRef("acme", "case-4"), case_keys) == [(1, "second")]
+
+
+def test_a_decision_key_names_one_request_another_task_budget_or_architecture_with_it_is_refused(
+    kafka_bootstrap: str, kafka_config: dict[str, str], topic_names: TopicNames, tmp_path: Path
+) -> None:
+    create_topics(kafka_config, topic_names)
+    settings = client_settings(kafka_bootstrap, topic_names, tmp_path)
+    with DecisionMemory("acme", settings=settings) as memory:
+        memory.append("case-5", kind="document", text="Applicant income verified: 84,000")
+        first = memory.request("case-5", domain="loan", budget=2_000, idempotency_key="ask-1")
+        assert memory.request("case-5", domain="loan", budget=2_000, idempotency_key="ask-1") == first
+        for other in ({"domain": "claim", "budget": 2_000}, {"domain": "loan", "budget": 3_000},
+                      {"domain": "loan", "budget": 2_000, "architecture": "summ"}):  # fmt: skip
+            with pytest.raises(IdempotencyKeyReusedError):
+                memory.request("case-5", idempotency_key="ask-1", **other)  # type: ignore[arg-type]
+    with DecisionMemory("acme", settings=settings) as restarted:  # read from the triggers topic, not remembered
+        with pytest.raises(IdempotencyKeyReusedError):
+            restarted.request("case-5", domain="claim", budget=2_000, idempotency_key="ask-1")
+        assert restarted.request("case-5", domain="loan", budget=2_000, idempotency_key="ask-1") == first
+    triggers = [r for r in read_topic(kafka_config, topic_names.triggers) if r.value]
+    assert len(triggers) == 1
+
+
 _HALF_WRITTEN = """
 import os, sys
 from confluent_kafka import Producer
@@ -122,3 +189,28 @@ def test_a_writer_killed_mid_batch_leaves_nothing_of_it_and_the_next_writer_cont
         after = memory.append("case-3", kind="message", text="after the kill")
     assert after.seq == 2
     assert case_log(kafka_config, topic_names, case, case_keys) == [(1, "committed"), (2, "after the kill")]
+
+
+def test_a_client_without_its_topics_says_which_are_missing_and_the_command_that_makes_them(
+    kafka_bootstrap: str, topic_names: TopicNames, tmp_path: Path
+) -> None:
+    settings = client_settings(kafka_bootstrap, topic_names, tmp_path)  # no topics created under this prefix
+    with pytest.raises(TopicsMissingError) as missing:
+        DecisionMemory("acme", settings=settings)
+    assert topic_names.events in str(missing.value)
+    assert "dpm topics create" in str(missing.value)
+
+
+def test_a_client_with_no_broker_says_so_within_its_connect_timeout_and_names_the_fix(
+    topic_names: TopicNames, tmp_path: Path
+) -> None:
+    with socket.socket() as unused:  # a loopback port nobody listens on
+        unused.bind(("127.0.0.1", 0))
+        address = f"127.0.0.1:{unused.getsockname()[1]}"
+    settings = client_settings(address, topic_names, tmp_path)
+    started = time.monotonic()
+    with pytest.raises(ClusterUnavailableError) as unavailable:
+        DecisionMemory("acme", settings=settings, connect_timeout=2)
+    assert time.monotonic() - started < 10
+    assert address in str(unavailable.value)
+    assert "dpm broker up" in str(unavailable.value)
