@@ -6,6 +6,11 @@ index, so the new view's citations name the original events and a DPM segment th
 sends the very request it sent before. Requests byte-identical to ones the decision recorded are answered
 from its record (ReusingBackend): a DPM segment and the merges beside the changed one, Summ-only's steps
 before the first changed event. What a what-if costs is what it asked the model anew.
+
+A contest keeps what it asked anew as Answers: each request's digest and its response whole. The request
+itself is the case's prompt (up to a whole segment of it) and need not be kept: running the what-if again
+over the recorded log with the recorded changes builds it again, byte for byte, and its digest finds the
+answer (answering_from). A request that no longer hashes as recorded finds none: replay says so.
 """
 
 from __future__ import annotations
@@ -16,8 +21,9 @@ from dataclasses import dataclass, replace
 from pipeline.core.anchors import extract_anchors
 from pipeline.core.errors import DpmError
 from pipeline.core.events import Event, Trajectory
-from pipeline.core.model import ModelBackend, ModelRequest, ModelResponse, WrappedBackend
+from pipeline.core.model import ModelBackend, ModelRequest, ModelResponse, Purpose, WrappedBackend
 from pipeline.core.prompt import PromptEvent, prompt_events
+from pipeline.core.recorded import RecordedAnswers
 from pipeline.core.run import ModelCall, RunResult
 from pipeline.core.verification import ReplayTarget, rerun
 from pipeline.core.view import Fact, MemoryView
@@ -100,18 +106,39 @@ def changed_log(trajectory: Trajectory, changes: Sequence[EventChange]) -> Chang
     return ChangedLog(tuple(events), Trajectory(trajectory.case, tuple(checked)), left)
 
 
+@dataclass(frozen=True)
+class Answer:
+    """A model call as a contest keeps it: the request's digest (and purpose, for people), the response whole."""
+
+    request_sha256: str
+    purpose: Purpose
+    response: ModelResponse
+
+    @classmethod
+    def of(cls, call: ModelCall) -> Answer:
+        return cls(call.request.digest, call.request.purpose, call.response)
+
+
+def _by_digest(recorded: Iterable[ModelCall | Answer]) -> dict[str, ModelResponse]:
+    """Each recorded response by its request's digest (the first one where a request was asked twice)."""
+    found: dict[str, ModelResponse] = {}
+    for item in recorded:
+        digest = item.request.digest if isinstance(item, ModelCall) else item.request_sha256
+        found.setdefault(digest, item.response)
+    return found
+
+
 class ReusingBackend(WrappedBackend):
     """Answers a request the decision recorded from its record, any other from the model, within a call budget.
 
-    `asked` holds the calls asked anew (what a what-if costs, and what its record keeps so that it replays);
-    `reused` counts the requests the record answered.
+    `asked` holds the calls asked anew (what a what-if costs; its record keeps their `answers` so that it
+    replays); `reused` counts the requests the record answered.
     """
 
-    def __init__(self, inner: ModelBackend, recorded: Iterable[ModelCall], max_calls: int | None = None) -> None:
+    def __init__(self, inner: ModelBackend, recorded: Iterable[ModelCall | Answer],
+                 max_calls: int | None = None) -> None:  # fmt: skip
         super().__init__(inner)
-        self._recorded: dict[str, ModelResponse] = {}
-        for call in recorded:
-            self._recorded.setdefault(call.request.digest, call.response)
+        self._recorded = _by_digest(recorded)
         self.max_calls = max_calls
         self.asked: list[ModelCall] = []
         self.reused = 0
@@ -124,6 +151,11 @@ class ReusingBackend(WrappedBackend):
     def tokens(self) -> int:
         return sum(c.response.usage.input_tokens + c.response.usage.output_tokens for c in self.asked)
 
+    @property
+    def answers(self) -> tuple[Answer, ...]:
+        """The calls asked anew as a contest's record keeps them."""
+        return tuple(Answer.of(c) for c in self.asked)
+
     def complete(self, request: ModelRequest) -> ModelResponse:
         recorded = self._recorded.get(request.digest)
         if recorded is not None:
@@ -135,6 +167,14 @@ class ReusingBackend(WrappedBackend):
         self.asked.append(ModelCall(request, response))
         self._recorded.setdefault(request.digest, response)  # a later what-if asking the same is answered too
         return response
+
+
+def answering_from(recorded: Iterable[ModelCall | Answer]) -> ReusingBackend:
+    """A backend that answers from `recorded` alone, by request digest: what a contest's replay runs on.
+
+    A request not recorded (one the log or the changes no longer build as they did) is a ModelBackendError.
+    """
+    return ReusingBackend(RecordedAnswers(()), recorded)
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pipeline.config.settings import Settings
 from pipeline.core.contest import (
     AdverseReasons,
+    Answer,
     CallBudgetError,
     Contested,
     ContestError,
@@ -24,6 +25,7 @@ from pipeline.core.contest import (
     EventChange,
     ReusingBackend,
     WhatIf,
+    answering_from,
     decisive_events,
     leave_out,
     principal_reasons,
@@ -34,7 +36,6 @@ from pipeline.core.errors import DpmError
 from pipeline.core.events import Event, Trajectory
 from pipeline.core.hashing import events_digest
 from pipeline.core.model import ModelBackendError
-from pipeline.core.recorded import RecordedAnswers
 from pipeline.core.run import ModelCall
 from pipeline.core.verification import ReplayReport, ReplayStatus
 from pipeline.core.view import MemoryView
@@ -43,6 +44,7 @@ from pipeline.kafka.keystore import case_keys_from
 from pipeline.kafka.one_record import produce_one
 from pipeline.kafka.range_reads import read_topic
 from pipeline.kafka.reader import KafkaEventLog
+from pipeline.kafka.steps import max_record_bytes
 from pipeline.kafka.topics import TopicNames
 from pipeline.services.read_outputs import load_outputs
 from pipeline.services.replay import LogChangedError, read_recorded_events, registry_backends, select_decisions
@@ -51,7 +53,9 @@ from pipeline.wire.audit import calls_in_order
 from pipeline.wire.contest import (
     Asker,
     ContestKind,
+    ContestPart,
     ContestRecord,
+    ContestTooLargeError,
     Run,
     decisive_outcome,
     new_contest_id,
@@ -63,7 +67,6 @@ from pipeline.wire.decision import DecisionRecord
 from pipeline.wire.event import EventRecord
 from pipeline.wire.headers import standard_headers
 from pipeline.wire.rejection import RejectedError
-from pipeline.wire.schema_ids import SchemaId
 from pipeline.wire.sealing import CaseCipher, CaseErasedError
 from pipeline.wire.trigger import DecisionId, InvalidDecisionIdError
 
@@ -165,7 +168,7 @@ def _record(found: Found, kind: ContestKind, *, who: Asker, backend: ReusingBack
     return ContestRecord(
         contest_id=new_contest_id(), kind=kind, case=found.record.case, decision_id=found.record.decision_id,
         asker=who, backend=found.record.backend, model=found.record.model, changes=tuple(changes),
-        runs=tuple(Run.of(r) for r in runs), calls=tuple(backend.asked), outcome=outcome,
+        runs=tuple(Run.of(r) for r in runs), answers=backend.answers, outcome=outcome,
         usage=usage_of(runs, backend.asked, backend.reused, backend.max_calls),
     )  # fmt: skip
 
@@ -235,12 +238,26 @@ def require_contests_topic(settings: Settings, scope: TopicNames) -> None:
                                   f"own topics) adds it to a pipeline made before contests were recorded")  # fmt: skip
 
 
+# Room each record leaves for its headers and the broker's framing, beside its key and value.
+_HEADROOM_BYTES = 4_096
+
+
 def publish_contest(settings: Settings, found: Found, record: ContestRecord, cipher: CaseCipher | None) -> None:
-    """Publishes the contest on the scope's contests topic (its callers check it exists before computing)."""
+    """Publishes the contest on the scope's contests topic (its callers check it exists before computing).
+
+    A contest too large for one record goes out as its parts, each written and acknowledged before the
+    next and the head last: a reader that finds the head finds every part it lists. A failure part-way
+    leaves parts no head lists, which readers pass over.
+    """
     config = settings.kafka.client_config()
-    headers = standard_headers(SchemaId.CONTEST, source=SOURCE, tenant=record.case.tenant,
-                               event_id=record.contest_id)  # fmt: skip
-    produce_one(config, found.scope.contests, record.record_key, record.encode(cipher), headers)
+    try:
+        records = record.encoded(cipher, max_record_bytes(config) - _HEADROOM_BYTES)
+    except ContestTooLargeError as exc:
+        raise ContestError(f"the contest cannot be recorded: {exc.detail}") from exc
+    for encoded in records:
+        headers = standard_headers(encoded.schema, source=SOURCE, tenant=record.case.tenant,
+                                   event_id=encoded.event_id)  # fmt: skip
+        produce_one(config, found.scope.contests, encoded.key, encoded.value, headers)
 
 
 @dataclass(frozen=True)
@@ -254,15 +271,27 @@ class ContestLine:
 
 def read_contests(config: dict[str, str], scope: TopicNames, found: Found,
                   cipher: CaseCipher | None) -> list[ContestLine]:  # fmt: skip
-    """Every contest of the found decision on its scope's contests topic, each replayed from its record."""
+    """Every contest of the found decision on its scope's contests topic, each replayed from its record (and parts)."""
     prefix = f"{found.record.case.key}/".encode()
-    lines = []
+    heads: list[tuple[str, bytes | None]] = []
+    parts: dict[str, dict[int, ContestPart]] = {}
     for message in read_topic(config, scope.contests):
         if message.key is None or not message.key.startswith(prefix):
             continue
-        contest_id = message.key[len(prefix) :].decode()
+        name = message.key[len(prefix) :].decode("utf-8", "replace")
+        if "/" not in name:
+            heads.append((name, message.value))
+            continue
+        try:  # a part that cannot be read is missing to its head, which says so
+            part = ContestPart.decode(message.value, cipher)
+        except RejectedError:
+            continue
+        parts.setdefault(part.contest_id, {})[part.part] = part
+    lines = []
+    for contest_id, value in heads:
         try:
-            record = ContestRecord.decode(message.value, cipher)
+            record = ContestRecord.decode(value, cipher)
+            record = record.joined(parts.get(record.contest_id, {}))
         except CaseErasedError:
             lines.append(ContestLine(contest_id, None, ReplayReport(ReplayStatus.ERASED, "the case is erased")))
             continue
@@ -277,11 +306,11 @@ def read_contests(config: dict[str, str], scope: TopicNames, found: Found,
 def replay_contest(record: ContestRecord, found: Found) -> ReplayReport:
     """Runs each of the contest's re-decisions again from the recorded answers alone and compares labels and views."""
     replacements = {c.index: c for c in record.changes if not c.left_out}
-    answers = RecordedAnswers((*found.calls, *record.calls))
+    recorded: tuple[ModelCall | Answer, ...] = (*found.calls, *record.answers)
     for n, run in enumerate(record.runs, start=1):
         changes = (*leave_out(*run.left_out), *(replacements[i] for i in run.replaced))
-        try:
-            again = Run.of(what_if(found.contested, changes, ReusingBackend(answers, ())))
+        try:  # each request is built again from the log and the changes; its digest finds the recorded answer
+            again = Run.of(what_if(found.contested, changes, answering_from(recorded)))
         except (ModelBackendError, CallBudgetError, ContestError, KeyError) as exc:
             return ReplayReport(ReplayStatus.DRIFT, f"re-decision {n} of {len(record.runs)} cannot be rerun: {exc}")
         if again != run:

@@ -21,7 +21,9 @@ class SchemaId(StrEnum):
     LEDGER = "dpm.ledger.v1"
     SEGMENT = "dpm.segment.v1"
     LAYOUT = "dpm.layout.v1"
-    CONTEST = "dpm.contest.v1"
+    CONTEST = "dpm.contest.v2"
+    CONTEST_V1 = "dpm.contest.v1"  # read as v2 (wire/contest.py): it kept each request whole; never written since
+    CONTEST_PART = "dpm.contest_part.v1"
 
     @property
     def file_stem(self) -> str:

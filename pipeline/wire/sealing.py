@@ -28,6 +28,8 @@ CONTENT_FIELDS: Mapping[SchemaId, tuple[str, ...]] = {
     SchemaId.AUDIT: ("request", "raw_response_b64", "response_text"),
     SchemaId.SEGMENT: ("view",),
     SchemaId.CONTEST: ("why", "changes", "runs", "calls", "outcome"),
+    SchemaId.CONTEST_V1: ("why", "changes", "runs", "calls", "outcome"),
+    SchemaId.CONTEST_PART: ("calls",),
 }
 SEALED = "sealed"
 

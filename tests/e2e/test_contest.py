@@ -163,3 +163,48 @@ def test_bad_contests_are_one_line_each_and_publish_nothing_and_an_erased_case_c
     with pytest.raises(CaseErasedError):  # the contest went with the case
         ContestRecord.decode(published.value, case_keys)
     assert len(list(read_topic(kafka_config, topic_names.contests))) == 1  # and nothing was added
+
+
+def test_a_million_character_case_is_contested_published_split_where_it_must_be_and_replays_match(
+    kafka_bootstrap: str, kafka_config: dict[str, str], topic_names: TopicNames, tmp_path: Path, case_keys: CaseKeys
+) -> None:
+    # A contest once kept each re-decision's whole request (the case's prompt): this case's decisive analysis
+    # made a 1.2 MB record, which the producer refused (MSG_SIZE_TOO_LARGE).
+    [case] = [c for c in generate_cases(GenerationSpec(domains=("loan",), per_domain=2, events=(400, 400),
+                                                       chars=(1_000_000, 1_000_000), tenant="contest"))
+              if c.label == "APPROVE"]  # fmt: skip
+    assert sum(len(e.text) for e in case.trajectory.events) >= 1_000_000
+    create_topics(kafka_config, topic_names)
+    producer = EventProducer(kafka_config, topic_names, case_keys)
+    positions = tuple(producer.append(case.trajectory.events, CaseOpening(case.task, (BUDGET,))))
+    producer.trigger(DecisionRequest(case.ref.case_id, case.ref, case.task, BUDGET, (Architecture.DPM,), positions,
+                                     len(positions)))  # fmt: skip
+    producer.close()
+    env = worker_env(kafka_bootstrap, topic_names, tmp_path)
+    with pipeline_processes([["worker"]], env, tmp_path / "logs"):
+        await_decisions(kafka_config, topic_names, 1, timeout_s=180, cipher=case_keys)
+    decision = f"{case.ref.case_id}:dpm"
+
+    analysis = _json(["explain", "--decision", decision, "--decisive"], env)
+    assert analysis["calls"] >= 20, analysis  # enough answers that whole requests passed the limit
+    assert analysis["decisive"], analysis
+    [head] = list(read_topic(kafka_config, topic_names.contests))
+    assert len(head.value or b"") < 200_000  # the answers whole, each request as its digest
+
+    # Under a small record limit the same analysis goes out in parts, and its head lists them.
+    small = tmp_path / "small-records.properties"
+    small.write_text("message.max.bytes=40000\n")
+    limited = {**env, "DPM_KAFKA_CONFIG": str(small)}
+    again = _json(["explain", "--decision", decision, "--decisive"], limited)
+    assert again["decisive"] == analysis["decisive"]
+    drop = ",".join(map(str, analysis["decisive"][0]))
+    changed = _json(["whatif", "--decision", decision, "--drop", drop], limited)
+    assert changed["changed"], changed
+    published = list(read_topic(kafka_config, topic_names.contests))
+    assert len(published) > 3, "the second analysis was split into parts"
+    assert all(len(r.value or b"") <= 40_000 for r in published[1:])
+    assert any(b"/part/" in (r.key or b"") for r in published)
+
+    listed = _json(["explain", "--decision", decision], env)["contests"]
+    assert len(listed) == 3, listed
+    assert {c["replay"] for c in listed} == {"MATCH"}, listed
