@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from types import TracebackType
 from typing import TypeVar
 
-from pipeline.client.errors import DecisionNotFoundError, DecisionTimeoutError
+from pipeline.client.errors import DecisionNotFoundError
 from pipeline.client.memory import DEFAULT_BUDGET_CHARS, DecisionMemory
 from pipeline.client.results import Decision, EventPosition, Explanation
 from pipeline.config.settings import Settings
@@ -100,7 +100,7 @@ class AsyncDecisionMemory:
             reply = await asyncio.wait_for(waiting, timeout)
         except TimeoutError:
             self.sync.stop_waiting(decision_id)
-            raise DecisionTimeoutError.of(decision_id, timeout) from None
+            raise await self._run(self.sync.not_in_time, decision_id, timeout) from None
         typed = self.sync.typed_now(reply)  # on the loop when no event must be read, else on a thread
         return typed if typed is not None else await self._run(self.sync.typed, reply)
 

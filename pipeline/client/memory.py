@@ -47,7 +47,7 @@ from pipeline.core.explanation import fact_rows
 from pipeline.core.idempotency import append_fingerprint, check_idempotency_key, decision_fingerprint
 from pipeline.core.task import Architecture, TaskSpec
 from pipeline.core.verification import ReplayReport
-from pipeline.kafka.admin import ensure_reachable, fetch_metadata
+from pipeline.kafka.admin import ensure_reachable, fetch_metadata, group_members
 from pipeline.kafka.case_writer import BatchReusedError, CaseWriter, CaseWriterConflictError, CaseWriters, KnownCase
 from pipeline.kafka.case_writer import EventTooLargeError as WriterEventTooLargeError
 from pipeline.kafka.erasures import ErasureWatch
@@ -347,8 +347,22 @@ class DecisionMemory:
             reply = self.reply_future(decision_id).result(timeout)
         except FutureTimeout:
             self.stop_waiting(decision_id)
-            raise DecisionTimeoutError.of(decision_id, timeout) from None
+            raise self.not_in_time(decision_id, timeout) from None
         return self.typed(reply)
+
+    def not_in_time(self, decision_id: str, timeout: float) -> DecisionTimeoutError:
+        """What a decision waited for in vain raises: with what to run when no worker of its kind is in its group.
+
+        Blocking (one request to the cluster, at most 2 s); a group it may not describe gives no hint.
+        """
+        waited = DecisionTimeoutError.of(decision_id, timeout)
+        group = self._names.baseline_app if DecisionId.parse(decision_id).architecture is Architecture.SUMM else (
+            f"{self._names.prefix}-projection")  # fmt: skip
+        if group_members(self._config, group, timeout_s=2.0) != 0:
+            return waited
+        command = "dpm baseline" if group == self._names.baseline_app else "dpm worker"
+        return DecisionTimeoutError(f"{waited} No worker is running: consumer group {group} has no members; start "
+                                    f"one with `{command}`.", decision_id=decision_id)  # fmt: skip
 
     def reply_future(self, decision_id: str) -> Future[Reply]:
         """The future a requested decision's reply completes (shared by every call waiting for the id)."""

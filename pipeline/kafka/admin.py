@@ -224,3 +224,17 @@ def topic_replication(client_config: dict[str, str], topic: str) -> int:
     """How many replicas each partition of `topic` has (its first partition's count)."""
     partitions = _topic(client_config, topic).partitions
     return len(partitions[min(partitions)].replicas)
+
+
+def group_members(client_config: dict[str, str], group: str, timeout_s: float = 5.0) -> int | None:
+    """How many members a consumer group has now; None when the cluster does not say (no right to ask, no answer).
+
+    For hints only (a decision waited for in vain: is any worker running?), never for a decision
+    the pipeline makes: a group's membership changes at any moment.
+    """
+    admin = AdminClient(dict(client_config), logger=_PROBE_LOG)
+    try:
+        described = admin.describe_consumer_groups([group], request_timeout=timeout_s)[group].result(timeout_s)
+    except (KafkaException, TimeoutError, ValueError):
+        return None
+    return len(described.members)

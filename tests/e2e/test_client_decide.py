@@ -82,6 +82,7 @@ def test_a_refused_request_is_a_typed_error_and_a_late_decision_is_collected_by_
         with pytest.raises(DecisionTimeoutError) as timed_out:  # no worker runs yet
             memory.decide("case-9", task=case.task, budget=2_000, timeout=2)
         late_id = timed_out.value.decision_id
+        assert "start one with `dpm worker`" in str(timed_out.value)  # a newcomer is told what is missing
         with pipeline_processes([["worker"]], worker_env(kafka_bootstrap, topic_names, tmp_path), tmp_path / "logs"):
             late = memory.wait(late_id, timeout=120)
             unknown = TaskSpec("no-such-domain", "Decide.", ("YES", "NO"))
