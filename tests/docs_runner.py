@@ -13,6 +13,14 @@ What a page promises is written on the page, in a block titled `output` right af
 
 Each of its lines must appear in the previous block's output, in order; `...` stands for anything
 within a line. A block the page cannot run here is preceded by `<!-- skip: next "why" -->`.
+
+A `python` block is a sample a reader runs as a script, in the same shell (its virtual environment, its
+exports, its folder): run at once with `python3`, or, titled with a file name (```` ```python
+title="agent.py" ````), saved as that file in the shell's folder for a later `bash` block to run, as a
+reader who saves the sample would.
+
+A page stops what it starts: a local broker or model server still running when the page ends is
+reported by `left_running` (the session's `close` stops it either way).
 """
 
 from __future__ import annotations
@@ -32,9 +40,14 @@ from sybil import Document, Example, Region, Sybil
 from sybil.parsers.markdown import CodeBlockParser, SkipParser
 from sybil.parsers.markdown.lexers import RawFencedCodeBlockLexer
 
+from pipeline.kafka import local_broker
+from pipeline.llm import local_model
+
 REPO = Path(__file__).resolve().parents[1]
 BLOCK_TIMEOUT_S = 900.0
 _OUTPUT_INFO = re.compile(r'text title="output"$\n', re.MULTILINE)
+_PYTHON_INFO = re.compile(r'python(?: title="(?P<title>[\w.-]+\.py)")?$\n', re.MULTILINE)
+_HEREDOC_END = "DPM_DOCS_SAMPLE_END"  # a quoted heredoc: the sample reaches python or its file byte for byte
 
 
 @dataclass
@@ -88,6 +101,16 @@ class ShellSession:
         if code != 0:
             raise AssertionError(f"block {n} exited {code}:\n{source}\n--- its output ---\n{ran.output[-6000:]}")
         return ran
+
+    def left_running(self) -> list[str]:
+        """The local brokers and model servers the page started and did not stop (each DPM_HOME is under HOME)."""
+        left = []
+        for state in Path(self.env["HOME"]).rglob("running.json"):
+            home, kind = state.parents[1], state.parent.name
+            running = local_broker.read_running(home) if kind == "broker" else local_model.read_running(home)
+            if running is not None:
+                left.append(f"a {kind} under {home}")
+        return left
 
     def close(self) -> None:
         """Stops the shell and whatever it left running: its jobs, and local brokers and model servers."""
@@ -147,9 +170,28 @@ class _OutputBlocks:
             yield region
 
 
+def _python_sample(source: str, title: str | None) -> str:
+    """The shell lines that run a python block as a script, or save it as the file its title names."""
+    target = f"cat > {title}" if title else "python3 -"
+    return f"{target} <<'{_HEREDOC_END}'\n{source}{_HEREDOC_END}\n"
+
+
+class _PythonBlocks:
+    """Regions for ```python``` blocks: samples run as scripts in the page's shell, or saved as a titled file."""
+
+    _lexer = RawFencedCodeBlockLexer(info_pattern=_PYTHON_INFO, mapping={"source": "source", "title": "title"})
+
+    def __call__(self, document: Document) -> Iterator[Region]:
+        for region in self._lexer(document):
+            region.parsed = _python_sample(str(region.lexemes["source"]), region.lexemes.get("title"))
+            region.evaluator = _run_block
+            yield region
+
+
 def page_parser() -> Sybil:
-    """Parses a page's bash blocks, its `output` blocks and its skip directives."""
-    return Sybil(parsers=[CodeBlockParser(language="bash", evaluator=_run_block), _OutputBlocks(), SkipParser()])
+    """Parses a page's bash and python blocks, its `output` blocks and its skip directives."""
+    return Sybil(parsers=[CodeBlockParser(language="bash", evaluator=_run_block), _PythonBlocks(), _OutputBlocks(),
+                          SkipParser()])  # fmt: skip
 
 
 def run_page(page: Path, session: ShellSession) -> ShellSession:

@@ -34,7 +34,15 @@ def fetch(kafka_version: str | None = typer.Option(None, "--kafka-version", help
 @app.command()
 def up(
     nodes: int = typer.Option(1, "--nodes", help="1, or 3 for a replicated cluster (RF 3, min ISR 2)."),
-    port: int = typer.Option(9092, "--port", help="Port of the first broker; node i listens on port+i-1."),
+    port: int = typer.Option(
+        9092,
+        "--port",
+        min=1,
+        max=65535 - 200 - 2,  # the last node's internal listener must be a port too
+        help="Port of the first broker; node i listens on port+i-1 for clients and also binds port+100+i-1 "
+        "(its controller) and, with --secure, port+200+i-1 (its internal listener), all on 127.0.0.1. "
+        "A port already taken is refused before anything starts.",
+    ),
     timeout: float = typer.Option(120.0, "--timeout", help="Seconds to wait for the cluster to answer."),
     kafka_version: str | None = typer.Option(None, "--kafka-version", help=_VERSION_HELP),
     secure: bool = typer.Option(
@@ -71,6 +79,7 @@ def up(
     else:
         _out.print(f"Kafka {cluster.kafka_version} is up at [bold]{cluster.bootstrap}[/] ({nodes} node(s), "
                    f"data in {cluster.root})")  # fmt: skip
+    _out.print(f"ports bound on 127.0.0.1: {cluster.layout.port_summary}")
     if secure:
         _print_users(provision(cluster.layout, settings.paths.home, (*USERS, *(users or ()))))
     elif users:

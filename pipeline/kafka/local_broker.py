@@ -99,11 +99,26 @@ class ClusterLayout:
     @property
     def ports(self) -> tuple[int, ...]:
         """Every broker, controller (and, secured, internal) port of the cluster."""
-        return tuple(p for n in self.node_ids for p in self._node_ports(n))
+        return tuple(port for port, _ in self.listeners)
 
-    def _node_ports(self, node_id: int) -> tuple[int, ...]:
-        ports = (self.broker_port(node_id), self.controller_port(node_id))
-        return (*ports, self.internal_port(node_id)) if self.secure else ports
+    @property
+    def listeners(self) -> tuple[tuple[int, str], ...]:
+        """Each port the cluster binds on loopback with what listens there, e.g. (9192, "node 1's controller")."""
+        return tuple((port, f"node {n}'s {role}") for n in self.node_ids for port, role in self._node_ports(n))
+
+    def _node_ports(self, node_id: int) -> tuple[tuple[int, str], ...]:
+        ports = ((self.broker_port(node_id), "client listener"), (self.controller_port(node_id), "controller"))
+        return (*ports, (self.internal_port(node_id), "internal listener")) if self.secure else ports
+
+    @property
+    def port_summary(self) -> str:
+        """The ports it binds, by role: "clients 9092, controller 9192" (ranges for 3 nodes)."""
+        roles = [("clients", self.broker_port), ("controller", self.controller_port)]
+        if self.secure:
+            roles.append(("internal", self.internal_port))
+        first, last = self.node_ids[0], self.node_ids[-1]
+        spans = (str(at(first)) if first == last else f"{at(first)}-{at(last)}" for _, at in roles)
+        return ", ".join(f"{name} {span}" for (name, _), span in zip(roles, spans, strict=True))
 
     @property
     def bootstrap(self) -> str:
@@ -303,10 +318,15 @@ def port_problem(port: int) -> str | None:
 
 
 def _check_ports_free(layout: ClusterLayout) -> None:
-    for port in layout.ports:
+    """Refuses, naming the first port it cannot bind and what would listen there, before anything starts."""
+    for port, listener in layout.listeners:
         problem = port_problem(port)
         if problem is not None:
-            raise LocalBrokerError(f"port {port} on 127.0.0.1 is already in use ({problem})")
+            offset = port - layout.port
+            raise LocalBrokerError(
+                f"port {port} on 127.0.0.1 ({listener}, --port + {offset}) cannot be bound: {problem}; "
+                "stop what holds it or choose another --port"
+            )
 
 
 def log_tail(layout: ClusterLayout, lines: int = 25) -> str:
@@ -368,10 +388,10 @@ def start(
             )
         return running, True
     layout = ClusterLayout(home, nodes, port, kafka_version, secure)
+    _check_ports_free(layout)  # before the jars are fetched or a folder made: a taken port is known at once
     _private(layout)
     libs = ensure_broker_jars(cache_dir, kafka_version, say=say)
     java = java_executable(java_home)
-    _check_ports_free(layout)
     configs = {n: _write_node_config(layout, n) for n in layout.node_ids}
     _format_storage(layout, java, libs, configs)
     procs = _launch(layout, java, libs, configs)

@@ -1,4 +1,4 @@
-"""Every how-to and the getting-started page, followed literally: each shell block in order, in a fresh home.
+"""The README, every how-to and the getting-started page, followed literally: each block in order, in a fresh home.
 
 A page runs as a reader on a fresh machine would run it: from the repository's root, with a HOME of its own
 (so `~/...` and the default DPM_HOME are empty), none of the test session's DPM_* settings, and the virtual
@@ -22,8 +22,10 @@ pytestmark = [pytest.mark.e2e, pytest.mark.docs]
 
 _LOG = logging.getLogger(__name__)
 _LIBRDKAFKA_LINE = re.compile(r"^%\d\|\d+\.\d+\|[A-Z]+\|rdkafka#", re.MULTILINE)
+_RUNNABLE_BLOCK = re.compile(r"^```(?:bash|python)\b", re.MULTILINE)
 PAGES = sorted(
     [
+        REPO / "README.md",  # its client snippet, run as the script it says to save
         REPO / "docs" / "getting-started.md",
         *(REPO / "docs" / "how-to").glob("*.md"),
         *(REPO / "docs" / "tutorials").glob("*.md"),
@@ -44,15 +46,19 @@ def reader_env(home: Path) -> dict[str, str]:
 
 
 @pytest.mark.timeout(1800)
-@pytest.mark.parametrize("page", PAGES, ids=[p.relative_to(REPO / "docs").as_posix() for p in PAGES])
+@pytest.mark.parametrize("page", PAGES, ids=[p.relative_to(REPO / "docs").as_posix() if p.parent != REPO else p.name
+                                             for p in PAGES])  # fmt: skip
 def test_the_page_followed_literally_reaches_its_result(page: Path, tmp_path: Path) -> None:
     session = ShellSession(tmp_path / "blocks", reader_env(tmp_path / "home"))
     try:
         run_page(page, session)
+        left = session.left_running()
     finally:
         session.close()
+    assert not left, f"the page stops what it starts, but left running: {left}"
     text = page.read_text()
-    assert len(session.ran) + len(session.skipped) == text.count("```bash"), "every shell block ran or says why not"
+    blocks = len(_RUNNABLE_BLOCK.findall(text))
+    assert len(session.ran) + len(session.skipped) == blocks, "every shell block and sample ran or says why not"
     if session.ran:
         assert 'title="output"' in text, "a page whose commands run states the result they reach"
     for ran in session.ran:  # a command speaks in its own words: librdkafka's raw log lines are noise to a reader
