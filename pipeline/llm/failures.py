@@ -33,14 +33,14 @@ class Cause(StrEnum):
     TIMEOUT = "timed out"
     UNAUTHORIZED = "unauthorized"
     FORBIDDEN = "forbidden"
-    NOT_FOUND = "not found (no such model, or not the API's base URL)"
+    NOT_FOUND = "not found"
     RATE_LIMITED = "rate limited"
     SERVER_ERROR = "server error"
     REQUEST_REFUSED = "request refused"
     MALFORMED = "malformed answer"
 
 
-# Causes the SDKs retry: the line says how many attempts were made.
+# Causes the SDKs retry: the line says how many times the call was tried.
 _RETRIED = frozenset({Cause.REFUSED, Cause.DNS, Cause.CONNECTION, Cause.TIMEOUT, Cause.RATE_LIMITED,
                       Cause.SERVER_ERROR})  # fmt: skip
 
@@ -62,13 +62,14 @@ class Endpoint:
         return ModelBackendError(self.describe(cause, status=status, code=code))
 
     def describe(self, cause: Cause, *, status: int | None = None, code: object = None) -> str:
+        """`<api> at <base URL>: <cause>; <fix>; <the offline way>`; a code is shown only when it is an identifier."""
         what = cause.value if status is None else f"HTTP {status} {cause}"
         if isinstance(code, str) and _CODE.fullmatch(code):
             what = f"{what} ({code})"
         if cause is Cause.TIMEOUT:
             what = f"{what} after {self.timeout_s:g} s"
         if cause in _RETRIED and self.attempts > 1:
-            what = f"{what}, {self.attempts} attempts"
+            what = f"{what}, tried {self.attempts} times"
         return f"{self.api} at {public_url(self.base_url)}: {what}; {self._fix(cause)}; {OFFLINE}"
 
     def _fix(self, cause: Cause) -> str:

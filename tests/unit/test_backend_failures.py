@@ -86,7 +86,7 @@ def test_a_closed_loopback_port_is_connection_refused_and_the_fix_starts_the_loc
     line = _failure(hosted.build(url, 5.0, 1))
     assert "connection refused" in line
     assert url in line
-    assert "2 attempts" in line
+    assert "tried 2 times" in line
     assert "dpm model up" in line
     assert hosted.url_setting in line
 
@@ -108,6 +108,7 @@ def test_a_host_that_does_not_resolve_is_a_dns_failure_naming_the_url_setting(ho
         (429, "rate_limit_error", "HTTP 429 rate limited", "DPM_MODEL_CONCURRENCY"),
         (500, "api_error", "HTTP 500 server error", "see its log"),
         (503, "api_error", "HTTP 503 server error", "see its log"),
+        (529, "overloaded_error", "HTTP 529 server error", "see its log"),
     ],
 )
 def test_an_error_status_names_its_cause_the_endpoint_and_the_setting_that_fixes_it(
@@ -116,7 +117,7 @@ def test_an_error_status_names_its_cause_the_endpoint_and_the_setting_that_fixes
     url, state = api
     state.faults.append(Fault(status, hosted.error(kind, QUOTED)))
     line = _failure(hosted.build(url, 5.0, 0))
-    assert cause in line
+    assert f"{cause} ({kind})" in line  # the provider's error code, its message left out
     assert url in line
     assert fix.format(key=hosted.key_setting) in line
 
