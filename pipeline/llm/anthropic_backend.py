@@ -13,9 +13,19 @@ from pipeline.config.settings import ModelSettings
 from pipeline.core.model import ModelBackendError, ModelRequest, ModelResponse, ResponseFormat, Usage, response_text
 from pipeline.core.prompt import cache_blocks
 from pipeline.core.run import ModelCall
+from pipeline.llm.failures import OFFLINE, Cause, Endpoint, connection_cause, status_cause
 from pipeline.llm.pricing import DEFAULT_PRICES, Price, load_price_table
 
 DEFAULT_MODEL = "claude-haiku-4-5-20251001"
+# The SDK's status errors by class, first match wins; a status without a class of its own goes by its code.
+_STATUS_CAUSES: tuple[tuple[type[anthropic.APIStatusError], Cause], ...] = (
+    (anthropic.AuthenticationError, Cause.UNAUTHORIZED),
+    (anthropic.PermissionDeniedError, Cause.FORBIDDEN),
+    (anthropic.NotFoundError, Cause.NOT_FOUND),
+    (anthropic.RateLimitError, Cause.RATE_LIMITED),
+    (anthropic.RequestTimeoutError, Cause.TIMEOUT),
+    (anthropic.InternalServerError, Cause.SERVER_ERROR),
+)
 
 
 class AnthropicBackend:
@@ -43,6 +53,8 @@ class AnthropicBackend:
         self._client = anthropic.Anthropic(
             api_key=api_key, base_url=base_url, timeout=timeout_s, max_retries=max_retries
         )
+        self._endpoint = Endpoint("Messages API", str(self._client.base_url), model, "ANTHROPIC_BASE_URL",
+                                  "ANTHROPIC_API_KEY", timeout_s, max_retries + 1)  # fmt: skip
 
     @property
     def name(self) -> str:
@@ -70,15 +82,9 @@ class AnthropicBackend:
             )
             raw = raw_response.read()
             message = raw_response.parse()
-        except anthropic.APIStatusError as exc:
-            raise ModelBackendError(f"Messages API answered HTTP {exc.status_code}: {exc.message}") from exc
-        except anthropic.APITimeoutError as exc:
-            raise ModelBackendError("Messages API timed out after all retries") from exc
-        except anthropic.APIConnectionError as exc:
-            raise ModelBackendError(f"Messages API unreachable after all retries: {exc}") from exc
-        except (anthropic.APIResponseValidationError, pydantic.ValidationError, ValueError) as exc:
-            raise ModelBackendError(f"Messages API returned a malformed body: {exc}") from exc
-        text = response_text(raw, ResponseFormat.ANTHROPIC_MESSAGES)
+            text = response_text(raw, ResponseFormat.ANTHROPIC_MESSAGES)
+        except (anthropic.APIError, pydantic.ValidationError, ValueError, ModelBackendError) as exc:
+            raise self._failure(exc) from exc
         usage = _usage(message.usage)
         return ModelResponse(
             text=text,
@@ -89,6 +95,20 @@ class AnthropicBackend:
             latency_s=time.perf_counter() - started,
             stop_reason=str(message.stop_reason),
         )
+
+    def _failure(self, exc: Exception) -> ModelBackendError:
+        """The SDK's exception as one line naming its cause, the endpoint and the fix.
+
+        Anything else raised while reading the answer is a malformed body.
+        """
+        if isinstance(exc, anthropic.APITimeoutError):
+            return self._endpoint.error(Cause.TIMEOUT)
+        if isinstance(exc, anthropic.APIConnectionError):
+            return self._endpoint.error(connection_cause(exc))
+        if isinstance(exc, anthropic.APIStatusError):
+            cause = next((c for kind, c in _STATUS_CAUSES if isinstance(exc, kind)), status_cause(exc.status_code))
+            return self._endpoint.error(cause, status=exc.status_code, code=exc.type)
+        return self._endpoint.error(Cause.MALFORMED)
 
 
 def _content(prompt: str) -> str | list[TextBlockParam]:
@@ -119,7 +139,7 @@ def from_settings(settings: ModelSettings, recorded: Sequence[ModelCall]) -> Ant
     """The backend DPM_MODEL and ANTHROPIC_* name; a clear error when the API key is missing."""
     del recorded
     if settings.anthropic_api_key is None:
-        raise ModelBackendError("the anthropic backend needs ANTHROPIC_API_KEY")
+        raise ModelBackendError(f"the anthropic backend needs ANTHROPIC_API_KEY; {OFFLINE}")
     return AnthropicBackend(
         settings.anthropic_api_key.get_secret_value(),
         settings.model or DEFAULT_MODEL,

@@ -46,6 +46,7 @@ from pipeline.core.structured import VIEW_SCHEMA, decision_schema
 from pipeline.core.task import TaskSpec
 from pipeline.core.view import EMPTY_VIEW
 from pipeline.core.window import TokenCounter, estimated_tokens
+from pipeline.llm.failures import OFFLINE, Cause, Endpoint, connection_cause, status_cause
 from pipeline.llm.llama_tokenizer import llama_tokenizer
 from pipeline.llm.pacing import Pacing, retry_timeout
 from pipeline.llm.pricing import Price, load_price_table
@@ -68,6 +69,14 @@ _VIEW_SHAPE = (
 )
 _DECISION_SHAPE = "Answer only with a JSON object: decision (one label of the label space), rationale, notice."
 _UNSUPPORTED = ("response_format", "json_schema", "seed", "unsupported", "not supported", "unknown")
+# The SDK's status errors by class, first match wins; a status without a class of its own goes by its code.
+_STATUS_CAUSES: tuple[tuple[type[openai.APIStatusError], Cause], ...] = (
+    (openai.AuthenticationError, Cause.UNAUTHORIZED),
+    (openai.PermissionDeniedError, Cause.FORBIDDEN),
+    (openai.NotFoundError, Cause.NOT_FOUND),
+    (openai.RateLimitError, Cause.RATE_LIMITED),
+    (openai.InternalServerError, Cause.SERVER_ERROR),
+)
 
 
 def _answer_schema(request: ModelRequest) -> dict[str, Any] | None:
@@ -114,6 +123,8 @@ class OpenAIBackend:
         self._client = openai.OpenAI(
             base_url=base_url, api_key=api_key or "unused", timeout=timeout_s, max_retries=max_retries
         )
+        self._endpoint = Endpoint("Chat Completions", base_url, model, "DPM_OPENAI_BASE_URL", "DPM_OPENAI_API_KEY",
+                                  timeout_s, max_retries + 1)  # fmt: skip
 
     @property
     def name(self) -> str:
@@ -205,7 +216,7 @@ class OpenAIBackend:
         try:
             answer = self._client.chat.completions.with_raw_response.create(**self._body(_CALIBRATION))
         except (openai.APIError, pydantic.ValidationError, ValueError) as exc:
-            _LOG.warning("the server's speed could not be measured: %s", exc)
+            _LOG.warning("the server's speed could not be measured: %s", self._failure(exc))
             return
         self._pacing.speeds.observe(answer.http_response.content)
 
@@ -251,7 +262,7 @@ class OpenAIBackend:
             if (self._structured or self._seed is not None) and any(w in refused for w in _UNSUPPORTED):
                 self._structured, self._seed = False, None  # this server takes plain prompting only
                 return self._create(request, client)
-            raise ModelBackendError(f"Chat Completions answered HTTP 400: {exc.message}") from exc
+            raise
         self._pacing.speeds.observe(raw_response.http_response.content)
         return raw_response.http_response.content, raw_response.parse()
 
@@ -259,16 +270,11 @@ class OpenAIBackend:
         started = time.perf_counter()
         try:
             raw, completion = self._send(request)
-        except openai.APIStatusError as exc:
-            raise ModelBackendError(f"Chat Completions answered HTTP {exc.status_code}: {exc.message}") from exc
-        except openai.APITimeoutError as exc:
-            raise ModelBackendError("Chat Completions timed out after all retries") from exc
-        except openai.APIConnectionError as exc:
-            raise ModelBackendError(f"Chat Completions unreachable after all retries: {exc}") from exc
-        except (openai.APIResponseValidationError, pydantic.ValidationError, ValueError) as exc:
-            raise ModelBackendError(f"Chat Completions returned a malformed body: {exc}") from exc
-        if not completion.choices:
-            raise ModelBackendError("Chat Completions returned no choice")
+            text = response_text(raw, ResponseFormat.OPENAI_CHAT) if completion.choices else None
+        except (openai.APIError, pydantic.ValidationError, ValueError, ModelBackendError) as exc:
+            raise self._failure(exc) from exc
+        if text is None:
+            raise self._endpoint.error(Cause.MALFORMED)
         usage = _usage(completion)
         served = str(completion.model or self._model)
         price = self._prices.get(served, self._prices.get(self._model))
@@ -278,7 +284,7 @@ class OpenAIBackend:
             serving["system_fingerprint"] = str(completion.system_fingerprint)
         serving.update(self._served_tags(served))
         return ModelResponse(
-            text=response_text(raw, ResponseFormat.OPENAI_CHAT),
+            text=text,
             raw=raw,
             model=served,
             usage=usage,
@@ -288,6 +294,20 @@ class OpenAIBackend:
             format=ResponseFormat.OPENAI_CHAT,
             serving=tuple(sorted(serving.items())),
         )
+
+    def _failure(self, exc: Exception) -> ModelBackendError:
+        """The SDK's exception as one line naming its cause, the endpoint and the fix.
+
+        Anything else raised while reading the answer is a malformed body.
+        """
+        if isinstance(exc, openai.APITimeoutError):
+            return self._endpoint.error(Cause.TIMEOUT)
+        if isinstance(exc, openai.APIConnectionError):
+            return self._endpoint.error(connection_cause(exc))
+        if isinstance(exc, openai.APIStatusError):
+            cause = next((c for kind, c in _STATUS_CAUSES if isinstance(exc, kind)), status_cause(exc.status_code))
+            return self._endpoint.error(cause, status=exc.status_code, code=exc.code or exc.type)
+        return self._endpoint.error(Cause.MALFORMED)
 
 
 def _cache_key(request: ModelRequest) -> str | None:
@@ -315,7 +335,9 @@ def from_settings(settings: ModelSettings, recorded: Sequence[ModelCall]) -> Ope
     """The backend DPM_OPENAI_BASE_URL, DPM_OPENAI_API_KEY and DPM_MODEL name."""
     del recorded
     if not settings.openai_base_url:
-        raise ModelBackendError("the openai backend needs DPM_OPENAI_BASE_URL (e.g. http://127.0.0.1:8080/v1)")
+        raise ModelBackendError(
+            f"the openai backend needs DPM_OPENAI_BASE_URL (e.g. http://127.0.0.1:8080/v1, dpm model up); {OFFLINE}"
+        )
     if not settings.model:
         raise ModelBackendError("the openai backend needs DPM_MODEL: the model id the server serves")
     key = settings.openai_api_key.get_secret_value() if settings.openai_api_key else None

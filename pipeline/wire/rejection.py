@@ -46,7 +46,8 @@ MEANINGS: dict[Rejection, str] = {
     "another partition than its case's",
     Rejection.TENANT_MISMATCH: "with tenancy by topic, a record on one tenant's topic names another tenant",
     Rejection.DUPLICATE: "a trigger id already decided for the case",
-    Rejection.MODEL_ERROR: "the model failed three times",
+    Rejection.MODEL_ERROR: "the model failed three times; the detail names its last failure's cause, the endpoint "
+    "and the setting or command that fixes it",
     Rejection.INTERNAL: "a bug met while handling this one record (kept as a dead letter instead of a crash loop)",
     Rejection.UNPUBLISHABLE: "Kafka kept refusing the record's outputs",
 }

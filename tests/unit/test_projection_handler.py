@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import logging
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -24,6 +25,7 @@ from pipeline.keys.providers import LocalFileKeyProvider
 from pipeline.keys.ring import KeyRing
 from pipeline.keys.store import CaseKeys, MemoryKeyTopic
 from pipeline.llm.extractive.backend import ExtractiveBackend
+from pipeline.llm.openai_backend import OpenAIBackend
 from pipeline.observability.metrics import PipelineMetrics, outcome_label
 from pipeline.wire.audit import AuditRecord
 from pipeline.wire.dead_letter import DeadLetterRecord
@@ -37,6 +39,7 @@ from pipeline.wire.trigger import DecisionRequest
 from pipeline.wire.validation import validate
 from pipeline.workers.projection.handler import ProjectionHandler
 from tests.cases import load_fixture
+from tests.conftest import free_port
 from tests.reader_contract import EventLogContract
 
 NAMES = TopicNames("unit")
@@ -212,6 +215,31 @@ def test_a_failing_model_is_raised_for_the_loop_to_retry(log: InMemoryEventLog) 
     handler = ProjectionHandler(NAMES, log, _Broken(ModelBackendError("HTTP 529")), "unit-worker")
     with pytest.raises(ModelBackendError):
         handler.handle(_trigger(_request(positions)))
+
+
+def test_the_dead_letter_of_a_model_that_kept_failing_says_its_last_failure_and_forgets_it(
+    log: InMemoryEventLog, caplog: pytest.LogCaptureFixture
+) -> None:
+    positions = tuple(append_events(log, CASE.trajectory.events))
+    url = f"http://127.0.0.1:{free_port()}/v1"  # nothing listens there
+    backend = OpenAIBackend(url, "local-model", api_key="sk-never-shown", timeout_s=5, max_retries=0)
+    handler = ProjectionHandler(NAMES, log, backend, "unit-worker")
+    record = _trigger(_request(positions))
+    with pytest.raises(ModelBackendError):
+        handler.handle(record)
+    with caplog.at_level(logging.WARNING, logger="pipeline.workers.projection"):
+        letter = _dead_letter([handler.dead_letter(record, Rejection.MODEL_ERROR, "the model failed 3 times")])
+    assert letter.reason is Rejection.MODEL_ERROR
+    assert letter.detail.startswith(f"the model failed 3 times: Chat Completions at {url}: connection refused")
+    assert "dpm model up" in letter.detail
+    assert "DPM_OPENAI_BASE_URL" in letter.detail
+    assert "\n" not in letter.detail
+    logged = [r.getMessage() for r in caplog.records]
+    assert any(letter.detail in line for line in logged)  # the operator reads what the agent reads
+    assert not any("sk-never-shown" in line or CASE.trajectory.events[0].text in line for line in logged)
+    handler.committed([record])
+    again = _dead_letter([handler.dead_letter(record, Rejection.MODEL_ERROR, "the model failed 3 times")])
+    assert again.detail == "the model failed 3 times"  # settled: an old failure never names a later one
 
 
 def _count(metrics: PipelineMetrics, name: str, **labels: str) -> float:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -47,6 +48,9 @@ _LOG = logging.getLogger("pipeline.workers.projection")
 # id inside this window is dead-lettered `duplicate` instead of decided twice. Beyond it, or on
 # another worker after a rebalance, readers keep the first decision per id (read_outputs).
 RECENT_DECISIONS = 100_000
+# Triggers whose last model failure is kept for their dead letter: those of the batch being retried, with room
+# for records whose partition moved to another worker before their last attempt.
+_MODEL_FAILURES_KEPT = 1_024
 
 
 _Done = TypeVar("_Done", bound=Step)
@@ -113,9 +117,14 @@ class ProjectionHandler:
     # Keyed by tenant too: one tenant's trigger ids never refuse another's.
     _decided: LRUCache[tuple[str, DecisionId], None] = field(init=False, repr=False)
     _deciding: dict[RecordId, tuple[str, DecisionId]] = field(default_factory=dict, init=False, repr=False)
+    # Each retried trigger's last model failure (one line: cause, endpoint, fix), for the dead letter the loop
+    # writes once it gives up. Written from the model-call threads, hence the lock.
+    _model_failures: LRUCache[RecordId, str] = field(init=False, repr=False)
+    _failures_lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self._decided = LRUCache(maxsize=self.recent_decisions)
+        self._model_failures = LRUCache(maxsize=_MODEL_FAILURES_KEPT)
 
     def committed(self, records: Sequence[RawRecord]) -> None:
         for record in records:
@@ -125,6 +134,7 @@ class ProjectionHandler:
             decided = self._deciding.get(record.where)
             if decided is not None:
                 self._decided[decided] = None
+            self._last_model_failure(record)  # settled: decided or dead-lettered
         # What is left belongs to records consumed again: they will be handled again.
         self._on_commit.clear()
         self._deciding.clear()
@@ -170,6 +180,10 @@ class ProjectionHandler:
             try:
                 with trace.span("dpm.project_and_decide"):
                     return self._project(topics, request, read.trajectory)
+            except ModelBackendError as exc:  # retried by the loop: kept for the dead letter if it gives up
+                self._model_failed(record, exc)
+                trace.end(exc)
+                raise
             except BaseException as exc:  # the batch is consumed again: this attempt's trace ends here
                 trace.end(exc)
                 raise
@@ -191,8 +205,11 @@ class ProjectionHandler:
         except RejectedError as exc:
             _LOG.warning("trigger at %s rejected: %s", record.position, exc, extra={"worker_id": self.worker_id})
             return [self._refuse(record, exc.reason, exc.detail)]
-        except (ModelBackendError, KafkaAdapterError):
+        except ModelBackendError as exc:
+            self._model_failed(record, exc)
             raise  # worth retrying: the loop consumes the batch again after a back-off
+        except KafkaAdapterError:
+            raise  # worth retrying, as a model failure is
         except Exception as exc:  # noqa: BLE001 - a bug must not turn one trigger into a crash loop
             _LOG.exception("trigger at %s broke the handler", record.position, extra={"worker_id": self.worker_id})
             return [self._refuse(record, Rejection.INTERNAL, f"{type(exc).__name__}: {exc}")]
@@ -210,7 +227,26 @@ class ProjectionHandler:
         return self._dead_letter(record, reason, detail)
 
     def dead_letter(self, record: RawRecord, reason: Rejection, detail: str) -> Output:
+        """The dead letter the loop writes for a record it gives up on; a model error's says the model's last failure.
+
+        That failure is one line naming its cause, the endpoint and the fix (pipeline/llm/failures.py):
+        the agent reads it as its refusal's detail, the operator in this worker's log.
+        """
+        cause = self._last_model_failure(record) if reason is Rejection.MODEL_ERROR else None
+        if cause is not None:
+            detail = f"{detail}: {cause}"
+        _LOG.warning("trigger at %s dead-lettered %s: %s", record.position, reason.value, detail,
+                     extra={"worker_id": self.worker_id})  # fmt: skip
         return self._refuse(record, reason, detail)
+
+    def _model_failed(self, record: RawRecord, exc: ModelBackendError) -> None:
+        with self._failures_lock:
+            self._model_failures[record.where] = str(exc)
+
+    def _last_model_failure(self, record: RawRecord) -> str | None:
+        """The record's last model failure, forgotten once asked: the record is settled."""
+        with self._failures_lock:
+            return self._model_failures.pop(record.where, None)
 
     def _dead_letter(self, record: RawRecord, reason: Rejection, detail: str) -> Output:
         # The record's tenant's own dead-letter topic (named, not opened: a refusal needs no readers),
