@@ -23,7 +23,7 @@ pytestmark = pytest.mark.integration
 def test_a_new_client_refuses_a_case_whose_key_topic_holds_only_its_erased_marker(
     kafka_bootstrap: str, kafka_config: dict[str, str], topic_names: TopicNames, tmp_path: Path, case_keys: CaseKeys
 ) -> None:
-    """The key topic as compaction leaves it once DPM_TOMBSTONE_RETENTION_MS passed: no key, no tombstone, the marker."""
+    """The key topic as compaction leaves it after DPM_TOMBSTONE_RETENTION_MS: no key, no tombstone, the marker."""
     create_topics(kafka_config, topic_names)
     gone = CaseRef("acme", "gone")
     topic = KafkaKeyTopic(kafka_config, topic_names.keys)
@@ -54,6 +54,5 @@ def test_an_erasure_leaves_the_marker_as_the_case_s_latest_key_record_and_no_key
     marker = decode_key_value(values[2])
     assert isinstance(marker, KeyErased)
     assert marker.case == gone
-    with DecisionMemory("acme", settings=settings) as fresh:
-        with pytest.raises(CaseErasedError):
-            fresh.append("gone", kind="document", text="the subject came back")
+    with DecisionMemory("acme", settings=settings) as fresh, pytest.raises(CaseErasedError):
+        fresh.append("gone", kind="document", text="the subject came back")
