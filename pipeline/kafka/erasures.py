@@ -1,14 +1,19 @@
 """Which of a tenant's cases were erased, as the key topic tells: followed on a thread, so a check never waits.
 
-Erasing a case destroys its data key: a tombstone on the compacted key topic. A process that keeps
-anything of a case (a client's typed decisions, replies, recent events, idempotency records) must
-drop it when that tombstone comes, whichever process erased it, and must refuse the case from then
-on. This watch reads the key topic from its start once, then every `interval_s` what was written
-since, and calls `on_erased(case)` for each of the tenant's tombstones.
+Erasing a case destroys its data key: on the compacted key topic, a tombstone and then an erased
+marker (wire/key.py). A process that keeps anything of a case (a client's typed decisions,
+replies, recent events, idempotency records) must drop it when the erasure comes, whichever
+process erased it, and must refuse the case from then on. This watch reads the key topic from its
+start once, then every `interval_s` what was written since, and calls `on_erased(case)` for each
+of the tenant's tombstones and markers.
 
-Bounds: the last ERASED_CASES erased cases are remembered per process (the key ring's own bound),
-and a tombstone is in the topic for `delete.retention.ms` after compaction reached it
-(DPM_TOMBSTONE_RETENTION_MS): a process started after both have passed no longer knows the case.
+Bounds: the marker is the erased case's latest record on the key topic, which compaction keeps for
+good (the tombstone goes `delete.retention.ms` after compaction reached it, DPM_TOMBSTONE_RETENTION_MS;
+the marker never), so a process started at any time learns every erasure at its first reading. It
+remembers the last ERASED_CASES (100,000) erased cases it read, the key ring's own bound: a process
+that read more erasures than that since it started takes the oldest for cases it never knew (the
+key ring, which refuses a new key for a case it remembers erased, has the same bound). Another
+process's erasure reaches this one within `interval_s` (INTERVAL_S, 1 s) and a read of the topic.
 """
 
 from __future__ import annotations
@@ -19,17 +24,23 @@ from collections.abc import Callable
 
 from cachetools import LRUCache
 
-from pipeline.core.events import CaseRef, InvalidEventError
+from pipeline.core.events import CaseRef
 from pipeline.kafka.errors import BrokerUnavailableError, KafkaAdapterError
 from pipeline.kafka.follow import TopicFollower
+from pipeline.kafka.keystore import checked_key_record
 from pipeline.keys.ring import ERASED_CASES
+from pipeline.wire.key import KeyErased
+from pipeline.wire.rejection import RejectedError
 
 _LOG = logging.getLogger("pipeline.kafka.erasures")
 INTERVAL_S = 1.0  # how soon another process's erasure reaches this one's caches
 
 
 class ErasureWatch:
-    """The tenant's erased cases, from the key topic's tombstones (a case keyed again afterwards is live again)."""
+    """The tenant's erased cases, from the key topic's tombstones and erased markers.
+
+    A case keyed again after its erasure (by a release that did not refuse it) is live again.
+    """
 
     def __init__(self, client_config: dict[str, str], topic: str, tenant: str,
                  on_erased: Callable[[CaseRef], None], interval_s: float = INTERVAL_S) -> None:  # fmt: skip
@@ -61,7 +72,7 @@ class ErasureWatch:
         return self._read_once.is_set()
 
     def note(self, case: CaseRef) -> None:
-        """Marks a case erased now (this process erased it): its caches go before the tombstone is read back."""
+        """Marks a case erased now (this process erased it): its caches go before the erasure is read back."""
         with self._lock:
             self._erased[case] = None
         self._on_erased(case)
@@ -89,18 +100,19 @@ class ErasureWatch:
 
     def _read(self, follower: TopicFollower) -> None:
         for record in follower.new_records():
-            tenant, _, case_id = (record.key or b"").decode("utf-8", "replace").partition("/")
-            if tenant != self._tenant:
-                continue
+            tenant, _, _ = (record.key or b"").partition(b"/")
+            if tenant != self._tenant.encode():
+                continue  # another tenant's, on the shared key topic: not read further
             try:
-                case = CaseRef(tenant, case_id)
-            except InvalidEventError:
-                continue  # not a case's key record: the key store skips and logs it
-            if record.value is None:
+                case, value = checked_key_record(record.key, record.value, self._tenant)
+            except RejectedError as exc:
+                _LOG.warning("a key record on %s skipped: %s", self._topic, exc)
+                continue
+            if value is None or isinstance(value, KeyErased):
                 self.note(case)
             else:
                 with self._lock:
-                    self._erased.pop(case, None)  # written again after its erasure: a new key, a live case
+                    self._erased.pop(case, None)
 
     def close(self) -> None:
         self._stop.set()

@@ -1,4 +1,4 @@
-"""The key topic (`dpm.keys`, compacted, key `tenant/case`): wrapped data keys and their tombstones."""
+"""The key topic (`dpm.keys`, compacted, key `tenant/case`): wrapped data keys, and erasures (tombstone, marker)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from pipeline.keys.providers import KeyProvider, LocalFileKeyProvider, shared_la
 from pipeline.keys.ring import KeyRing
 from pipeline.keys.store import CaseKeys, TenantCaseKeys
 from pipeline.wire.headers import standard_headers
-from pipeline.wire.key import KeyRecord
+from pipeline.wire.key import KeyErased, KeyValue, decode_key_value
 from pipeline.wire.rejection import RejectedError, Rejection
 from pipeline.wire.schema_ids import SchemaId
 
@@ -40,7 +40,7 @@ class KafkaKeyTopic:
         self._follower = TopicFollower(client_config, topic)
         self._producer: Producer | None = None
 
-    def publish(self, case: CaseRef, record: KeyRecord | None) -> None:
+    def publish(self, case: CaseRef, record: KeyValue | None) -> None:
         if self._producer is None:
             self._producer = Producer({**self._config, "enable.idempotence": True, "acks": "all"}, logger=_LOG)
         failures: list[str] = []
@@ -51,10 +51,8 @@ class KafkaKeyTopic:
 
         try:
             value = None if record is None else record.encode()
-            # Unique per record: a rotation publishes the same data key again, wrapped under a new KEK.
-            event_id = f"{case.key}/erased/{uuid.uuid4().hex}" if record is None else (
-                f"{case.key}/{record.kid}/{record.kek_id}")  # fmt: skip
-            headers = standard_headers(SchemaId.KEY, source="/dpm/keys", event_id=event_id, tenant=case.tenant,
+            schema, event_id = _described(case, record)
+            headers = standard_headers(schema, source="/dpm/keys", event_id=event_id, tenant=case.tenant,
                                        tombstone=record is None)  # fmt: skip
             self._producer.produce(self._topic, key=case.key.encode(), value=value,
                                    partition=case_partition(case, self._follower.partition_count()),
@@ -84,19 +82,30 @@ class KafkaKeyTopic:
         self._follower.close()
 
 
-def checked_key_record(key: bytes | None, value: bytes | None, tenant: str | None) -> tuple[CaseRef, KeyRecord | None]:
-    """The case and record (None: a tombstone) of a key-topic record whose key, value and topic agree.
+def _described(case: CaseRef, record: KeyValue | None) -> tuple[SchemaId, str]:
+    """The schema and event id of a key topic record's headers (a tombstone: the key schema's `.tombstone` type)."""
+    if record is None:
+        return SchemaId.KEY, f"{case.key}/erased/{uuid.uuid4().hex}"
+    if isinstance(record, KeyErased):
+        return SchemaId.KEY_ERASED, f"{case.key}/erased-marker/{uuid.uuid4().hex}"
+    # Unique per record: a rotation publishes the same data key again, wrapped under a new KEK.
+    return SchemaId.KEY, f"{case.key}/{record.kid}/{record.kek_id}"
 
-    Raises RejectedError: SCHEMA for a key that names no case or a value that is no key record (a
-    `kek_id` of another form than `v<N>` included), KEY_MISMATCH when key and value name different
-    cases, TENANT_MISMATCH when the case is not `tenant`'s (the topic's, with tenancy by topic).
+
+def checked_key_record(key: bytes | None, value: bytes | None, tenant: str | None) -> tuple[CaseRef, KeyValue | None]:
+    """The case and value (a wrapped key, an erased marker, None for a tombstone) of a key-topic record.
+
+    Raises RejectedError: SCHEMA for a key that names no case or a value that is neither a key record
+    (a `kek_id` of another form than `v<N>` included) nor an erased marker, KEY_MISMATCH when key and
+    value name different cases, TENANT_MISMATCH when the case is not `tenant`'s (the topic's, with
+    tenancy by topic).
     """
     tenant_of_key, _, case_id = (key or b"").decode("utf-8", "replace").partition("/")
     try:
         case = CaseRef(tenant_of_key, case_id)
     except InvalidEventError as exc:
         raise RejectedError(Rejection.SCHEMA, f"a key record keyed {str(key)[:80]}: {exc}") from exc
-    record = None if value is None else KeyRecord.decode(value)
+    record = None if value is None else decode_key_value(value)
     if record is not None and record.case != case:
         raise RejectedError(Rejection.KEY_MISMATCH, f"keyed {case.key}, the value is the key of {record.case.key}")
     if tenant is not None and case.tenant != tenant:

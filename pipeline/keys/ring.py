@@ -1,4 +1,4 @@
-"""The data keys a process knows, as the key topic told it: unwrapped on first use, forgotten on a tombstone."""
+"""The data keys a process knows, as the key topic told it: unwrapped on first use, forgotten on an erasure."""
 
 from __future__ import annotations
 
@@ -11,15 +11,17 @@ from cachetools import LRUCache
 from pipeline.core.events import CaseRef
 from pipeline.keys.envelope import DataKey, TamperedError
 from pipeline.keys.providers import KeyDestroyedError, KeyProvider, WrappedKey
-from pipeline.wire.key import KeyRecord
+from pipeline.wire.key import KeyErased, KeyRecord, KeyValue
 from pipeline.wire.rejection import RejectedError, Rejection
 from pipeline.wire.sealing import CaseErasedError
 
 # Unwrapped data keys kept (about 200 bytes each): unwrapping is one call to the key provider, which
 # for a KMS is a network round trip, so recently used keys stay; the rest are unwrapped again.
 UNWRAPPED_KEYS = 10_000
-# Erased cases remembered (about 150 bytes each), so a missing event can be told apart: erased, or
-# superseded. The key topic's tombstones say the same until compaction removes them.
+# Erased cases remembered (about 150 bytes each), so a missing event can be told apart (erased, or
+# superseded) and an erased case takes no new key. The key topic keeps every erased marker for good;
+# a process keeps the last this many it read, and takes an erased case it no longer remembers for
+# one it never knew.
 ERASED_CASES = 100_000
 
 
@@ -37,21 +39,22 @@ class KeyRing:
         self._secrets: LRUCache[tuple[CaseRef, str], DataKey] = LRUCache(maxsize=UNWRAPPED_KEYS)
         self._erased: LRUCache[CaseRef, None] = LRUCache(maxsize=ERASED_CASES)
 
-    def apply(self, case: CaseRef, record: KeyRecord | None) -> None:
-        """One key-topic record: a wrapped key (kept beside earlier ones) or a tombstone (forgets the case)."""
-        if record is None:
+    def apply(self, case: CaseRef, record: KeyValue | None) -> None:
+        """One key-topic record: a wrapped key (kept beside earlier ones), or a tombstone or erased marker (forget)."""
+        if record is None or isinstance(record, KeyErased):
             for kid in self._records.pop(case, {}):
                 self._secrets.pop((case, kid), None)
             self._latest.pop(case, None)
             self._erased[case] = None
             return
-        self._erased.pop(case, None)  # a case written again after its erasure starts over under a new key
+        # A key after the erasure: written by a release that did not refuse erased cases; its records open.
+        self._erased.pop(case, None)
         self._records.setdefault(case, {})[record.kid] = record
         self._latest[case] = record.kid
         self._secrets.pop((case, record.kid), None)  # re-wrapped (rotation): unwrap the new record next time
 
     def erased(self, case: CaseRef) -> bool:
-        """Whether the key topic destroyed the case's key (and no new key came after), as far as remembered."""
+        """Whether the key topic erased the case (and no new key came after), as far as remembered (ERASED_CASES)."""
         return case in self._erased
 
     def records(self, tenant: str | None = None) -> list[KeyRecord]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -10,15 +11,15 @@ from typing import Any, Protocol
 from pipeline.core.events import CaseRef
 from pipeline.keys.envelope import DataKey
 from pipeline.keys.ring import KeyRing
-from pipeline.wire.key import KeyRecord
+from pipeline.wire.key import KeyErased, KeyValue
 from pipeline.wire.sealing import CaseErasedError
 
 
 class KeyTopic(Protocol):
     """Where wrapped data keys live (the compacted `dpm.keys` topic, or memory in unit tests)."""
 
-    def publish(self, case: CaseRef, record: KeyRecord | None) -> None:
-        """Writes the case's key record, or its tombstone (None), and waits until it is stored."""
+    def publish(self, case: CaseRef, record: KeyValue | None) -> None:
+        """Writes the case's key record, erased marker or tombstone (None), and waits until it is stored."""
         ...
 
     def sync(self, ring: KeyRing) -> None:
@@ -63,11 +64,18 @@ class CaseKeys:
         key = self.ring.key(case)
         if key is not None:
             return key
+        self._refuse_erased(case)
         fresh, record = self.ring.wrap_new(case)
         self.topic.publish(case, record)
         self.sync()
+        self._refuse_erased(case)  # erased meanwhile: nothing is sealed under the key it destroyed
         # Two writers may create a key for a new case at once: both adopt the latest record read back.
         return self.ring.key(case) or fresh
+
+    def _refuse_erased(self, case: CaseRef) -> None:
+        """CaseErasedError for an erased case: its marker stays the key's latest record (a new subject: a new case)."""
+        if self.ring.erased(case):
+            raise CaseErasedError.of(case, "it was erased and takes no new content")
 
     def seal(self, case: CaseRef, plaintext: bytes, aad: bytes) -> dict[str, str]:
         with self._lock:
@@ -92,19 +100,29 @@ class CaseKeys:
             return self.ring.knows(case)
 
     def erase_case(self, case: CaseRef) -> bool:
-        """Destroys the case's data key (a tombstone on the key topic); False when it had none."""
+        """Destroys the case's data key and remembers the erasure; False when it had no live key.
+
+        On the key topic: a tombstone, then the erased marker (wire/key.py), whose keeping by
+        compaction is what tells a process started after the tombstone is gone that the case was
+        erased. Published again for a case erased already (the same records: nothing changes).
+        """
         with self._lock:
             return self._erase_case(case)
 
     def _erase_case(self, case: CaseRef) -> bool:
         self.sync()
         known = self.ring.knows(case)
-        self.topic.publish(case, None)
+        self._publish_erasure(case)
         self.sync()
         return known
 
+    def _publish_erasure(self, case: CaseRef) -> None:
+        # The tombstone first: a reader of a release before the marker acts on it and skips the marker.
+        self.topic.publish(case, None)
+        self.topic.publish(case, KeyErased(case, int(time.time() * 1000)))
+
     def erase_tenant(self, tenant: str) -> tuple[CaseRef, ...]:
-        """Destroys the tenant's KEK (every version) and tombstones its cases' keys; returns those cases."""
+        """Destroys the tenant's KEK (every version) and erases its cases' keys as erase_case does; returns them."""
         with self._lock:
             return self._erase_tenant(tenant)
 
@@ -113,7 +131,7 @@ class CaseKeys:
         cases = tuple(r.case for r in self.ring.records(tenant))
         self.ring.provider.destroy(tenant)
         for case in cases:
-            self.topic.publish(case, None)
+            self._publish_erasure(case)
         self.sync()
         return cases
 
@@ -154,10 +172,10 @@ class MemoryKeyTopic:
     """A key topic in memory, for unit tests and the in-process sealing benchmark."""
 
     def __init__(self) -> None:
-        self._log: list[tuple[CaseRef, KeyRecord | None]] = []
+        self._log: list[tuple[CaseRef, KeyValue | None]] = []
         self._seen: dict[int, int] = {}
 
-    def publish(self, case: CaseRef, record: KeyRecord | None) -> None:
+    def publish(self, case: CaseRef, record: KeyValue | None) -> None:
         self._log.append((case, record))
 
     def sync(self, ring: KeyRing) -> None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -192,9 +192,10 @@ class DecisionIndex:
 class LiveIndex:
     """Fills a DecisionIndex from the output topics; each refresh reads what was published since the last.
 
-    Erasure reaches the pages at the next refresh: a case whose data key is destroyed keeps its
-    decisions listed as erased, their content dropped from memory. (With encryption off there is
-    no key to destroy; content then stays until the process restarts.)
+    Erasure reaches the index at the next refresh: a case the key topic says erased (a tombstone or
+    an erased marker, with encryption off too) or whose sealed decisions' key is gone keeps its
+    decisions listed as erased, their content dropped from memory. The pages do not wait for it:
+    they ask `erased` before they show a decision's content.
     """
 
     def __init__(
@@ -206,6 +207,7 @@ class LiveIndex:
         # The cases of the sealed decisions this follower indexed: its keys know those only (another
         # scope's cases, the shared topics' beside a tenant's own, are another follower's to erase).
         self._sealed: set[CaseRef] = set()
+        self._cases: set[CaseRef] = set()  # of every decision indexed, sealed or not
         self._decisions = TopicFollower(client_config, names.decisions)
         self._views = TopicFollower(client_config, names.views)
         self._audits = TopicFollower(client_config, names.audit)
@@ -217,6 +219,7 @@ class LiveIndex:
             self._keys.sync()
         for decision in self._decoded(self._decisions, DecisionRecord.from_wire, sink):
             self.index.add_decision(decision.record, decision.raw.timestamp_ms or 0, sealed=decision.sealed)
+            self._cases.add(decision.record.case)
             if decision.sealed:
                 self._sealed.add(decision.record.case)
         for view in self._decoded(self._views, ViewRecord.from_wire, sink):
@@ -225,10 +228,21 @@ class LiveIndex:
             self.index.add_audit(audit.record, audit.raw.position)
         for key, case in sink.erased.items():
             self.index.add_erased(key, case, sink.erased_ms.get(key, 0))
-        if self._keys is not None:
-            for case in [c for c in self._sealed if not self._keys.knows(c)]:
-                self.index.erase_case(case)
-                self._sealed.discard(case)
+        for case in [c for c in self._cases if self._gone(c, sealed=c in self._sealed)]:
+            self.index.erase_case(case)
+            self._cases.discard(case)
+            self._sealed.discard(case)
+
+    def erased(self, items: Iterable[IndexedDecision]) -> set[CaseRef]:
+        """The cases of `items` erased, as the key topic says now (read first); raises KafkaAdapterError."""
+        if self._keys is None:
+            return set()
+        self._keys.sync()
+        return {item.case for item in items if self._gone(item.case, sealed=item.sealed)}
+
+    def _gone(self, case: CaseRef, *, sealed: bool) -> bool:
+        """Erased as far as the keys last read: an erasure read, or the key of its sealed decisions gone."""
+        return self._keys is not None and (self._keys.erased(case) or (sealed and not self._keys.knows(case)))
 
     def _decoded(self, follower: TopicFollower, decode: Callable[[Mapping[str, Any]], OutputRecord],
                  sink: PublishedOutputs) -> Iterator[Opened[OutputRecord]]:  # fmt: skip

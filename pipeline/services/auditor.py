@@ -6,11 +6,12 @@ import logging
 import math
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from pipeline.config.settings import Settings
 from pipeline.core.errors import DpmError
-from pipeline.core.events import Trajectory
+from pipeline.core.events import CaseRef, Trajectory
 from pipeline.core.verification import ReplayReport
 from pipeline.kafka.errors import KafkaAdapterError
 from pipeline.kafka.keystore import case_keys_from
@@ -151,6 +152,14 @@ class KafkaAuditor:
             except KafkaAdapterError as exc:
                 self.refresh_failures += 1
                 _LOG.warning("new outputs could not be read (next try in %.1f s): %s", interval_s, exc)
+
+    def erased(self, items: Sequence[IndexedDecision]) -> set[CaseRef]:
+        """The cases of `items` erased, as their scopes' key topics say now (each read once); KafkaAdapterError."""
+        by_scope: dict[int, tuple[_Scope, list[IndexedDecision]]] = {}
+        for item in items:
+            scope = self._scope(item)
+            by_scope.setdefault(id(scope), (scope, []))[1].append(item)
+        return {case for scope, its in by_scope.values() for case in scope.live.erased(its)}
 
     def events(self, item: IndexedDecision) -> CaseEvents:
         scope = self._scope(item)

@@ -2,10 +2,14 @@
 
 Every page but /login and /healthz needs a principal. A tenant's principal sees its own decisions
 only: another tenant's decision id answers 404, exactly as an unknown id does, and a list filtered
-by another tenant answers 403. "Replay now" reads and recomputes; it writes nothing anywhere. A
-contest (decisive events, an adverse decision's reasons, a what-if) is the one thing a page writes:
-its record, on the contests topic, never the decision. Who may ask for one is DPM_UI_CONTEST's
-choice, and each principal may ask DPM_UI_CONTESTS_PER_MINUTE of them a minute (429 beyond).
+by another tenant answers 403. An erased case's decisions are listed as erased and their pages say
+so: each page asks the key topic before it shows a decision's content, so from the moment an
+erasure's tombstone is stored (the step that destroys the key, whichever process erased) no page
+serves that content, and the index drops it at its next refresh. "Replay now" reads and
+recomputes; it writes nothing anywhere. A contest (decisive events, an adverse decision's reasons,
+a what-if) is the one thing a page writes: its record, on the contests topic, never the decision.
+Who may ask for one is DPM_UI_CONTEST's choice, and each principal may ask
+DPM_UI_CONTESTS_PER_MINUTE of them a minute (429 beyond).
 
 A browser signs in once and then holds a session cookie; its POSTs must come from these pages
 (Origin) and carry the session's anti-forgery token. A client that keeps presenting wrong tokens
@@ -19,6 +23,7 @@ import logging
 import secrets
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -35,6 +40,7 @@ from starlette.routing import Route
 from pipeline.config.settings import UiSettings
 from pipeline.core.contest import NO_REASONS, NOT_ADVICE, EventChange, leave_out
 from pipeline.core.errors import DpmError
+from pipeline.core.events import CaseRef
 from pipeline.core.explanation import fact_rows
 from pipeline.core.task import Architecture
 from pipeline.core.verification import ReplayReport
@@ -76,6 +82,10 @@ class Auditor(Protocol):
 
     @property
     def index(self) -> DecisionIndex: ...
+
+    def erased(self, items: Sequence[IndexedDecision]) -> set[CaseRef]:
+        """The cases of `items` erased, as the key topics say now (read at each call); DpmError when unreadable."""
+        ...
 
     def events(self, item: IndexedDecision) -> CaseEvents: ...
 
@@ -238,6 +248,11 @@ class _Pages:
         except ValueError as exc:
             return self.render("error.html", 400, viewer, message=f"Bad filter: {exc}")
         page = self.auditor.index.query(wanted, number, PER_PAGE)
+        try:
+            if self._drop_erased([i for i in page.items if isinstance(i, IndexedDecision)]):
+                page = self.auditor.index.query(wanted, number, PER_PAGE)
+        except DpmError as exc:
+            return self.render("error.html", 503, viewer, message=f"The key topic could not be read: {exc}")
         return self.render("list.html", viewer=viewer, page=page, params=params,
                            labels=self.auditor.index.labels(principal.tenant))  # fmt: skip
 
@@ -300,10 +315,27 @@ class _Pages:
         except DpmError as exc:
             return f"replay could not run: {exc}"
 
+    def _drop_erased(self, items: Sequence[IndexedDecision]) -> bool:
+        """Drops from the index the content of the erased cases among `items` (the key topic read now); any?"""
+        erased = self.auditor.erased(items) if items else set()
+        for case in erased:
+            self.auditor.index.erase_case(case)
+        return bool(erased)
+
     def _decision_page(
         self, viewer: Viewer, item: Listed, *, replay: bool, contest: ContestAsk | None = None
     ) -> Response:
-        """The decision's page, after replaying it when `replay`, or contesting it (an erased case has neither)."""
+        """The decision's page, after replaying it when `replay`, or contesting it (an erased case has neither).
+
+        Erased is what the key topic says now, not what the index last read: content is never shown
+        from the moment the case's key is destroyed; a key topic that cannot be read shows none (503).
+        """
+        if isinstance(item, IndexedDecision):
+            try:
+                if self._drop_erased([item]):
+                    item = ErasedDecision(item.decision_id, item.case, item.decided_ms)
+            except DpmError as exc:
+                return self.render("error.html", 503, viewer, message=f"The key topic could not be read: {exc}")
         if isinstance(item, ErasedDecision):
             return self.render("erased.html", viewer=viewer, item=item)
         other_arch = Architecture.SUMM if item.decision_id.architecture is Architecture.DPM else Architecture.DPM

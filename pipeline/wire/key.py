@@ -1,4 +1,10 @@
-"""The key record (dpm.key.v1): one case's data key, wrapped by its tenant's key-encryption key."""
+"""What the key topic holds under `tenant/case`: the case's data key, wrapped (dpm.key.v1), or its erasure.
+
+An erasure is two records: a tombstone, which compaction uses to remove the wrapped key and then, after
+`delete.retention.ms`, removes too; and right after it an erased marker (dpm.key_erased.v1), which as
+the key's latest record is kept by compaction for good, so the fact of the erasure outlives the
+tombstone. The marker holds the tenant, the case id and the time, nothing of any key.
+"""
 
 from __future__ import annotations
 
@@ -63,3 +69,55 @@ class KeyRecord:
     @classmethod
     def decode(cls, data: bytes | None) -> KeyRecord:
         return cls.from_wire(decode_object(data, "key record"))
+
+
+@dataclass(frozen=True)
+class KeyErased:
+    """The erased marker: the case was erased at `erased_ms`; its data key is gone and none is written again."""
+
+    case: CaseRef
+    erased_ms: int
+
+    def to_wire(self) -> dict[str, Any]:
+        return {
+            "schema": SchemaId.KEY_ERASED.value,
+            "tenant": self.case.tenant,
+            "case_id": self.case.case_id,
+            "erased_ms": self.erased_ms,
+        }
+
+    def encode(self) -> bytes:
+        return orjson.dumps(self.to_wire())
+
+    @classmethod
+    def from_wire(cls, value: Mapping[str, Any]) -> KeyErased:
+        try:
+            validate(SchemaId.KEY_ERASED, value)
+            case = CaseRef(value["tenant"], value["case_id"])
+        except (SchemaError, InvalidEventError) as exc:
+            raise RejectedError(Rejection.SCHEMA, f"erased marker: {exc}") from exc
+        return cls(case, value["erased_ms"])
+
+
+KeyValue = KeyRecord | KeyErased  # a key topic record's value (a tombstone has none)
+
+
+def decode_key_value(data: bytes | None) -> KeyValue:
+    """A key topic value: the wrapped key or the erased marker, by its `schema`; RejectedError for anything else."""
+    value = decode_object(data, "key record")
+    if value.get("schema") == SchemaId.KEY_ERASED.value:
+        return KeyErased.from_wire(value)
+    return KeyRecord.from_wire(value)
+
+
+def erases(value: bytes | None) -> bool:
+    """Whether a key topic value says its case is erased: a tombstone (None) or an erased marker.
+
+    A value that is neither a marker nor readable is not taken for an erasure (nor for a key).
+    """
+    if value is None:
+        return True
+    try:
+        return isinstance(decode_key_value(value), KeyErased)
+    except RejectedError:
+        return False

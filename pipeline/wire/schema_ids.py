@@ -18,6 +18,7 @@ class SchemaId(StrEnum):
     DEAD_LETTER = "dpm.dlq.v2"
     DEAD_LETTER_V1 = "dpm.dlq.v1"  # read as is (its content in clear); never written since 0.2.0
     KEY = "dpm.key.v1"
+    KEY_ERASED = "dpm.key_erased.v1"  # on the key topic after a case's tombstone: the erasure, kept by compaction
     LEDGER = "dpm.ledger.v1"
     SEGMENT = "dpm.segment.v1"
     LAYOUT = "dpm.layout.v1"

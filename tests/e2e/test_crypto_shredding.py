@@ -7,18 +7,22 @@ import uuid
 from dataclasses import replace
 from pathlib import Path
 
+import orjson
 import pytest
 from confluent_kafka import Consumer
 
 from pipeline.core.case import Case
 from pipeline.core.events import CaseRef
 from pipeline.core.task import Architecture
+from pipeline.kafka.keystore import kafka_case_keys
 from pipeline.kafka.producer import EventProducer
 from pipeline.kafka.topics import ErasureBound, TopicNames, create_pipeline_topics
 from pipeline.keys.store import CaseKeys
 from pipeline.services.cluster import pipeline_processes
 from pipeline.services.read_outputs import await_decisions, load_outputs
 from pipeline.wire.event import CaseOpening
+from pipeline.wire.key import KeyErased, decode_key_value, erases
+from pipeline.wire.sealing import CaseErasedError
 from pipeline.wire.trigger import DecisionId, DecisionKey, DecisionRequest
 from tests.kafka_support import every_record
 from tests.pipeline_support import small_cases, worker_env
@@ -120,10 +124,13 @@ def test_erased_event_and_key_records_are_physically_gone_within_the_configured_
     producer.erase(case.ref.tenant, [(e.key.encode(), 0) for e in case.trajectory.events])  # one partition
     erased_at = time.monotonic()
 
-    def remaining() -> int:
-        keyed = [r.key for topic in (topic_names.events, topic_names.keys)
-                 for r in every_record(kafka_config, topic, committed_only=False)]  # fmt: skip
-        return sum(1 for k in keyed if k is not None and k.startswith(case.ref.key.encode()))
+    def stored() -> list[tuple[bytes | None, bytes | None]]:
+        kept = [(r.key, r.value) for topic in (topic_names.events, topic_names.keys)
+                for r in every_record(kafka_config, topic, committed_only=False)]  # fmt: skip
+        return [(k, v) for k, v in kept if k is not None and k.startswith(case.ref.key.encode())]
+
+    def remaining() -> int:  # the erased marker aside: it stays for good, and holds no key (wire/key.py)
+        return sum(1 for _, value in stored() if value is None or not erases(value))
 
     other = 0
     while remaining():  # tombstones included: they go delete.retention.ms after compaction
@@ -134,3 +141,12 @@ def test_erased_event_and_key_records_are_physically_gone_within_the_configured_
         time.sleep(1)
     producer.close()
     print(f"erased records physically gone after {time.monotonic() - erased_at:.1f} s")  # noqa: T201
+    left = stored()
+    assert [key for key, _ in left] == [case.ref.key.encode()]  # the marker alone: the erasure is remembered
+    assert decode_key_value(left[0][1]) == KeyErased(case.ref, orjson.loads(left[0][1] or b"{}")["erased_ms"])
+    started_later = kafka_case_keys(kafka_config, topic_names.keys, case_keys.ring.provider)
+    started_later.sync()  # a process started after the tombstone went still knows, and gives the case no new key
+    assert started_later.erased(case.ref)
+    with pytest.raises(CaseErasedError):
+        started_later.seal(case.ref, b"the subject came back", b"")
+    started_later.close()

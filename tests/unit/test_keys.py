@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import stat
 from pathlib import Path
 
@@ -13,7 +14,7 @@ from pipeline.core.event_log import RawRecord
 from pipeline.core.events import CaseRef, Event, LogPosition
 from pipeline.core.memory_log import InMemoryEventLog
 from pipeline.core.task import Architecture
-from pipeline.kafka.keystore import case_keys_from
+from pipeline.kafka.keystore import case_keys_from, checked_key_record
 from pipeline.kafka.topics import TopicNames
 from pipeline.keys.envelope import DataKey, TamperedError
 from pipeline.keys.providers import KeyDestroyedError, LocalFileKeyProvider
@@ -22,6 +23,7 @@ from pipeline.keys.store import CaseKeys, MemoryKeyTopic
 from pipeline.llm.extractive.backend import ExtractiveBackend
 from pipeline.wire.dead_letter import DeadLetterRecord
 from pipeline.wire.event import EventRecord
+from pipeline.wire.key import KeyErased, KeyRecord, decode_key_value, erases
 from pipeline.wire.rejection import RejectedError, Rejection
 from pipeline.wire.sealing import CaseErasedError, open_body, open_state, seal_body, seal_state
 from pipeline.wire.trigger import DecisionRequest
@@ -99,8 +101,94 @@ def test_each_case_has_its_own_key_and_erasing_one_leaves_the_other(keys: CaseKe
         open_body(mine, keys)
     assert erased.value.reason is Rejection.ERASED
     assert open_body(theirs, keys)["text"].startswith("Applicant")
-    again = seal_body(_event_body(), keys)  # the case produced anew gets a new key
-    assert again["sealed"]["kid"] != mine["sealed"]["kid"]
+    with pytest.raises(CaseErasedError):  # an erased case takes no new key: a subject who comes back is a new case
+        seal_body(_event_body(), keys)
+    assert not keys.knows(CASE.ref)
+
+
+def _erased_only(case: CaseRef, erased_ms: int = 1_800_000_000_000) -> MemoryKeyTopic:
+    """A key topic as compaction leaves it long after an erasure: the erased marker alone (tombstone and key gone)."""
+    topic = MemoryKeyTopic()
+    topic.publish(case, KeyErased(case, erased_ms))
+    return topic
+
+
+def test_an_erasure_is_a_tombstone_then_a_marker_that_holds_no_key_material(keys: CaseKeys) -> None:
+    sealed = seal_body(_event_body(), keys)
+    wrapped = keys.ring.records(CASE.ref.tenant)[0]
+    secret = keys.ring.key(CASE.ref)
+    assert secret is not None
+    assert keys.erase_case(CASE.ref)
+    published = keys.topic._log[-2:]  # type: ignore[attr-defined]
+    assert [(case, type(record).__name__) for case, record in published] == [(CASE.ref, "NoneType"),
+                                                                             (CASE.ref, "KeyErased")]  # fmt: skip
+    marker = published[1][1]
+    assert isinstance(marker, KeyErased)
+    assert set(marker.to_wire()) == {"schema", "tenant", "case_id", "erased_ms"}
+    encoded = marker.encode()
+    for secret_part in (secret.secret, wrapped.wrapped, base64.b64encode(wrapped.wrapped),
+                        base64.b64encode(secret.secret), secret.kid.encode()):  # fmt: skip
+        assert secret_part not in encoded
+    assert decode_key_value(encoded) == marker
+    with pytest.raises(CaseErasedError):
+        open_body(sealed, keys)
+
+
+def test_a_process_that_reads_only_the_marker_knows_the_case_erased_and_gives_it_no_new_key(tmp_path: Path) -> None:
+    fresh = CaseKeys(KeyRing(LocalFileKeyProvider(tmp_path / "keks")), _erased_only(CASE.ref))
+    fresh.sync()
+    assert fresh.erased(CASE.ref)
+    assert not fresh.knows(CASE.ref)
+    with pytest.raises(CaseErasedError) as refused:
+        seal_body(_event_body(), fresh)
+    assert refused.value.reason is Rejection.ERASED
+    assert fresh.topic._log == _erased_only(CASE.ref)._log  # type: ignore[attr-defined]  # no key written
+    other = CaseRef(CASE.ref.tenant, "a-new-case-id")
+    assert open_body(seal_body(_event_body(other), fresh), fresh)["text"].startswith("Applicant")
+
+
+def test_the_ring_forgets_a_key_at_its_marker_as_at_its_tombstone(keys: CaseKeys) -> None:
+    seal_body(_event_body(), keys)
+    record = keys.ring.records(CASE.ref.tenant)[0]
+    ring = KeyRing(keys.ring.provider)
+    ring.apply(CASE.ref, record)
+    assert ring.key(CASE.ref) is not None
+    ring.apply(CASE.ref, KeyErased(CASE.ref, 1))
+    assert ring.erased(CASE.ref)
+    assert not ring.knows(CASE.ref)
+    assert ring.key(CASE.ref) is None
+    assert ring.records(CASE.ref.tenant) == []
+
+
+def test_a_key_topic_value_is_read_as_key_or_marker_and_checked_against_its_key() -> None:
+    marker = KeyErased(CASE.ref, 1_800_000_000_000)
+    assert checked_key_record(CASE.ref.key.encode(), marker.encode(), None) == (CASE.ref, marker)
+    assert checked_key_record(CASE.ref.key.encode(), None, CASE.ref.tenant) == (CASE.ref, None)
+    assert erases(None)
+    assert erases(marker.encode())
+    assert not erases(b"not json")
+    other = CaseRef(CASE.ref.tenant, "other")
+    with pytest.raises(RejectedError) as mismatch:
+        checked_key_record(other.key.encode(), marker.encode(), None)
+    assert mismatch.value.reason is Rejection.KEY_MISMATCH
+    with pytest.raises(RejectedError) as foreign:
+        checked_key_record(CASE.ref.key.encode(), marker.encode(), "another-tenant")
+    assert foreign.value.reason is Rejection.TENANT_MISMATCH
+    with pytest.raises(RejectedError) as extra:  # a marker that would carry anything more is no marker
+        decode_key_value(orjson.dumps({**marker.to_wire(), "wrapped_b64": "AAAA"}))
+    assert extra.value.reason is Rejection.SCHEMA
+
+
+def test_a_reader_of_key_records_only_refuses_the_marker_as_a_schema_it_does_not_know() -> None:
+    """What the key topic's readers before the marker do with it (0.1.0 decoded every value as dpm.key.v1)."""
+    with pytest.raises(RejectedError) as refused:
+        KeyRecord.decode(KeyErased(CASE.ref, 1).encode())
+    assert refused.value.reason is Rejection.SCHEMA
+    assert not erases(_wrapped_record().encode())
+
+
+def _wrapped_record() -> KeyRecord:
+    return KeyRecord(CASE.ref, "k1", "v1", b"\x01" * 60, 1)
 
 
 def test_erasing_a_tenant_destroys_its_kek_and_every_case_key(keys: CaseKeys, tmp_path: Path) -> None:

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import sys
+import tarfile
 import tomllib
+from io import BytesIO
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +15,9 @@ import orjson
 import pytest
 from packaging.version import Version
 
+from pipeline.core.events import CaseRef
 from pipeline.wire.evolution import MANIFEST, canonical_digest
+from pipeline.wire.key import KeyErased
 
 ROOT = Path(__file__).parents[2]
 RELEASES: list[dict[str, Any]] = orjson.loads((ROOT / "releases.json").read_bytes())["releases"]
@@ -48,3 +53,33 @@ def test_each_release_is_a_commit_of_main_with_its_version_and_its_schemas_locke
             if name.endswith(".json") and name != MANIFEST:
                 shipped = orjson.loads(_git("show", f"{commit}:schemas/{name}"))
                 assert released.get(name) == canonical_digest(shipped), f"{name} of {release['version']} is not locked"
+
+
+_READS_THE_MARKER = """
+import sys, orjson
+from pipeline.core.events import CaseRef
+from pipeline.kafka.keystore import KafkaKeyTopic
+from pipeline.keys.providers import LocalFileKeyProvider
+from pipeline.keys.ring import KeyRing
+ring, case = KeyRing(LocalFileKeyProvider(sys.argv[1])), CaseRef("acme", "gone")
+topic = KafkaKeyTopic({"bootstrap.servers": "127.0.0.1:9"}, "dpm.keys")  # never connects: records are applied
+topic._apply(ring, b"acme/gone", None)
+topic._apply(ring, b"acme/gone", sys.argv[2].encode())
+print(ring.erased(case), ring.knows(case))
+"""
+
+
+@needs_git
+def test_the_previous_release_reads_an_erasure_s_tombstone_and_skips_its_marker_with_a_warning(tmp_path: Path) -> None:
+    """An erasure is a tombstone and then an erased marker (dpm.key_erased.v1), which the last release does not know."""
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", "--format=tar", RELEASES[-1]["commit"],
+                              "pipeline", "schemas"], capture_output=True, check=True).stdout  # fmt: skip
+    with tarfile.open(fileobj=BytesIO(archive)) as tar:
+        tar.extractall(tmp_path / "src", filter="data")
+    marker = KeyErased(CaseRef("acme", "gone"), 1_800_000_000_000).encode().decode()
+    ran = subprocess.run([sys.executable, "-c", _READS_THE_MARKER, str(tmp_path / "keks"), marker],
+                         capture_output=True, text=True, cwd=tmp_path, env={"PYTHONPATH": str(tmp_path / "src")},
+                         timeout=120, check=False)  # fmt: skip
+    assert ran.returncode == 0, ran.stderr[-2000:]
+    assert ran.stdout.split() == ["True", "False"]  # erased by the tombstone, the marker changing nothing
+    assert "skipped" in ran.stderr  # the marker: logged, not applied

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import secrets
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -20,6 +21,7 @@ from pipeline.core.task import Architecture, Budget
 from pipeline.core.verification import ReplayReport, verify_replay
 from pipeline.core.view import Fact, MemoryView
 from pipeline.core.window import Window
+from pipeline.kafka.errors import KafkaAdapterError
 from pipeline.kafka.topics import TopicNames
 from pipeline.llm.extractive.backend import ExtractiveBackend
 from pipeline.services.audit_index import DecisionFilter, DecisionIndex, ErasedDecision, IndexedDecision
@@ -63,6 +65,8 @@ class _Auditor:
         self.audit_records: dict[DecisionId, list[AuditRecord]] = {}
         self.replays = 0
         self.contested: list[ContestDone] = []
+        self.erased_cases: set[CaseRef] = set()  # what the key topic says: erased, whatever the index holds yet
+        self.key_topic_down = False
         fixture = load_fixture()
         for n, tenant in enumerate(("acme", "globex")):
             case = _as_tenant(fixture, tenant)
@@ -77,7 +81,13 @@ class _Auditor:
                     self.index.add_audit(audit, LogPosition(0, audit.call_index))
                 self.audit_records[record.decision_id] = list(published.audits)
 
+    def erased(self, items: Sequence[IndexedDecision]) -> set[CaseRef]:
+        if self.key_topic_down:
+            raise KafkaAdapterError("reading the key topic failed: no broker")
+        return {i.case for i in items} & self.erased_cases
+
     def events(self, item: IndexedDecision) -> CaseEvents:
+        assert item.case not in self.erased_cases, "an erased case's events were read"
         return CaseEvents(self.cases[item.case])
 
     def audits(self, item: IndexedDecision) -> list[AuditRecord]:
@@ -214,6 +224,38 @@ def test_an_erased_case_is_listed_as_erased_with_no_content(auditor: _Auditor) -
     assert client.post("/decision/replay", data={"id": ACME_DPM}).status_code == 200
     assert auditor.replays == 0  # nothing to replay: no content is left
     assert client.get("/decisions").text.count('class="erased"') == 2
+
+
+def test_a_case_erased_by_another_process_serves_no_content_before_the_index_refreshes(auditor: _Auditor) -> None:
+    """The key topic says erased, the index still holds the content: every page asks the key topic first."""
+    item = _get(auditor, "acme", ACME_DPM)
+    assert item.view is not None
+    rationale, cited = item.record.outcome.rationale, item.view.view.facts[0].text
+    client = _client(auditor, ACME)
+    shown = client.get(f"/decision?id={ACME_DPM}")
+    assert rationale in shown.text
+    auditor.erased_cases.add(item.case)  # `dpm erase` ran in another process: its key tombstone is stored
+    page = client.get(f"/decision?id={ACME_DPM}")
+    assert page.status_code == 200
+    assert "ERASED: case" in page.text
+    assert rationale not in page.text
+    assert cited not in page.text
+    assert client.post("/decision/replay", data={"id": ACME_DPM}).status_code == 200
+    assert auditor.replays == 0
+    listed = client.get("/decisions")
+    assert listed.text.count('class="erased"') == 2  # its DPM and Summ-only decisions, both
+    assert isinstance(auditor.index.get("acme", DecisionId.parse(ACME_DPM)), ErasedDecision)
+    assert isinstance(_get(auditor, "globex", GLOBEX_DPM), IndexedDecision)  # another case keeps its content
+
+
+def test_a_key_topic_that_cannot_be_read_shows_no_content(auditor: _Auditor) -> None:
+    auditor.key_topic_down = True
+    rationale = _get(auditor, "acme", ACME_DPM).record.outcome.rationale
+    client = _client(auditor, ACME)
+    for page in (client.get(f"/decision?id={ACME_DPM}"), client.get("/decisions")):
+        assert page.status_code == 503
+        assert rationale not in page.text
+        assert "key topic could not be read" in page.text
 
 
 SAME_SITE = {"Origin": "http://testserver"}

@@ -45,6 +45,7 @@ from pipeline.kafka.steps import Output, oversized
 from pipeline.kafka.txn_producer import OutputsRefusedError, PublishFailedError
 from pipeline.observability.metrics import PipelineMetrics
 from pipeline.wire.headers import header_pairs
+from pipeline.wire.key import erases
 from pipeline.wire.rejection import RejectedError, Rejection
 from pipeline.wire.sealing import CaseCipher
 from pipeline.wire.trigger import TriggerLimits
@@ -625,9 +626,12 @@ class Baseline:
         await self._consume(stream, self.deciding.decide)
 
     async def _on_keys(self, stream: Any) -> None:  # noqa: ANN401 - faust's StreamT
-        """A key tombstone (the case or its tenant erased) drops everything kept for the case."""
+        """A key tombstone or erased marker (the case or its tenant erased) drops everything kept for the case.
+
+        The marker alone is what a member reads once the tombstone is compacted away.
+        """
         async for event in stream.events():
-            if event.message.value is None and event.message.key:
+            if event.message.key and erases(event.message.value):
                 self.forget(event.message.key.decode("utf-8", "replace"))
 
     def forget(self, case_key: str) -> int:
