@@ -40,11 +40,12 @@ def test_every_grant_stays_inside_its_pipeline() -> None:
 
 def test_the_producer_writes_inputs_through_case_writers_and_reads_its_replies() -> None:
     grants = _of(Role.PRODUCER)
-    assert _topics(grants, "Write") == {NAMES.events, NAMES.triggers, NAMES.keys}
+    # The segments topic: a door running as this principal erases a case's segment views (an admin key's DELETE).
+    assert _topics(grants, "Write") == {NAMES.events, NAMES.triggers, NAMES.keys, NAMES.segments}
     # Sealing needs the case keys; a case's writer reads its partitions back; the client waits for its replies
     # and replays its decisions (memory.replay reads their audit records).
     assert _topics(grants, "Read") == {NAMES.events, NAMES.triggers, NAMES.keys, NAMES.layout, NAMES.views,
-                                       NAMES.decisions, NAMES.dlq, NAMES.audit}  # fmt: skip
+                                       NAMES.decisions, NAMES.dlq, NAMES.audit, NAMES.segments}  # fmt: skip
     assert not _topics(grants, "Write") & {NAMES.views, NAMES.decisions, NAMES.dlq, NAMES.audit}
     writers = [g for g in grants if g.resource is Resource.TRANSACTIONAL_ID]
     assert writers == [Grant("User:producer", Resource.TRANSACTIONAL_ID, "bank.writer.", Pattern.PREFIXED,
@@ -123,3 +124,15 @@ def test_strimzi_users_are_one_scram_user_per_role_with_the_same_acls() -> None:
     operator = next(u for u in users if u["metadata"]["name"] == "operator")
     assert {"resource": {"type": "cluster"}, "operations": ["Describe"], "host": "*"} in operator["spec"][
         "authorization"]["acls"]  # fmt: skip
+
+
+def test_the_door_s_principal_may_do_every_step_of_an_erasure_in_both_tenancy_modes() -> None:
+    """An admin's DELETE runs as the door's principal: the data keys, events and segment views, every generation."""
+    for names, grants in ((NAMES, _of(Role.PRODUCER)),
+                          (NAMES.of_tenant("acme"), plan(NAMES, [Role.PRODUCER], ["acme", "globex"]))):  # fmt: skip
+        for topic in (names.keys, names.events, names.segments):
+            for generation in (topic, f"{topic}-g2"):
+                reached = [g for g in grants if g.resource is Resource.TOPIC and generation.startswith(g.name)
+                           and g.principal in ("User:producer", "User:tenant-acme")]  # fmt: skip
+                assert {"Read", "Write", "Describe"} <= {op for g in reached for op in g.operations}, generation
+        assert not [g for g in grants if g.resource is Resource.TOPIC and "Delete" in g.operations]
