@@ -31,7 +31,9 @@ from pipeline.kafka.grant_checks import (
     Overlap,
     colliding_tenant,
     isolation,
+    kept_for_live_topics,
     of_pipeline,
+    on_live_topics,
     revocable,
     tenant_of_principal,
     tenant_scope,
@@ -374,21 +376,45 @@ def _forget_properties(settings: Settings, tenant: str) -> Path | None:
     return path
 
 
-def revoke_unplanned(settings: Settings, roles: list[Role], tenants: list[str]) -> list[Grant]:
-    """Revokes the cluster's grants of `roles`' principals on this pipeline that the plan does not give; returns them.
+def unplanned(settings: Settings, roles: list[Role], tenants: list[str], *, other_mode: bool = False) -> list[Grant]:
+    """The cluster's grants of `roles`' principals on this pipeline that `dpm acl apply` revokes (none revoked here).
 
-    The plan is every tenant's on the cluster and `tenants`. With tenancy by topic the producer role
-    is every tenant's principal, and the shared mode's `User:producer`, whose grants all go.
+    The plan is this tenancy mode's, for every tenant on the cluster and `tenants`. Kept too, unless
+    `other_mode`, is what the other mode's plan gives on the topics that exist: the shared topics' grants
+    while they exist, every tenant's while its topics exist (an apply in one mode never stops the
+    other's services). With tenancy by topic the producer role is every tenant's principal too.
     """
     names = TopicNames(settings.kafka.topic_prefix)
-    on_cluster = cluster_grants(settings.kafka.client_config())
+    config = settings.kafka.client_config()
+    on_cluster = cluster_grants(config)
     if on_cluster is None:
         return []
+    topics = existing_topics(config)
     by_topic = settings.kafka.tenancy == "topics"
-    everyone = sorted({*tenants_on_cluster(settings), *tenants}) if by_topic else []
+    on_topics = _tenants_in(names, topics)
+    desired = plan(names, roles, sorted({*on_topics, *tenants})) if by_topic else plan(names, roles)
+    if not other_mode:
+        desired += kept_for_live_topics(names, roles, by_topic and names.triggers in topics,
+                                        [] if by_topic else on_topics)  # fmt: skip
     managed = {principal(r) for r in roles}
     if by_topic and Role.PRODUCER in roles:
         managed |= {g.principal for g in on_cluster if tenant_of_principal(g.principal) is not None}
-    gone = revocable(on_cluster, plan(names, roles, everyone), managed, names)
+    return revocable(on_cluster, desired, managed, names)
+
+
+def revoke_unplanned(settings: Settings, roles: list[Role], tenants: list[str], *, other_mode: bool = False
+                     ) -> list[Grant]:  # fmt: skip
+    """Revokes what `unplanned` finds; returns it."""
+    gone = unplanned(settings, roles, tenants, other_mode=other_mode)
     revoke_grants(settings.kafka.client_config(), gone)
     return gone
+
+
+def apply_would_stop(settings: Settings, tenants: list[str]) -> list[tuple[Grant, str]]:
+    """The grants `dpm acl apply` (every role, this tenancy mode) would revoke on a topic that exists, with the topic.
+
+    Each is a grant a service's principal holds on a live topic: revoking it stops whatever of that
+    service uses the topic by it (the plan changed under a running cluster, or grants made by hand).
+    """
+    gone = unplanned(settings, list(Role), tenants)
+    return on_live_topics(gone, existing_topics(settings.kafka.client_config()))

@@ -412,3 +412,24 @@ def test_replace_takes_away_api_keys_even_when_no_grant_was_left(
     assert replaced.revoked is not None
     assert (replaced.revoked.api_keys, replaced.replaced, replaced.api_keys_kept) == (1, None, 0)
     assert api_keys.holder(left) is None
+
+
+def test_an_apply_in_either_mode_keeps_the_other_mode_s_grants_on_topics_that_exist(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    roles = list(Role)
+    live = {spec.name for scope in (NAMES, NAMES.of_tenant("acme")) for spec in pipeline_topics(scope)}
+    cluster = _Cluster(monkeypatch, sorted(single_operations([*plan(NAMES), *plan(NAMES, roles, ["acme"])]), key=str),
+                       set(live))  # fmt: skip
+    shared = Settings.from_env({"DPM_HOME": str(tmp_path), "DPM_TENANCY": "shared"})
+    by_topic = Settings.from_env({"DPM_HOME": str(tmp_path), "DPM_TENANCY": "topics"})
+    assert tenants.unplanned(shared, roles, []) == []
+    assert tenants.unplanned(by_topic, roles, []) == []
+    assert tenants.apply_would_stop(shared, []) == []
+    retired = tenants.unplanned(by_topic, roles, [], other_mode=True)  # asked for: the shared mode's, retired
+    assert "User:producer" in {g.principal for g in retired}
+
+    cluster.grants = [*cluster.grants, Grant("User:worker", Resource.TOPIC, "dpm.acme.views", Pattern.LITERAL,
+                                             ("Read",))]  # fmt: skip  # an older plan's, on a live topic
+    (stopping,) = tenants.apply_would_stop(by_topic, [])
+    assert stopping[1] == "dpm.acme.views"
