@@ -9,11 +9,11 @@ import typer
 from pipeline.cli.reach import broker_settings
 from pipeline.cli.render import output_console
 from pipeline.config.settings import Settings
-from pipeline.kafka.acl_plan import ROLE_PURPOSE, Role, kafka_acls_commands, plan, strimzi_users, strimzi_yaml
+from pipeline.kafka.acl_plan import ROLE_PURPOSE, Grant, Role, kafka_acls_commands, plan, strimzi_users, strimzi_yaml
 from pipeline.kafka.acls import apply_grants
 from pipeline.kafka.grant_checks import colliding_tenant
 from pipeline.kafka.topics import TopicNames
-from pipeline.services.tenants import isolation_report, revoke_unplanned
+from pipeline.services.tenants import apply_would_stop, isolation_report, revoke_unplanned
 
 app = typer.Typer(help="Least-privilege ACLs per role (producer, worker, baseline, auditor, operator).",
                   no_args_is_help=True)  # fmt: skip
@@ -54,13 +54,15 @@ def plan_command(
         False,
         "--check",
         help="Instead of printing: prove that no principal's grants, planned "
-        "or on the cluster, reach another tenant's topics (exit 1 naming each that does).",
+        "or on the cluster, reach another tenant's topics, and that `dpm acl apply` would revoke no grant on a "
+        "topic that exists (it would stop a service); exit 1 naming each grant that fails either.",
     ),
 ) -> None:
     """Print the ACLs each role needs for the topics of DPM_TOPIC_PREFIX (nothing is sent to a cluster).
 
     With --check, reads the cluster (its tenants and its ACLs, as the principal of DPM_KAFKA_CONFIG,
-    which needs Describe on the cluster: the operator or the admin) and checks every grant.
+    which needs Describe on the cluster: the operator or the admin) and checks every grant, and what
+    `dpm acl apply` (every role, this DPM_TENANCY, these --tenant) would revoke.
     """
     if check:
         _check(tenants)
@@ -80,33 +82,51 @@ def plan_command(
 
 def _check(tenants: list[str] | None) -> None:
     settings = broker_settings()
-    report = isolation_report(settings, _tenants(settings, tenants, required=False))
+    chosen = _tenants(settings, tenants, required=False)
+    report = isolation_report(settings, chosen)
     for overlap in report.overlaps:
         _out.print(f"overlap: {overlap}")
-    if report.overlaps:
+    stopping = apply_would_stop(settings, chosen)
+    for grant, topic in stopping:
+        _out.print(f"would stop a service: `dpm acl apply` would revoke {_shown(grant)}, which reaches the topic "
+                   f"{topic!r} (it exists)")  # fmt: skip
+    if report.overlaps or stopping:
         raise typer.Exit(1)
     _out.print(f"isolation check: every role, {len(report.tenants)} tenant(s), the plan's grants and the cluster's: "
                "no principal's grants reach another tenant's topics")  # fmt: skip
+    _out.print("apply check: `dpm acl apply` would revoke no grant on a topic that exists")
+
+
+def _shown(grant: Grant) -> str:
+    operations = "/".join(grant.operations)
+    return f"{grant.principal} {operations} on {grant.resource.value} {grant.name!r} ({grant.pattern.value})"
 
 
 @app.command()
 def apply(
     roles: list[Role] = typer.Option(None, "--role", help=_ROLE_HELP),
     tenants: list[str] = typer.Option(None, "--tenant", help=_TENANT_HELP),
+    other_mode: bool = typer.Option(
+        False,
+        "--revoke-other-mode",
+        help="Also revoke the other tenancy mode's grants on topics that still exist "
+        "(its services stop: only once none runs, e.g. after moving every tenant to topics of its own).",
+    ),
 ) -> None:
     """Create the planned ACLs on the cluster, and revoke those of the roles that the plan no longer gives.
 
-    DPM_KAFKA_CONFIG must name a principal allowed to (the admin). What is revoked is printed: the
-    shared mode's grants once DPM_TENANCY=topics, a removed tenant's, a grant an older plan gave.
+    DPM_KAFKA_CONFIG must name a principal allowed to (the admin). What is revoked is printed: a
+    removed tenant's, a grant an older plan gave, the other tenancy mode's once its topics are gone.
+    The other mode's grants on topics that exist are kept (unless --revoke-other-mode): a cluster can
+    run both modes, and an apply in one never stops the other's services.
     """
     settings = broker_settings()
     chosen = roles or list(Role)
     grants = plan(TopicNames(settings.kafka.topic_prefix), chosen, _tenants(settings, tenants))
     sent = apply_grants(settings.kafka.client_config(), grants)
     _out.print(f"{sent} ACL binding(s) in place for {', '.join(r.value for r in chosen)}")
-    revoked = revoke_unplanned(settings, chosen, tenants or [])
+    revoked = revoke_unplanned(settings, chosen, tenants or [], other_mode=other_mode)
     for grant in revoked:
-        _out.print(f"revoked {grant.principal} {'/'.join(grant.operations)} on {grant.resource.value} {grant.name!r} "
-                   f"({grant.pattern.value}): no longer in the plan")  # fmt: skip
+        _out.print(f"revoked {_shown(grant)}: no longer in the plan")
     if revoked:
         _out.print(f"{len(revoked)} ACL binding(s) revoked")

@@ -26,8 +26,8 @@ def add(
     replace: bool = typer.Option(
         False,
         "--replace",
-        help="Remove an earlier tenant's leftover principal and grants "
-        "of the same name first (their old credentials stop working).",
+        help="Take away first what an earlier tenant of the same name left, as `dpm tenants remove` does: "
+        "its principal's grants and credential (old client properties stop working) and its API keys.",
     ),
 ) -> None:
     """Create the tenant's topics (idempotent); workers pick it up within 10 s, the baseline within 30 s.
@@ -38,8 +38,13 @@ def add(
     """
     settings = broker_settings()
     added = add_tenant(settings, tenant, partitions or settings.kafka.tenant_partitions, replication, replace=replace)
-    if added.replaced is not None:
-        _out.print(f"removed first: {added.replaced.described()}, left by an earlier tenant {tenant!r}")
+    if added.revoked is not None and (added.replaced is not None or added.revoked.api_keys):
+        taken = [added.replaced.described()] if added.replaced is not None else []
+        taken += [f"{added.revoked.api_keys} API key(s)"] if added.revoked.api_keys else []
+        _out.print(f"removed first: {' and '.join(taken)}, left by an earlier tenant {tenant!r}")
+    if added.api_keys_kept:
+        _out.print(f"note: {added.api_keys_kept} API key(s) of {tenant!r}, made before it was added, act for it; "
+                   f"if an earlier tenant left them: `dpm api keys remove --tenant {tenant}`")  # fmt: skip
     for name in added.report.created:
         _out.print(f"created {name}")
     for name in added.report.existing:
@@ -71,7 +76,7 @@ def remove(
     tenant: str = typer.Argument(...),
     yes: bool = typer.Option(False, "--yes", help="Confirm: its keys are destroyed and its topics deleted."),
 ) -> None:
-    """Erase a whole tenant (irreversible): its keys, topics, ACLs and its principal's credential.
+    """Erase a whole tenant (irreversible): its keys, topics, ACLs, its principal's credential and its API keys.
 
     On a secured cluster run it as the admin: revoking ACLs and deleting a credential need Alter on
     the cluster. Nothing is changed when the principal may not.
@@ -84,7 +89,7 @@ def remove(
     revoked = removed.revoked
     _out.print(f"{tenant}: {removed.keys_destroyed} case key(s) destroyed, {len(removed.topics)} topic(s) deleted, "
                f"{revoked.grants} ACL binding(s) revoked, {revoked.credentials} SCRAM credential(s) "
-               f"deleted, {removed.api_keys_removed} API key(s) removed")  # fmt: skip
+               f"deleted, {revoked.api_keys} API key(s) removed")  # fmt: skip
     if revoked.kept:
         _out.print(revoked.kept)
     if revoked.properties is not None:

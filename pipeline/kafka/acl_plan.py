@@ -32,8 +32,8 @@ class Role(StrEnum):
 
 
 ROLE_PURPOSE = {
-    Role.PRODUCER: "agents: write events and triggers (one writer per case), seal them, read their decisions back "
-    "(tenancy by topic: User:tenant-<t>, per tenant)",
+    Role.PRODUCER: "agents and their doors (dpm api, dpm mcp): write events and triggers (one writer per case), "
+    "seal them, read their decisions back, erase a case (tenancy by topic: User:tenant-<t>, per tenant)",
     Role.WORKER: "projection workers: read inputs, publish outputs in transactions",
     Role.BASELINE: "Summ-only baseline: reads inputs, keeps its tables, publishes outputs",
     Role.AUDITOR: "dpm ui, replay and compare: reads everything, writes nothing",
@@ -144,9 +144,12 @@ def _producer(names: TopicNames, who: str) -> list[Grant]:
 
     The writer reads the case's partitions back (its last seq, the triggers sent); the agents wait
     for their decisions and dead letters, and replay them from their audit records (client library).
+    The doors (`dpm api`, `dpm mcp`) run as this principal and erase a case for an admin key
+    (services/erase.py): its data key and events are already theirs to tombstone, and its segment
+    views, found by their keys, need reading and writing the segments topic in every generation.
     """
     return [*_generations(who, (names.events, names.triggers), _READ_WRITE),
-            *_generations(who, (names.keys,), _READ_WRITE), *_topics(who, (names.layout,), _READ),
+            *_generations(who, (names.keys, names.segments), _READ_WRITE), *_topics(who, (names.layout,), _READ),
             *_topics(who, (names.views, names.decisions, names.dlq, names.audit), _READ),
             Grant(who, Resource.TRANSACTIONAL_ID, names.writer_prefix, Pattern.PREFIXED, _WRITE)]  # fmt: skip
 

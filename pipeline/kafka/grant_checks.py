@@ -146,3 +146,32 @@ def revocable(existing: Iterable[Grant], desired: Iterable[Grant], principals: I
     return sorted((g for g in single_operations(existing)
                    if g.principal in managed and of_pipeline(g, names) and g not in wanted),
                   key=lambda g: (g.principal, g.resource.value, g.name, g.operations))  # fmt: skip
+
+
+def kept_for_live_topics(names: TopicNames, roles: Sequence[Role], shared_live: bool, tenants: Sequence[str]
+                         ) -> list[Grant]:  # fmt: skip
+    """The grants both tenancy modes' plans give `roles` on the topics that exist: what an apply never revokes.
+
+    The shared topics' (when they exist) and every tenant's own (of `tenants`, those with topics): a
+    cluster may run both modes at once (cases decided on the shared topics stay there), and an
+    apply in one mode must not stop the other mode's services.
+    """
+    shared = plan(names, roles) if shared_live else []
+    return [*shared, *(plan(names, roles, tenants) if tenants else [])]
+
+
+def on_live_topics(grants: Iterable[Grant], topics: Iterable[str]) -> list[tuple[Grant, str]]:
+    """Each topic grant that reaches a topic in `topics`, with the first such topic (sorted).
+
+    Revoking a service's grant on a topic that exists stops whatever of it uses the topic by that grant.
+    """
+    live = sorted(topics)
+    found = []
+    for grant in grants:
+        if grant.resource is not Resource.TOPIC:
+            continue
+        prefixed = grant.pattern is Pattern.PREFIXED
+        hit = next((t for t in live if grant.name in (t, "*") or (prefixed and t.startswith(grant.name))), None)
+        if hit is not None:
+            found.append((grant, hit))
+    return found

@@ -4,17 +4,23 @@ A key is `dpm_<id>_<secret>`: the id names the stored entry, the secret (32 rand
 only as its SHA-256 (a key is not a password: its entropy makes a slow hash pointless). The file is
 written whole and replaced atomically, readable by its owner only; every replica of the API reads
 it again when it changes, so a key removed is refused at once everywhere the file is shared (a
-mounted secret on Kubernetes). Removing a tenant (`dpm tenants remove`) removes its keys.
+mounted secret on Kubernetes). A change (add, remove) reads and writes the file under an exclusive
+lock on a sibling file (`.<name>.lock`), so changes made at once by several processes are applied
+one after the other: none brings back a key another removed or loses one another added. Removing a
+tenant (`dpm tenants remove`, or `dpm tenants add --replace` of an earlier one) removes its keys.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import fcntl
 import hashlib
 import hmac
 import os
 import secrets
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -109,20 +115,41 @@ class ApiKeys:
         key_id, secret = secrets.token_hex(6), secrets.token_urlsafe(32)
         created = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
         made = ApiKey(key_id, tenant, _digest(secret), created)
-        self._write([*self._read().values(), made])
+        with self._changing():
+            self._write([*self._read().values(), made])
         return made, f"{_PREFIX}{key_id}_{secret}"
 
     def remove(self, *, key_id: str | None = None, tenant: str | None = None) -> list[ApiKey]:
         """Removes one key by id, or every key of a tenant; returns what was removed."""
         kept: list[ApiKey] = []
         removed: list[ApiKey] = []
-        for key in self._read().values():
-            (removed if key.key_id == key_id or (tenant is not None and key.tenant == tenant) else kept).append(key)
-        if key_id is not None and not removed:
-            raise ApiKeyError(f"no API key {key_id!r} in {self.path}")
-        if removed:
-            self._write(kept)
+        with self._changing():
+            for key in self._read().values():
+                (removed if key.key_id == key_id or (tenant is not None and key.tenant == tenant) else kept).append(key)
+            if key_id is not None and not removed:
+                raise ApiKeyError(f"no API key {key_id!r} in {self.path}")
+            if removed:
+                self._write(kept)
         return removed
+
+    @contextmanager
+    def _changing(self) -> Iterator[None]:
+        """Holds the keys file's exclusive lock (other processes' changes wait) while it is read and replaced.
+
+        The lock is on a sibling file, not on the keys file: the atomic replace gives the keys file a
+        new inode, and a lock held on the old one would not keep the next writer out.
+        """
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        lock = self.path.with_name(f".{self.path.name}.lock")
+        try:
+            descriptor = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
+        except OSError as exc:
+            raise ApiKeyError(f"{lock}: {exc.strerror}") from exc
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX)  # released by the close, even if this process dies
+            yield
+        finally:
+            os.close(descriptor)
 
     def _write(self, keys: list[ApiKey]) -> None:
         """The whole file, replaced atomically, readable by its owner only."""

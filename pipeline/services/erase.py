@@ -1,4 +1,12 @@
-"""The right to erasure: destroy the data key (crypto-shredding), tombstone the events; key rotation."""
+"""The right to erasure: destroy the data key (crypto-shredding), tombstone the events; key rotation.
+
+An erasure is four steps, each safe to repeat: destroy the data key (from then on every reader
+treats the case as erased), destroy its copies in retired generations' key topics, tombstone the
+events, tombstone the segment views. A step finds only what is still live, so an erasure run again
+does only what is left, and one of a case never written, or erased already, succeeds doing nothing.
+A step that fails stops the erasure with ErasureIncompleteError, which says which steps are done,
+which are left, and to run it again.
+"""
 
 from __future__ import annotations
 
@@ -83,13 +91,14 @@ def _tombstone_segment_views(settings: Settings, subject: CaseRef | str) -> int:
     return tombstones
 
 
-def _destroy_retired_keys(settings: Settings, subject: CaseRef | str) -> None:
+def _destroy_retired_keys(settings: Settings, subject: CaseRef | str) -> int:
     """Tombstones the case's (or the tenant's cases') data keys in the key topics of retired generations.
 
     A growth copied every data key to the new generation; the copies left behind must go too, or
     an erased case could still be opened from an older key topic.
     """
     config = settings.kafka.client_config()
+    destroyed = 0
     for names in _generations(settings, subject)[:-1]:
         found = records_of(config, names.keys, partial(_holds_key_of, subject))
         topic = KafkaKeyTopic(config, names.keys)
@@ -97,8 +106,10 @@ def _destroy_retired_keys(settings: Settings, subject: CaseRef | str) -> None:
             for key, _partition in found:
                 tenant, _, case_id = key.decode().partition("/")
                 topic.publish(CaseRef(tenant, case_id), None)
+                destroyed += 1
         finally:
             topic.close()
+    return destroyed
 
 
 def _tombstone(
@@ -134,32 +145,82 @@ def _tenant_named(tenant: str, key: bytes | None, value: bytes | None) -> bool:
     return names_tenant(key, value, tenant)
 
 
+# Names no case or tenant: the message goes to the API's log, and an erased subject's ids are not logged.
+_AGAIN = "run the same erasure again (`dpm erase`, or the admin DELETE)"
+
+
+class ErasureIncompleteError(DpmError):
+    """An erasure stopped part way; the message says what is done, what is left, and to run it again."""
+
+
+@dataclass(frozen=True)
+class _Step:
+    done: str  # what is true once the step ran, e.g. "the data key is destroyed"
+    left: str  # what is left while it has not, e.g. "the data key is not yet destroyed"
+    run: Callable[[], int]  # returns how many records it destroyed or tombstoned
+
+
+def _run(steps: list[_Step], again: str) -> list[int]:
+    """Runs the steps in order; the first that fails raises ErasureIncompleteError naming what is done and left."""
+    counts: list[int] = []
+    for n, step in enumerate(steps):
+        try:
+            counts.append(step.run())
+        except (DpmError, OSError) as exc:
+            done = "; ".join(s.done for s in steps[:n]) or "nothing is erased yet"
+            left = "; ".join(s.left for s in steps[n:])
+            raise ErasureIncompleteError(f"the erasure stopped ({exc}): {done}; {left}: {again} (every step is "
+                                         "safe to repeat: it does only what is left)") from exc  # fmt: skip
+    return counts
+
+
+def _destroy_key(settings: Settings, case: CaseRef) -> int:
+    with closing(case_keys_from(settings, names=topics_of(settings, case.tenant))) as keys:
+        return int(keys.erase_case(case))
+
+
+def _destroy_keks(settings: Settings, tenant: str) -> int:
+    with closing(case_keys_from(settings, names=topics_of(settings, tenant))) as keys:
+        return len(keys.erase_tenant(tenant))
+
+
+def _later_steps(settings: Settings, subject: CaseRef | str) -> list[_Step]:
+    """The steps after the key's destruction, the same for a case and a tenant."""
+    return [
+        _Step("the older generations' copies of the key are destroyed",
+              "the older generations' copies of the key are not yet destroyed",
+              partial(_destroy_retired_keys, settings, subject)),
+        _Step("the events are tombstoned", "the events are not yet tombstoned",
+              partial(_tombstone_events, settings, subject)),
+        _Step("the segment views are tombstoned", "the segment views are not yet tombstoned",
+              partial(_tombstone_segment_views, settings, subject)),
+    ]  # fmt: skip
+
+
 def erase_case(settings: Settings, case: CaseRef) -> Erasure:
     """Destroys the case's data key, then tombstones every record of the events topic that names the case.
 
     From the key's tombstone on, every reader treats the case as erased; compaction removes the
-    events (and the key record) within the topics' erasure bound.
+    events (and the key record) within the topics' erasure bound. A case never written, or erased
+    already, is erased again doing nothing: all counts 0. Raises ErasureIncompleteError when a
+    step fails.
     """
-    with closing(case_keys_from(settings, names=topics_of(settings, case.tenant))) as keys:
-        had_key = keys.erase_case(case)
-    _destroy_retired_keys(settings, case)
-    tombstones = _tombstone_events(settings, case)
-    views = _tombstone_segment_views(settings, case)
-    if not had_key and not tombstones and not views:
-        raise DpmError(f"no key and no events of {case.key}: nothing to erase")
-    return Erasure(case.key, int(had_key), tombstones, views)
+    first = _Step("the data key is destroyed", "the data key is not yet destroyed",
+                  partial(_destroy_key, settings, case))  # fmt: skip
+    keys, _, events, views = _run([first, *_later_steps(settings, case)], _AGAIN)
+    return Erasure(case.key, keys, events, views)
 
 
 def erase_tenant(settings: Settings, tenant: str) -> Erasure:
-    """Destroys every key-encryption key of the tenant and tombstones each of its cases' data keys and events."""
-    with closing(case_keys_from(settings, names=topics_of(settings, tenant))) as keys:
-        cases = keys.erase_tenant(tenant)
-    _destroy_retired_keys(settings, tenant)
-    tombstones = _tombstone_events(settings, tenant)  # one pass over the topic for all the tenant's cases
-    views = _tombstone_segment_views(settings, tenant)
-    if not cases and not tombstones and not views:
-        raise DpmError(f"no keys and no events of tenant {tenant!r}: nothing to erase")
-    return Erasure(tenant, len(cases), tombstones, views)
+    """Destroys every key-encryption key of the tenant and tombstones each of its cases' data keys and events.
+
+    Like erase_case: a tenant with nothing left to erase is erased doing nothing; a failed step raises
+    ErasureIncompleteError.
+    """
+    first = _Step("the tenant's keys are destroyed", "the tenant's keys are not yet destroyed",
+                  partial(_destroy_keks, settings, tenant))  # fmt: skip
+    keys, _, events, views = _run([first, *_later_steps(settings, tenant)], _AGAIN)
+    return Erasure(tenant, keys, events, views)
 
 
 def rotate_tenant_key(settings: Settings, tenant: str) -> Rotation:

@@ -6,11 +6,11 @@ pattern, within PATTERN_REFRESH_MS of its topics being created.
 
 Whatever names a tenant goes with it: removing one destroys its key-encryption keys first
 (everything sealed under them is unreadable from then on), deletes its topics (Kafka drops the
-groups' committed offsets on them, which the removal checks), revokes every grant of its principal
-and every grant on its topics, and deletes its principal's SCRAM credential, so an old client
-properties file stops authenticating. Adding a tenant refuses a name whose principal or grants
-outlived an earlier tenant of that name, and an id that a shared grant would reach
-(grant_checks.colliding_tenant).
+groups' committed offsets on them, which the removal checks), removes its API keys, revokes every
+grant of its principal and every grant on its topics, and deletes its principal's SCRAM credential,
+so an old client properties file stops authenticating (`take_away`, which `add --replace` runs too).
+Adding a tenant refuses a name whose principal or grants outlived an earlier tenant of that name,
+and an id that a shared grant would reach (grant_checks.colliding_tenant).
 """
 
 from __future__ import annotations
@@ -31,7 +31,9 @@ from pipeline.kafka.grant_checks import (
     Overlap,
     colliding_tenant,
     isolation,
+    kept_for_live_topics,
     of_pipeline,
+    on_live_topics,
     revocable,
     tenant_of_principal,
     tenant_scope,
@@ -50,7 +52,7 @@ from pipeline.kafka.topics import (
     existing_topics,
     pipeline_topics,
 )
-from pipeline.services.api_keys import ApiKeys, keys_file
+from pipeline.services.api_keys import ApiKey, ApiKeys, keys_file
 
 
 def topics_of(settings: Settings, tenant: str) -> TopicNames:
@@ -130,6 +132,8 @@ class TenantAdded:
     replaced: Leftovers | None  # an earlier tenant's principal and grants removed first (--replace)
     properties: Path | None  # the client properties of its new principal (the local secured broker only)
     other_overlaps: tuple[Overlap, ...] = ()  # what the isolation check found about other tenants
+    revoked: Revoked | None = None  # what --replace took away: the earlier tenant's grants, credential, API keys
+    api_keys_kept: int = 0  # API keys of the name, made before the tenant was added (no --replace): they act for it
 
 
 def add_tenant(
@@ -139,7 +143,9 @@ def add_tenant(
 
     A new tenant (none of its topics exist) is refused when a shared grant would reach its topics,
     when any grant on the cluster would reach them from another principal, or when its principal or
-    grants are still on the cluster from an earlier tenant of that name (removed first with `replace`).
+    grants are still on the cluster from an earlier tenant of that name. With `replace`, whatever an
+    earlier tenant of the name left (grants, credential, API keys) is taken away first, as its
+    removal takes it away (`take_away`).
     """
     names = _require_topics_mode(settings)
     collision = colliding_tenant(names, tenant)
@@ -149,6 +155,7 @@ def add_tenant(
     config = settings.kafka.client_config()
     existing = existing_topics(config)
     replaced: Leftovers | None = None
+    revoked: Revoked | None = None
     others: tuple[Overlap, ...] = ()
     if not any(spec.name in existing for spec in pipeline_topics(own)):
         on_cluster = cluster_grants(config) or []
@@ -157,10 +164,11 @@ def add_tenant(
             raise DpmError(f"tenant {tenant!r} has no topics, but {left.described()} outlived an earlier tenant of "
                            f"that name (an old client properties file would read the new tenant's data): remove them "
                            f"with `dpm tenants remove {tenant} --yes`, or add with --replace")  # fmt: skip
-        if left:
-            _revoke(settings, left)  # its password goes with it: the new principal gets a new one
+        if replace:
+            _require_alter(config, left, "adding it with --replace")
+            revoked = take_away(settings, left)  # its password goes with it: the new principal gets a new one
             on_cluster = [g for g in on_cluster if g not in left.grants]
-            replaced = left
+            replaced = left if left else None
         _refuse_shared_cases(settings, names, tenant, existing)
         problems = isolation(names, sorted({*_tenants_in(names, existing), tenant}), on_cluster)
         reaching = [p for p in problems if p.tenant == tenant]
@@ -170,7 +178,22 @@ def add_tenant(
         others = tuple(problems)
     bound = ErasureBound(settings.keys.erasure_lag_ms, settings.keys.tombstone_retention_ms)
     report = create_pipeline_topics(config, own, partitions, replication, bound)
-    return TenantAdded(report, replaced, _local_credential(settings, tenant), others)
+    kept = 0 if revoked is not None or report.existing else len(_api_keys_of(settings, tenant))
+    return TenantAdded(report, replaced, _local_credential(settings, tenant), others, revoked, kept)
+
+
+def _api_keys_of(settings: Settings, tenant: str) -> list[ApiKey]:
+    return [k for k in ApiKeys(keys_file(settings)).listed() if k.tenant == tenant]
+
+
+def _require_alter(config: dict[str, str], left: Leftovers, doing: str) -> None:
+    """Refuses, changing nothing, when there are leftovers and the principal may not take them away.
+
+    Revoking ACLs and deleting a credential need Alter on the cluster (the admin's).
+    """
+    if left and not cluster_allows(config, "ALTER"):
+        raise DpmError(f"{doing} takes away {left.described()}, which needs Alter on the cluster: run it as the "
+                       "admin (DPM_KAFKA_CONFIG naming admin.properties); nothing was changed")  # fmt: skip
 
 
 def _refuse_shared_cases(settings: Settings, names: TopicNames, tenant: str, existing: Iterable[str]) -> None:
@@ -274,9 +297,8 @@ class TenantRemoval:
     tenant: str
     keys_destroyed: int
     topics: tuple[str, ...]
-    revoked: Revoked
+    revoked: Revoked  # its grants, credential and API keys
     offsets_left: tuple[str, ...]  # committed offsets still on its topics (Kafka drops them with the topics)
-    api_keys_removed: int = 0  # its keys of the HTTP API (services/api_keys.py)
 
 
 def remove_tenant(settings: Settings, tenant: str) -> TenantRemoval:
@@ -293,40 +315,42 @@ def remove_tenant(settings: Settings, tenant: str) -> TenantRemoval:
     if not mine and not left:
         raise DpmError(f"tenant {tenant!r} has no topics under {names.scope}, no grants and no credential: "
                        "nothing to remove")  # fmt: skip
-    if left and not cluster_allows(config, "ALTER"):
-        raise DpmError(f"removing tenant {tenant!r} takes away {left.described()}, which needs Alter on the "
-                       "cluster: run it as the admin (DPM_KAFKA_CONFIG naming admin.properties); "
-                       "nothing was changed")  # fmt: skip
+    _require_alter(config, left, f"removing tenant {tenant!r}")
     shredded = 0
     if names.keys in existing:
         with closing(case_keys_from(settings, names=names)) as keys:
             shredded = len(keys.erase_tenant(tenant))
     delete_topics(config, list(mine))  # its keys are destroyed already: what it leaves is unreadable
-    revoked = _revoke(settings, left)
-    api_keys = len(ApiKeys(keys_file(settings)).remove(tenant=tenant))
-    return TenantRemoval(tenant, shredded, mine, revoked, _offsets_left(config, mine, names.prefix), api_keys)
+    revoked = take_away(settings, left)
+    return TenantRemoval(tenant, shredded, mine, revoked, _offsets_left(config, mine, names.prefix))
 
 
 @dataclass(frozen=True)
 class Revoked:
-    """What a tenant's leftovers were: grants revoked, credentials deleted (or why kept), its properties file."""
+    """What gave a tenant access, taken away: API keys, grants revoked, credentials deleted (or why kept)."""
 
     grants: int
     credentials: int
     kept: str | None  # why the principal's credential stays (another pipeline's grants use it)
     properties: Path | None  # the local properties file deleted with the credential
+    api_keys: int = 0  # its keys of the HTTP API (services/api_keys.py)
 
 
-def _revoke(settings: Settings, left: Leftovers) -> Revoked:
-    """Revokes the leftovers' grants; deletes the credential and its local file unless grants elsewhere use it."""
+def take_away(settings: Settings, left: Leftovers) -> Revoked:
+    """Takes away every way in the tenant had but its topics; the one step of `remove_tenant` and `add --replace`.
+
+    Its API keys first (the doors refuse them from their next request), then the leftovers' grants,
+    then its principal's credential and local properties file unless other pipelines' grants use it.
+    """
+    api_keys = len(ApiKeys(keys_file(settings)).remove(tenant=left.tenant))
     config = settings.kafka.client_config()
     revoked = revoke_grants(config, left.grants)
     if left.elsewhere:
         kept = (f"{tenant_principal(left.tenant)} keeps its credential: {len(left.elsewhere)} grant(s) of other "
                 f"pipelines use it, e.g. {left.elsewhere[0].resource.value} {left.elsewhere[0].name!r}")  # fmt: skip
-        return Revoked(revoked, 0, kept, None)
+        return Revoked(revoked, 0, kept, None, api_keys)
     deleted = delete_scram_credentials(config, _user(left.tenant))
-    return Revoked(revoked, deleted, None, _forget_properties(settings, left.tenant))
+    return Revoked(revoked, deleted, None, _forget_properties(settings, left.tenant), api_keys)
 
 
 _OFFSETS_SETTLE_S = 10.0
@@ -352,21 +376,45 @@ def _forget_properties(settings: Settings, tenant: str) -> Path | None:
     return path
 
 
-def revoke_unplanned(settings: Settings, roles: list[Role], tenants: list[str]) -> list[Grant]:
-    """Revokes the cluster's grants of `roles`' principals on this pipeline that the plan does not give; returns them.
+def unplanned(settings: Settings, roles: list[Role], tenants: list[str], *, other_mode: bool = False) -> list[Grant]:
+    """The cluster's grants of `roles`' principals on this pipeline that `dpm acl apply` revokes (none revoked here).
 
-    The plan is every tenant's on the cluster and `tenants`. With tenancy by topic the producer role
-    is every tenant's principal, and the shared mode's `User:producer`, whose grants all go.
+    The plan is this tenancy mode's, for every tenant on the cluster and `tenants`. Kept too, unless
+    `other_mode`, is what the other mode's plan gives on the topics that exist: the shared topics' grants
+    while they exist, every tenant's while its topics exist (an apply in one mode never stops the
+    other's services). With tenancy by topic the producer role is every tenant's principal too.
     """
     names = TopicNames(settings.kafka.topic_prefix)
-    on_cluster = cluster_grants(settings.kafka.client_config())
+    config = settings.kafka.client_config()
+    on_cluster = cluster_grants(config)
     if on_cluster is None:
         return []
+    topics = existing_topics(config)
     by_topic = settings.kafka.tenancy == "topics"
-    everyone = sorted({*tenants_on_cluster(settings), *tenants}) if by_topic else []
+    on_topics = _tenants_in(names, topics)
+    desired = plan(names, roles, sorted({*on_topics, *tenants})) if by_topic else plan(names, roles)
+    if not other_mode:
+        desired += kept_for_live_topics(names, roles, by_topic and names.triggers in topics,
+                                        [] if by_topic else on_topics)  # fmt: skip
     managed = {principal(r) for r in roles}
     if by_topic and Role.PRODUCER in roles:
         managed |= {g.principal for g in on_cluster if tenant_of_principal(g.principal) is not None}
-    gone = revocable(on_cluster, plan(names, roles, everyone), managed, names)
+    return revocable(on_cluster, desired, managed, names)
+
+
+def revoke_unplanned(settings: Settings, roles: list[Role], tenants: list[str], *, other_mode: bool = False
+                     ) -> list[Grant]:  # fmt: skip
+    """Revokes what `unplanned` finds; returns it."""
+    gone = unplanned(settings, roles, tenants, other_mode=other_mode)
     revoke_grants(settings.kafka.client_config(), gone)
     return gone
+
+
+def apply_would_stop(settings: Settings, tenants: list[str]) -> list[tuple[Grant, str]]:
+    """The grants `dpm acl apply` (every role, this tenancy mode) would revoke on a topic that exists, with the topic.
+
+    Each is a grant a service's principal holds on a live topic: revoking it stops whatever of that
+    service uses the topic by it (the plan changed under a running cluster, or grants made by hand).
+    """
+    gone = unplanned(settings, list(Role), tenants)
+    return on_live_topics(gone, existing_topics(settings.kafka.client_config()))

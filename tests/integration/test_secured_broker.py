@@ -219,6 +219,33 @@ def _indexed_by_ui(base: str, count: int, timeout_s: float = 60) -> bool:
     return False
 
 
+def test_the_agents_principal_erases_a_case_to_its_segment_views_as_a_door_s_admin_delete_does(shared: Shared) -> None:
+    """`DELETE /v1/tenants/{t}/cases/{c}` runs erase_case as the door's principal (User:producer in shared mode).
+
+    It stopped at the segments topic, after destroying the key and tombstoning the events: the plan's
+    grants now reach every step, and an erasure run again does nothing, without an error.
+    """
+    names = shared.names
+    case = small_cases(per_domain=1, tenant=f"erase{uuid.uuid4().hex[:6]}")[0]
+    keys_dir = Path(os.environ["DPM_KEYS_DIR"])
+    sealing = kafka_case_keys(shared.config(Role.PRODUCER.value), names.keys,
+                              LocalFileKeyProvider(keys_folder(keys_dir, names.prefix)))  # fmt: skip
+    writer = EventProducer(shared.config(Role.PRODUCER.value), names, cipher=sealing)
+    writer.append(case.trajectory.events[:3])
+    writer.close()
+    sealing.close()
+    views = Producer(shared.config(Role.WORKER.value))  # a long case's segment views, as a worker keeps them
+    views.produce(names.segments, key=f"{case.ref.key}/segment-0".encode(), value=b"{}")
+    assert views.flush(30) == 0
+    erase = ("erase", "--tenant", case.ref.tenant, "--case", case.ref.case_id)
+    done = shared.secured.dpm(Role.PRODUCER.value, *erase, DPM_TOPIC_PREFIX=names.prefix)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "1 data key(s) destroyed, 3 event tombstone(s) and 1 segment view tombstone(s)" in done.stdout
+    again = shared.secured.dpm(Role.PRODUCER.value, *erase, DPM_TOPIC_PREFIX=names.prefix)
+    assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-2000:]
+    assert "0 data key(s) destroyed, 0 event tombstone(s) and 0 segment view tombstone(s)" in again.stdout
+
+
 def test_the_agents_principal_appends_through_case_writers_and_sends_requests_on_its_plan_alone(
     shared: Shared, tmp_path: Path
 ) -> None:

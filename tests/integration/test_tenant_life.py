@@ -281,3 +281,43 @@ def _marker_nowhere(
     topics = sorted(t for t in existing_topics(admin) if t.startswith((own.scope, f"{life.names.prefix}-")))
     assert own.dlq in topics
     assert [t for t in topics if holds(t)] == []
+
+
+def test_a_tenant_s_door_principal_erases_a_case_to_its_segment_views_and_again_doing_nothing(life: Life) -> None:
+    """The admin DELETE of a door run as `User:tenant-<t>` (tenancy by topic): its grants alone reach every step."""
+    tenant = f"zeta{uuid.uuid4().hex[:6]}"
+    agents = life.onboard(tenant)
+    own = life.names.of_tenant(tenant)
+    case = small_cases(per_domain=1, tenant=tenant)[0]
+    folder = keys_folder(Path(os.environ["DPM_KEYS_DIR"]), life.names.prefix)
+    keys = kafka_case_keys(agents, own.keys, LocalFileKeyProvider(folder), tenant)
+    writer = EventProducer(agents, own, keys)
+    writer.append(case.trajectory.events[:3])
+    writer.close()
+    keys.close()
+    views = Producer(life.secured.config(Role.WORKER.value))  # a long case's segment views, as a worker keeps them
+    for n in range(2):
+        views.produce(own.segments, key=f"{case.ref.key}/segment-{n}".encode(), value=b"{}")
+    assert views.flush(30) == 0
+
+    status, said = life.dpm(life.user(tenant), "erase", "--tenant", tenant, "--case", case.ref.case_id)
+    assert status == 0, said
+    assert "1 data key(s) destroyed, 3 event tombstone(s) and 2 segment view tombstone(s)" in said, said
+    status, said = life.dpm(life.user(tenant), "erase", "--tenant", tenant, "--case", case.ref.case_id)
+    assert status == 0, said  # erased already: nothing left to do, and no error
+    assert "0 data key(s) destroyed, 0 event tombstone(s) and 0 segment view tombstone(s)" in said, said
+    status, said = life.dpm(life.user(tenant), "erase", "--tenant", tenant, "--case", "never-written")
+    assert status == 0, said
+
+
+def test_a_shared_mode_apply_keeps_the_tenants_grants_and_the_check_finds_nothing_apply_would_stop(life: Life) -> None:
+    """`DPM_TENANCY=shared dpm acl apply` revoked every service grant on the tenants' own topics (workers stopped)."""
+    tenant = f"eta{uuid.uuid4().hex[:6]}"
+    life.onboard(tenant)
+    before = sorted(life.grants_naming(tenant))
+    done = life.secured.dpm("admin", "acl", "apply", **{**life.env, "DPM_TENANCY": "shared"})
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f".{tenant}." not in done.stdout, done.stdout  # nothing of the tenant's revoked
+    assert sorted(life.grants_naming(tenant)) == before
+    _, said = life.dpm(Role.OPERATOR.value, "acl", "plan", "--check")  # other tests' tenants may overlap: exit 1
+    assert "would stop a service" not in said, said

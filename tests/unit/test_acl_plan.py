@@ -13,10 +13,13 @@ from pipeline.kafka.acl_plan import (
     Role,
     kafka_acls_commands,
     plan,
+    principal,
     strimzi_users,
     strimzi_yaml,
+    tenant_principal,
 )
 from pipeline.kafka.admin import READER_GROUP_PREFIX
+from pipeline.kafka.grant_checks import kept_for_live_topics, on_live_topics, revocable, single_operations
 from pipeline.kafka.topics import TopicNames, pipeline_topics
 
 NAMES = TopicNames("bank")
@@ -40,11 +43,12 @@ def test_every_grant_stays_inside_its_pipeline() -> None:
 
 def test_the_producer_writes_inputs_through_case_writers_and_reads_its_replies() -> None:
     grants = _of(Role.PRODUCER)
-    assert _topics(grants, "Write") == {NAMES.events, NAMES.triggers, NAMES.keys}
+    # The segments topic: a door running as this principal erases a case's segment views (an admin key's DELETE).
+    assert _topics(grants, "Write") == {NAMES.events, NAMES.triggers, NAMES.keys, NAMES.segments}
     # Sealing needs the case keys; a case's writer reads its partitions back; the client waits for its replies
     # and replays its decisions (memory.replay reads their audit records).
     assert _topics(grants, "Read") == {NAMES.events, NAMES.triggers, NAMES.keys, NAMES.layout, NAMES.views,
-                                       NAMES.decisions, NAMES.dlq, NAMES.audit}  # fmt: skip
+                                       NAMES.decisions, NAMES.dlq, NAMES.audit, NAMES.segments}  # fmt: skip
     assert not _topics(grants, "Write") & {NAMES.views, NAMES.decisions, NAMES.dlq, NAMES.audit}
     writers = [g for g in grants if g.resource is Resource.TRANSACTIONAL_ID]
     assert writers == [Grant("User:producer", Resource.TRANSACTIONAL_ID, "bank.writer.", Pattern.PREFIXED,
@@ -123,3 +127,58 @@ def test_strimzi_users_are_one_scram_user_per_role_with_the_same_acls() -> None:
     operator = next(u for u in users if u["metadata"]["name"] == "operator")
     assert {"resource": {"type": "cluster"}, "operations": ["Describe"], "host": "*"} in operator["spec"][
         "authorization"]["acls"]  # fmt: skip
+
+
+def test_the_door_s_principal_may_do_every_step_of_an_erasure_in_both_tenancy_modes() -> None:
+    """An admin's DELETE runs as the door's principal: the data keys, events and segment views, every generation."""
+    for names, grants in ((NAMES, _of(Role.PRODUCER)),
+                          (NAMES.of_tenant("acme"), plan(NAMES, [Role.PRODUCER], ["acme", "globex"]))):  # fmt: skip
+        for topic in (names.keys, names.events, names.segments):
+            for generation in (topic, f"{topic}-g2"):
+                reached = [g for g in grants if g.resource is Resource.TOPIC and generation.startswith(g.name)
+                           and g.principal in ("User:producer", "User:tenant-acme")]  # fmt: skip
+                assert {"Read", "Write", "Describe"} <= {op for g in reached for op in g.operations}, generation
+        assert not [g for g in grants if g.resource is Resource.TOPIC and "Delete" in g.operations]
+
+
+# --- an apply in one tenancy mode never stops the other's services ------------------------------------
+
+_SERVICES = {principal(r) for r in Role}
+
+
+def _live(names: TopicNames, tenants: list[str], shared: bool) -> set[str]:
+    scopes = [names.of_tenant(t) for t in tenants] + ([names] if shared else [])
+    return {spec.name for scope in scopes for spec in pipeline_topics(scope)}
+
+
+def test_a_shared_apply_keeps_every_grant_on_the_tenants_own_topics() -> None:
+    """`DPM_TENANCY=shared dpm acl apply` on a cluster with tenants revoked 174 bindings; it revokes none now."""
+    both = [*plan(NAMES), *plan(NAMES, tuple(Role), ["acme", "globex"])]
+    on_cluster = sorted(single_operations(both), key=str)
+    shared_only = revocable(on_cluster, plan(NAMES), _SERVICES, NAMES)
+    assert len(shared_only) > 100  # what the shared plan alone revoked: the workers' grants on the tenants' topics
+    kept = [*plan(NAMES), *kept_for_live_topics(NAMES, tuple(Role), False, ["acme", "globex"])]
+    assert revocable(on_cluster, kept, _SERVICES, NAMES) == []
+    live = _live(NAMES, ["acme", "globex"], shared=True)
+    assert on_live_topics(shared_only, live)  # and the check names them: they would stop the worker
+    assert any(g.principal == "User:worker" and t == "bank.acme.triggers" for g, t in on_live_topics(shared_only, live))
+
+
+def test_a_topics_apply_keeps_the_shared_grants_while_the_shared_topics_exist() -> None:
+    names, roles = NAMES, tuple(Role)
+    on_cluster = sorted(single_operations([*plan(names), *plan(names, roles, ["acme"])]), key=str)
+    managed = _SERVICES | {tenant_principal("acme")}
+    by_topic = plan(names, roles, ["acme"])
+    live = revocable(on_cluster, [*by_topic, *kept_for_live_topics(names, roles, True, [])], managed, names)
+    assert live == []
+    gone = revocable(on_cluster, [*by_topic, *kept_for_live_topics(names, roles, False, [])], managed, names)
+    assert Grant("User:producer", Resource.TOPIC, names.events, Pattern.PREFIXED, ("Write",)) in gone  # retired
+    assert on_live_topics(gone, _live(names, ["acme"], shared=False)) == []  # on no topic that exists: stops nothing
+
+
+def test_a_revoked_grant_is_on_a_live_topic_only_when_a_topic_it_names_exists() -> None:
+    prefixed = Grant("User:worker", Resource.TOPIC, "bank.events", Pattern.PREFIXED, ("Read",))
+    literal = Grant("User:worker", Resource.TOPIC, "bank.views", Pattern.LITERAL, ("Write",))
+    group = Grant("User:worker", Resource.GROUP, "bank-projection", Pattern.LITERAL, ("Read",))
+    found = on_live_topics([prefixed, literal, group], {"bank.events-g2", "bank.viewsx"})
+    assert found == [(prefixed, "bank.events-g2")]  # a literal grant reaches its one name; groups are not topics

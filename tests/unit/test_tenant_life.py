@@ -10,6 +10,7 @@ import orjson
 import pytest
 
 from pipeline.config.settings import Settings
+from pipeline.core.errors import DpmError
 from pipeline.core.event_log import RawRecord, ReadResult
 from pipeline.core.events import CaseRef, Event, InvalidEventError, LogPosition
 from pipeline.core.memory_log import InMemoryEventLog
@@ -18,11 +19,12 @@ from pipeline.kafka.credentials import credentials_dir
 from pipeline.kafka.grant_checks import colliding_tenant, overlaps, revocable, single_operations
 from pipeline.kafka.keystore import checked_key_record
 from pipeline.kafka.local_broker import ClusterLayout, _private
-from pipeline.kafka.topics import TenantNameError, TopicNames, check_topic_tenant
+from pipeline.kafka.topics import TenantNameError, TopicNames, TopicReport, check_topic_tenant, pipeline_topics
 from pipeline.keys.providers import KeyDestroyedError, LocalFileKeyProvider, WrappedKey
 from pipeline.keys.ring import KeyRing
 from pipeline.keys.store import CaseKeys, MemoryKeyTopic
 from pipeline.services import tenants
+from pipeline.services.api_keys import ApiKeys, keys_file
 from pipeline.wire.dead_letter import DeadLetterRecord, cases_named
 from pipeline.wire.event import EventRecord, append_events
 from pipeline.wire.key import KeyRecord
@@ -60,14 +62,14 @@ def test_an_id_ending_in_a_newline_is_refused_everywhere_an_id_is_checked(bad: s
 # --- grants that cannot overlap ----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("tenant", ["keystone", "events2", "triggers-x", "keys", "events-g3", "writer"])
+@pytest.mark.parametrize("tenant", ["keystone", "events2", "triggers-x", "keys", "events-g3", "writer", "segments2"])
 def test_a_tenant_id_that_a_shared_grant_would_reach_is_refused_with_the_grant(tenant: str) -> None:
     why = colliding_tenant(NAMES, tenant)
     assert why is not None
     assert f"dpm.{tenant}." in why
 
 
-@pytest.mark.parametrize("tenant", ["acme", "views2", "audit", "dlqx", "layoutco", "segments-r-us", "k"])
+@pytest.mark.parametrize("tenant", ["acme", "views2", "audit", "dlqx", "layoutco", "segment", "k"])
 def test_other_tenant_ids_are_free_of_every_shared_grant(tenant: str) -> None:
     assert colliding_tenant(NAMES, tenant) is None
 
@@ -316,14 +318,118 @@ def test_a_credential_another_pipeline_uses_is_kept_and_so_is_its_properties_fil
     mine = Grant(tenant_principal("acme"), Resource.TOPIC, "dpm.acme.", Pattern.PREFIXED, ("Read",))
 
     properties.write_text("sasl.password=kept\n")
-    shared = tenants._revoke(settings, tenants.Leftovers("acme", 1, (mine,), (other,)))
+    shared = tenants.take_away(settings, tenants.Leftovers("acme", 1, (mine,), (other,)))
     assert (shared.grants, shared.credentials, shared.properties) == (1, 0, None)
     assert shared.kept is not None
     assert "bank.acme." in shared.kept
     assert properties.exists()
     assert deleted == []
 
-    alone = tenants._revoke(settings, tenants.Leftovers("acme", 1, (mine,), ()))
+    alone = tenants.take_away(settings, tenants.Leftovers("acme", 1, (mine,), ()))
     assert (alone.grants, alone.credentials, alone.kept, alone.properties) == (1, 1, None, properties)
     assert not properties.exists()
     assert deleted == ["tenant-acme"]
+
+
+class _Cluster:
+    """The broker calls of services/tenants.py, answered from memory: topics, grants, one credential."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, grants: list[Grant], topics: set[str]) -> None:
+        self.grants, self.topics, self.credentials = grants, topics, 1
+        fakes = {"existing_topics": lambda _c: set(self.topics), "cluster_grants": lambda _c: self.grants,
+                 "cluster_allows": lambda _c, _op: True, "scram_mechanisms": self._mechanisms,
+                 "revoke_grants": self._revoke, "delete_scram_credentials": self._delete,
+                 "create_pipeline_topics": self._create, "delete_topics": self._delete_topics,
+                 "committed_offsets_on": lambda *_a: [], "case_keys_from": self._case_keys}  # fmt: skip
+        for name, fake in fakes.items():
+            monkeypatch.setattr(tenants, name, fake)
+
+    @staticmethod
+    def _case_keys(settings: Settings, names: TopicNames) -> CaseKeys:
+        del names
+        return CaseKeys(KeyRing(LocalFileKeyProvider(settings.paths.home / "keks")), MemoryKeyTopic())
+
+    def _mechanisms(self, _config: dict[str, str], _user: str) -> list[int]:
+        return [1] * self.credentials
+
+    def _revoke(self, _config: dict[str, str], grants: tuple[Grant, ...]) -> int:
+        self.grants = [g for g in self.grants if g not in grants]
+        return len(grants)
+
+    def _delete(self, _config: dict[str, str], _user: str) -> int:
+        deleted, self.credentials = self.credentials, 0
+        return deleted
+
+    def _create(self, _config: dict[str, str], names: TopicNames, *_args: object) -> TopicReport:
+        made = tuple(spec.name for spec in pipeline_topics(names))
+        self.topics |= set(made)
+        return TopicReport(made, ())
+
+    def _delete_topics(self, _config: dict[str, str], topics: list[str]) -> None:
+        self.topics -= set(topics)
+
+
+def test_replace_takes_away_an_earlier_tenant_s_api_keys_as_remove_does(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The old customer's keys would append to the new customer's cases: --replace removes them with its grants."""
+    settings = Settings.from_env({"DPM_HOME": str(tmp_path), "DPM_TENANCY": "topics"})
+    old = Grant(tenant_principal("acme"), Resource.TOPIC, "dpm.acme.", Pattern.PREFIXED, ("Read",))
+    cluster = _Cluster(monkeypatch, [old], set())  # the topics gone, the principal and its grant left
+    api_keys = ApiKeys(keys_file(settings))
+    _, old_key = api_keys.add("acme")
+    _, other_key = api_keys.add("globex")
+    with pytest.raises(DpmError, match="outlived an earlier tenant"):
+        tenants.add_tenant(settings, "acme", 3)
+    assert api_keys.holder(old_key) is not None  # refused: nothing changed
+
+    added = tenants.add_tenant(settings, "acme", 3, replace=True)
+    assert added.revoked is not None
+    assert (added.revoked.api_keys, added.revoked.grants, added.revoked.credentials) == (1, 1, 1)
+    assert api_keys.holder(old_key) is None
+    assert api_keys.holder(other_key) is not None
+    assert cluster.grants == []
+
+    _, new_key = api_keys.add("acme")  # the new customer's key, then the tenant's removal takes it, by the same step
+    removed = tenants.remove_tenant(settings, "acme")
+    assert removed.revoked.api_keys == 1
+    assert api_keys.holder(new_key) is None
+
+
+def test_replace_takes_away_api_keys_even_when_no_grant_was_left(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings = Settings.from_env({"DPM_HOME": str(tmp_path), "DPM_TENANCY": "topics"})
+    _Cluster(monkeypatch, [], set()).credentials = 0  # a cluster without ACLs: only the keys file names the tenant
+    api_keys = ApiKeys(keys_file(settings))
+    _, made_first = api_keys.add("acme")
+    kept = tenants.add_tenant(settings, "acme", 3)  # keys made before the tenant: kept, and counted for a note
+    assert (kept.revoked, kept.api_keys_kept) == (None, 1)
+    assert api_keys.holder(made_first) is not None
+    tenants.remove_tenant(settings, "acme")
+    _, left = api_keys.add("acme")
+    replaced = tenants.add_tenant(settings, "acme", 3, replace=True)
+    assert replaced.revoked is not None
+    assert (replaced.revoked.api_keys, replaced.replaced, replaced.api_keys_kept) == (1, None, 0)
+    assert api_keys.holder(left) is None
+
+
+def test_an_apply_in_either_mode_keeps_the_other_mode_s_grants_on_topics_that_exist(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    roles = list(Role)
+    live = {spec.name for scope in (NAMES, NAMES.of_tenant("acme")) for spec in pipeline_topics(scope)}
+    cluster = _Cluster(monkeypatch, sorted(single_operations([*plan(NAMES), *plan(NAMES, roles, ["acme"])]), key=str),
+                       set(live))  # fmt: skip
+    shared = Settings.from_env({"DPM_HOME": str(tmp_path), "DPM_TENANCY": "shared"})
+    by_topic = Settings.from_env({"DPM_HOME": str(tmp_path), "DPM_TENANCY": "topics"})
+    assert tenants.unplanned(shared, roles, []) == []
+    assert tenants.unplanned(by_topic, roles, []) == []
+    assert tenants.apply_would_stop(shared, []) == []
+    retired = tenants.unplanned(by_topic, roles, [], other_mode=True)  # asked for: the shared mode's, retired
+    assert "User:producer" in {g.principal for g in retired}
+
+    cluster.grants = [*cluster.grants, Grant("User:worker", Resource.TOPIC, "dpm.acme.views", Pattern.LITERAL,
+                                             ("Read",))]  # fmt: skip  # an older plan's, on a live topic
+    (stopping,) = tenants.apply_would_stop(by_topic, [])
+    assert stopping[1] == "dpm.acme.views"

@@ -57,9 +57,10 @@ def test_a_tenant_producer_is_granted_its_own_topics_only() -> None:
     acme = [g for g in grants if g.principal == tenant_principal("acme")]
     topics = {g.name for g in acme if g.resource is Resource.TOPIC}
     assert topics == {f"bank.acme.{t}" for t in ("events", "triggers", "keys", "views", "decisions", "audit", "dlq",
-                                                 "layout")}  # fmt: skip
-    writes = {g.name for g in acme if "Write" in g.operations}
-    assert writes == {"bank.acme.events", "bank.acme.triggers", "bank.acme.keys", "bank.acme.writer."}
+                                                 "layout", "segments")}  # fmt: skip
+    writes = {g.name for g in acme if "Write" in g.operations}  # segments: its door erases a case's segment views
+    assert writes == {"bank.acme.events", "bank.acme.triggers", "bank.acme.keys", "bank.acme.segments",
+                      "bank.acme.writer."}  # fmt: skip
     assert {g.resource for g in acme if g.name == "bank.acme.writer."} == {Resource.TRANSACTIONAL_ID}
     assert not [g for g in grants if g.principal == "User:producer"]  # no shared producer principal in this mode
     worker_topics = {g.name for g in grants if g.principal == "User:worker" and g.resource is Resource.TOPIC}
