@@ -30,6 +30,11 @@ class Erasure:
     event_tombstones: int
     segment_tombstones: int = 0
 
+    @property
+    def found(self) -> bool:
+        """Whether anything of the subject was left to destroy (False: never written, or erased already)."""
+        return bool(self.keys_destroyed or self.event_tombstones or self.segment_tombstones)
+
 
 Names = Callable[[bytes | None, bytes | None], bool]  # whether a record's key or value names the erased subject
 
@@ -138,16 +143,25 @@ def erase_case(settings: Settings, case: CaseRef) -> Erasure:
     """Destroys the case's data key, then tombstones every record of the events topic that names the case.
 
     From the key's tombstone on, every reader treats the case as erased; compaction removes the
-    events (and the key record) within the topics' erasure bound.
+    events (and the key record) within the topics' erasure bound. Idempotent: a case never written,
+    or erased already, leaves nothing to destroy (`found` is False), which is not an error; nor is
+    a tenant without topics of its own (tenancy by topic), which has no case.
     """
+    if not _has_topics(settings, case.tenant):
+        return Erasure(case.key, 0, 0, 0)
     with closing(case_keys_from(settings, names=topics_of(settings, case.tenant))) as keys:
         had_key = keys.erase_case(case)
     _destroy_retired_keys(settings, case)
     tombstones = _tombstone_events(settings, case)
     views = _tombstone_segment_views(settings, case)
-    if not had_key and not tombstones and not views:
-        raise DpmError(f"no key and no events of {case.key}: nothing to erase")
     return Erasure(case.key, int(had_key), tombstones, views)
+
+
+def _has_topics(settings: Settings, tenant: str) -> bool:
+    """Whether the tenant's records have topics to be in: always the shared ones, with tenancy by topic its own."""
+    if settings.kafka.tenancy != "topics":
+        return True
+    return topic_exists(settings.kafka.client_config(), topics_of(settings, tenant).keys)
 
 
 def erase_tenant(settings: Settings, tenant: str) -> Erasure:
