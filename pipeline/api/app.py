@@ -16,13 +16,16 @@ import threading
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from http import HTTPStatus
 from typing import Annotated, Any, Literal, TypeVar
+from urllib.parse import quote
 
 import orjson
 from fastapi import FastAPI, Header, Path, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
+from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from pipeline.api.problems import (
@@ -367,6 +370,16 @@ def _answer_problems(app: FastAPI) -> None:
     async def _problem(_: Request, problem: Problem) -> JSONResponse:
         return problem.response()
 
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        # FastAPI's own refusals (a body that is not UTF-8 JSON, a route that does not exist) as problems too
+        if exc.status_code == 400:
+            return bad_request("body: not a JSON document in UTF-8").response()
+        phrase = HTTPStatus(exc.status_code).phrase
+        return Problem(
+            exc.status_code, phrase.lower().replace(" ", "-"), phrase, phrase, dict(exc.headers or {})
+        ).response()
+
     @app.exception_handler(RefusedArgumentError)
     async def _refused(_: Request, exc: RefusedArgumentError) -> JSONResponse:
         return (unprocessable(exc.slug, str(exc)) if exc.unprocessable else bad_request(str(exc))).response()
@@ -612,7 +625,11 @@ def _task(body: DecideIn) -> TaskSpec:
 
 
 def _pending(decision_id: str) -> JSONResponse:
-    """202: the decision is asked for and not in yet; its URL says where it will be."""
-    url = f"/{VERSION}/decisions/{decision_id}"
+    """202: the decision is asked for and not in yet; its URL says where it will be.
+
+    The id is percent-encoded in the URL: a trigger id may hold any printable character, and a
+    header carries Latin-1 only.
+    """
+    url = f"/{VERSION}/decisions/{quote(decision_id, safe=':')}"
     return JSONResponse(Pending(decision_id=decision_id, url=url).model_dump(), status_code=202,
                         headers={"Location": url})  # fmt: skip

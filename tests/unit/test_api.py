@@ -16,6 +16,7 @@ from pipeline.client import (
     ClusterUnavailableError,
     DecisionNotFoundError,
     DecisionRefusedError,
+    DecisionTimeoutError,
     EventPosition,
 )
 from pipeline.config.settings import ApiSettings
@@ -336,3 +337,27 @@ def test_a_tenant_without_topics_is_404_not_a_broken_cluster(tmp_path: Path) -> 
                    client.post("/v1/cases/c/events", json={"events": [{"kind": "k", "text": "t"}]},
                                headers=_auth(globex))):  # fmt: skip
         assert str(_problem(answer, 404)["type"]).endswith("tenant-not-found")
+
+
+def test_a_body_that_is_not_utf8_json_and_an_unknown_route_answer_problems(api: Api) -> None:
+    client, keys, _, _ = api
+    acme = {**_auth(keys["acme"]), "content-type": "application/json"}
+    refused = _problem(client.post("/v1/cases/c/decisions", content=b"X\xff\xfe", headers=acme), 400)
+    assert str(refused["detail"]).startswith("body:")
+    _problem(client.get("/v1/no-such-route", headers=acme), 404)
+
+
+def test_a_pending_decision_s_location_is_percent_encoded(api: Api) -> None:
+    client, keys, memories, _ = api
+    acme = _auth(keys["acme"])
+    client.get("/v1/cases/c/decisions", headers=acme)  # the tenant's client made
+    waited: list[str] = []
+
+    async def never(decision_id: str, timeout: float) -> object:
+        waited.append(decision_id)
+        raise DecisionTimeoutError.of(decision_id, timeout)
+
+    memories["acme"].wait = never  # type: ignore[method-assign]
+    pending = client.get("/v1/decisions/k-\u00e9\U00092e5e:dpm?wait_s=1", headers=acme)
+    assert pending.status_code == 202, pending.text
+    assert pending.headers["Location"] == "/v1/decisions/k-%C3%A9%F2%92%B9%9E:dpm"
