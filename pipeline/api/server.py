@@ -14,6 +14,7 @@ from pipeline.core.events import CaseRef
 from pipeline.services.api_keys import ApiKeys, keys_file
 from pipeline.services.cluster import cluster_settings
 from pipeline.services.erase import erase_case
+from pipeline.services.tenant_gate import gated
 
 
 def app_from_env() -> FastAPI:
@@ -25,7 +26,7 @@ def app_from_env() -> FastAPI:
         done = await asyncio.to_thread(erase_case, settings, CaseRef(tenant, case_id))
         return done.keys_destroyed
 
-    app = create_api(memories, ApiKeys(keys_file(settings)), settings.api, erase)
+    app = create_api(gated(settings, memories), ApiKeys(keys_file(settings)), settings.api, erase)
     app.router.on_shutdown.append(memories.close)
     return app
 

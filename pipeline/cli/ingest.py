@@ -96,6 +96,9 @@ def erase(
     """
     settings = broker_settings()
     done = erase_case(settings, CaseRef(tenant, case_id)) if case_id else erase_tenant(settings, tenant)
+    if not done.found:  # erasing is idempotent: what is gone stays gone, and saying so is not an error
+        _out.print(f"nothing of {done.subject} to erase: never written, or erased already")
+        return
     _out.print(f"erased {done.subject}: {done.keys_destroyed} data key(s) destroyed, "
                f"{done.event_tombstones} event tombstone(s) and {done.segment_tombstones} segment view tombstone(s) "
                f"written; compaction removes the records")  # fmt: skip

@@ -15,11 +15,23 @@ def mcp(
     from pipeline.cli.reach import broker_settings
     from pipeline.mcp_server.run import serve_http, serve_stdio
 
+    stdio_tenant = None if http else _stdio_tenant(tenant)  # said before the broker is reached for
     settings = broker_settings()
-    if http:
+    if stdio_tenant is None:
         typer.echo(f"dpm mcp: http://{addr}:{port}/mcp (Authorization: Bearer <API key>; Ctrl-C stops)", err=True)
         serve_http(settings, addr, port)
         return
+    serve_stdio(settings, stdio_tenant)
+
+
+def _stdio_tenant(tenant: str | None) -> str:
+    """The tenant a stdio server acts for, checked as every door checks a tenant id."""
+    from pipeline.wire import door_checks
+    from pipeline.wire.door_checks import RefusedArgumentError
+
     if tenant is None:
         raise typer.BadParameter("over stdio, give the tenant the server acts for: --tenant T")
-    serve_stdio(settings, tenant)
+    try:
+        return door_checks.tenant(tenant, "--tenant")
+    except RefusedArgumentError as exc:
+        raise typer.BadParameter(str(exc)) from None

@@ -233,12 +233,13 @@ def mcp_page() -> str:
     """The MCP server's tools (their descriptions and input schemas) and resources, from the server itself."""
     import asyncio
 
+    from pipeline.config.settings import ApiSettings
     from pipeline.mcp_server.server import INSTRUCTIONS, build_server
 
     async def no_memory(tenant: str) -> Any:  # noqa: ANN401 - never called: only the tools are listed
         raise NotImplementedError(tenant)
 
-    server = build_server(no_memory, "tenant")
+    server = build_server(no_memory, "tenant", max_wait_s=ApiSettings.model_validate({}).max_wait_s)
     tools = asyncio.run(server.list_tools())
     templates = asyncio.run(server.list_resource_templates())
     lines = ["# MCP server", "", _GENERATED, "",

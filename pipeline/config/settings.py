@@ -460,7 +460,8 @@ class ApiSettings(_Group):
         60.0,
         gt=0,
         validation_alias="DPM_API_MAX_WAIT_S",
-        description="longest a request may wait for a decision (then 202 with the decision's URL)",
+        description="longest wait_s every door takes (the HTTP API, the MCP tools); a longer one is refused (400), "
+        "a decision not in within wait_s answers 202 with its URL (a tool: its id, pending)",
     )
 
 

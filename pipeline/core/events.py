@@ -8,8 +8,17 @@ from dataclasses import dataclass
 from pipeline.core.errors import DpmError
 
 # Tenants and cases are path segments of the Kafka key `tenant/case/seq`.
-_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,199}$")
+ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,199}$"
+_ID = re.compile(ID_PATTERN)
+ID_RULE = "1 to 200 letters, digits or ._:- starting with a letter or digit"
 SEQ_WIDTH = 8
+# An event's kind is a label (no control character: logs and tools print it on one line); its text
+# holds no NUL, which text stores and tools downstream (C strings, PostgreSQL) do not take.
+MAX_KIND_CHARS, MAX_TEXT_CHARS = 100, 1_000_000
+KIND_PATTERN = r"^[^\u0000-\u001f\u007f]+$"
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+KIND_RULE = f"1 to {MAX_KIND_CHARS} characters, none of them a control character (U+0000-U+001F, U+007F)"
+TEXT_RULE = f"at most {MAX_TEXT_CHARS:,} characters, none of them NUL (U+0000)"
 
 
 class InvalidEventError(DpmError):
@@ -17,10 +26,27 @@ class InvalidEventError(DpmError):
 
 
 def check_identifier(value: str, what: str) -> str:
-    """Returns `value` if it can be a key segment (letters, digits, `._:-`), else raises."""
+    """Returns `value` if it can be a key segment (letters, digits, `._:-`), else raises.
+
+    The error names `what` and the rule, never the value: it may be anything a caller sent.
+    """
     if not _ID.fullmatch(value):
-        raise InvalidEventError(f"{what} {value!r} must match {_ID.pattern}")
+        raise InvalidEventError(f"{what} must be {ID_RULE}")
     return value
+
+
+def check_kind(kind: str) -> str:
+    """Returns `kind` if it is an event's kind (a label of 1 to 100 characters, no control character), else raises."""
+    if not 1 <= len(kind) <= MAX_KIND_CHARS or _CONTROL.search(kind):
+        raise InvalidEventError(f"an event's kind must be {KIND_RULE}")
+    return kind
+
+
+def check_text(text: str) -> str:
+    """Returns `text` if it can be an event's text (at most 1,000,000 characters, no NUL), else raises."""
+    if len(text) > MAX_TEXT_CHARS or "\x00" in text:
+        raise InvalidEventError(f"an event's text must be {TEXT_RULE}")
+    return text
 
 
 @dataclass(frozen=True, order=True)
@@ -60,8 +86,7 @@ class Event:
     def __post_init__(self) -> None:
         if self.seq < 1:
             raise InvalidEventError(f"seq must be >= 1 (events are numbered 1..N), got {self.seq}")
-        if not self.kind:
-            raise InvalidEventError("event kind must not be empty")
+        check_kind(self.kind)  # the text's rule is the wire's (check_text): a case file's text may exceed a record
 
     @property
     def key(self) -> str:

@@ -49,7 +49,7 @@ class TaskSpec:
         if not self.task.strip():
             raise InvalidTaskError("task text must not be empty")
         if not self.label_space or len(set(self.label_space)) != len(self.label_space):
-            raise InvalidTaskError(f"label space must be non-empty and unique, got {self.label_space}")
+            raise InvalidTaskError("label space must be non-empty, each label once")
 
     def wire(self) -> dict[str, Any]:
         """The wire form used by triggers, decision records and case openings."""

@@ -2,12 +2,15 @@
 
 Over stdio the server acts for the one tenant it was started for (whoever runs it holds that
 tenant's settings). Over streamable HTTP every request carries an API key of the HTTP API
-(`Authorization: Bearer <key>`, services/api_keys.py), and acts for that key's tenant.
+(`Authorization: Bearer <key>`, read as the HTTP API reads it: services/api_keys.py), and acts for
+that key's tenant. Arguments are checked as the HTTP API checks them (wire/door_checks.py), before
+anything is written; a refused one is a tool error naming the argument and its rule, never its value.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from mcp.server.auth.middleware.auth_context import get_access_token
@@ -25,12 +28,14 @@ from pipeline.client import (
     NotAdverseError,
 )
 from pipeline.core.contest import NOT_ADVICE
-from pipeline.core.domains import domain_task
 from pipeline.services.api_keys import ApiKeys
+from pipeline.services.tenant_gate import TenantNotOnClusterError
+from pipeline.wire import door_checks
 from pipeline.wire.contest import reasons_outcome
+from pipeline.wire.door_checks import RefusedArgumentError
 
 MemoryFor = Callable[[str], Awaitable[AsyncDecisionMemory]]
-MAX_WAIT_S = 300.0  # longest a tool call waits for a decision (then it answers the id, pending)
+_BEARER = "Bearer "  # what the SDK takes off the Authorization header before it hands the rest on
 INSTRUCTIONS = (
     "Decision memory for this agent's cases: append each step you take to its case with append_event "
     "(kind: document, tool, message...; the text as it is), then ask for a decision with request_decision. "
@@ -46,15 +51,27 @@ class ApiKeyVerifier:
         self._keys = keys
 
     async def verify_token(self, token: str) -> AccessToken | None:
-        key = self._keys.holder(token)
+        key = self._keys.bearer(_BEARER + token)  # the header again, read by the HTTP API's one rule
         if key is None or key.admin:
             return None
         return AccessToken(token=token, client_id=key.tenant, scopes=[])
 
 
-def build_server(memory_for: MemoryFor, tenant: str | None, *, keys: ApiKeys | None = None,
+@contextmanager
+def _told() -> Iterator[None]:
+    """A refused argument or a failed call as a tool error that says what is wrong (never a value sent)."""
+    try:
+        yield
+    except (RefusedArgumentError, TenantNotOnClusterError, ClientError) as exc:
+        raise ToolError(str(exc)) from exc
+
+
+def build_server(memory_for: MemoryFor, tenant: str | None, *, max_wait_s: float, keys: ApiKeys | None = None,
                  url: str = "http://127.0.0.1:8089") -> MCPServer:  # fmt: skip
-    """The server: for `tenant` (stdio), or for each request's key's tenant (`keys`, streamable HTTP at `url`)."""
+    """The server: for `tenant` (stdio), or for each request's key's tenant (`keys`, streamable HTTP at `url`).
+
+    `max_wait_s` is the longest wait_s a tool takes (DPM_API_MAX_WAIT_S, as the HTTP API's).
+    """
     auth = None
     if keys is not None:
         auth = AuthSettings.model_validate({"issuer_url": url, "resource_server_url": url,
@@ -69,69 +86,81 @@ def build_server(memory_for: MemoryFor, tenant: str | None, *, keys: ApiKeys | N
             raise ToolError("no tenant: this server takes an API key (Authorization: Bearer <key>)")
         return await memory_for(caller)
 
-    _case_tools(server, memory)
-    _decision_tools(server, memory)
+    _case_tools(server, memory, max_wait_s)
+    _decision_tools(server, memory, max_wait_s)
     return server
 
 
-def _case_tools(server: MCPServer, memory: Callable[[], Awaitable[AsyncDecisionMemory]]) -> None:
+def _case_tools(server: MCPServer, memory: Callable[[], Awaitable[AsyncDecisionMemory]], max_wait_s: float) -> None:
     """The tools and the resource an agent works a case with: its steps in, a decision asked for, its decisions."""
 
     @server.tool()
     async def append_event(case_id: str, kind: str, text: str, idempotency_key: str | None = None) -> dict[str, int]:
-        """Append one step to a case (after its last); returns its seq in the case and its log position."""
-        try:
+        """Append one step to a case (after its last); returns its seq in the case and its log position.
+
+        kind: a label of 1 to 100 characters, no control characters; text: at most 1,000,000 characters, no NUL.
+        """
+        with _told():
+            door_checks.case_id(case_id)
+            door_checks.event(kind, text)
             done = await (await memory()).append(case_id, kind=kind, text=text, idempotency_key=idempotency_key)
-        except ClientError as exc:
-            raise ToolError(str(exc)) from exc
         return {"seq": done.seq, "partition": done.position.partition, "offset": done.position.offset}
 
     @server.tool()
     async def request_decision(case_id: str, domain: str, budget_chars: int = DEFAULT_BUDGET_CHARS,
-                               wait_s: float = 30.0, idempotency_key: str | None = None) -> dict[str, Any]:  # fmt: skip
+                               wait_s: float | None = None,
+                               idempotency_key: str | None = None) -> dict[str, Any]:  # fmt: skip
         """Ask for a decision of the case as it stands, waiting up to wait_s (else its id, for get_decision).
 
-        The task is the domain's standing one: loan, claim, prior_auth or tax_exam.
+        The task is the domain's standing one: loan, claim, prior_auth or tax_exam. budget_chars:
+        200 to 1,000,000. wait_s: 0 up to the server's maximum (DPM_API_MAX_WAIT_S); not given, 30 s
+        or that maximum when lower.
         """
-        client = await memory()
-        try:
-            decision_id = await client.request(case_id, task=domain_task(domain), budget=budget_chars,
-                                               idempotency_key=idempotency_key)  # fmt: skip
-            return (await client.wait(decision_id, min(wait_s, MAX_WAIT_S))).to_json()
-        except DecisionTimeoutError as exc:
-            return {"decision_id": exc.decision_id, "status": "pending"}
-        except ClientError as exc:
-            raise ToolError(str(exc)) from exc
+        with _told():
+            door_checks.case_id(case_id)
+            task = door_checks.standing_task(domain)
+            door_checks.budget(budget_chars)
+            waited = door_checks.wait_s(wait_s, max_wait_s)
+            client = await memory()
+            try:
+                decision_id = await client.request(case_id, task=task, budget=budget_chars,
+                                                   idempotency_key=idempotency_key)  # fmt: skip
+                return (await client.wait(decision_id, waited)).to_json()
+            except DecisionTimeoutError as exc:
+                return {"decision_id": exc.decision_id, "status": "pending"}
 
     @server.resource("dpm://cases/{case_id}/decisions", mime_type="application/json")
     async def case_decisions(case_id: str) -> list[str]:
         """The ids of a case's published decisions, oldest first."""
-        return await (await memory()).decisions_of(case_id)
+        with _told():
+            door_checks.case_id(case_id)
+            return await (await memory()).decisions_of(case_id)
 
 
-def _decision_tools(server: MCPServer, memory: Callable[[], Awaitable[AsyncDecisionMemory]]) -> None:
+def _decision_tools(server: MCPServer, memory: Callable[[], Awaitable[AsyncDecisionMemory]],
+                    max_wait_s: float) -> None:  # fmt: skip
     """The tools that read a decision: itself, its explanation, an adverse decision's reasons."""
 
     @server.tool()
     async def get_decision(decision_id: str, wait_s: float = 0.0) -> dict[str, Any]:
-        """A decision by id (waiting up to wait_s for one asked for but not in yet)."""
-        client = await memory()
-        try:
-            return (await client.collect(decision_id, min(wait_s, MAX_WAIT_S))).to_json()
-        except DecisionNotFoundError as exc:
-            raise ToolError(f"no decision {decision_id} is published") from exc
-        except DecisionTimeoutError:
-            return {"decision_id": decision_id, "status": "pending"}
-        except ClientError as exc:
-            raise ToolError(str(exc)) from exc
+        """A decision by id (waiting up to wait_s, at most the server's maximum, for one asked for but not in yet)."""
+        with _told():
+            door_checks.decision_id(decision_id)
+            waited = door_checks.wait_s(wait_s, max_wait_s)
+            client = await memory()
+            try:
+                return (await client.collect(decision_id, waited)).to_json()
+            except DecisionNotFoundError as exc:
+                raise ToolError(f"no decision {decision_id} is published") from exc
+            except DecisionTimeoutError:
+                return {"decision_id": decision_id, "status": "pending"}
 
     @server.tool()
     async def explain_decision(decision_id: str) -> dict[str, Any]:
         """Why a decision was made: its label, rationale and facts, each with the text of the steps it cites."""
-        try:
+        with _told():
+            door_checks.decision_id(decision_id)
             decision = (await (await memory()).decision(decision_id)).to_json()
-        except ClientError as exc:
-            raise ToolError(str(exc)) from exc
         return {k: decision[k] for k in ("decision_id", "label", "rationale", "facts", "compliance", "replay_command")}
 
     @server.tool()
@@ -141,11 +170,11 @@ def _decision_tools(server: MCPServer, memory: Callable[[], Awaitable[AsyncDecis
         Each is a fact of the decision's view with the steps it cites, and whether leaving those steps
         out changes the decision (found by re-deciding without them: computed, not legal advice).
         """
-        try:
-            given = await (await memory()).reasons(decision_id)
-        except NotAdverseError as exc:
-            raise ToolError("the decision's domain does not mark its label adverse: it owes no reasons") from exc
-        except ClientError as exc:
-            raise ToolError(str(exc)) from exc
+        with _told():
+            door_checks.decision_id(decision_id)
+            try:
+                given = await (await memory()).reasons(decision_id)
+            except NotAdverseError as exc:
+                raise ToolError("the decision's domain does not mark its label adverse: it owes no reasons") from exc
         outcome = reasons_outcome(given)
         return {"decision_id": decision_id, "label": outcome.pop("original_label"), **outcome, "note": NOT_ADVICE}

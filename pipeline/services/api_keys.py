@@ -97,6 +97,14 @@ class ApiKeys:
     def listed(self) -> list[ApiKey]:
         return sorted(self._current().values(), key=lambda k: (k.tenant, k.created))
 
+    def bearer(self, authorization: str) -> ApiKey | None:
+        """The stored key an `Authorization` header presents, as every door reads it (HTTP API, MCP over HTTP).
+
+        RFC 6750's `Bearer <key>`: the scheme in any case, then one or more spaces; None for any other.
+        """
+        scheme, _, presented = authorization.partition(" ")
+        return self.holder(presented.strip(" ")) if scheme.lower() == "bearer" else None
+
     def holder(self, presented: str | None) -> ApiKey | None:
         """The stored key a presented key is, or None (malformed, unknown, removed, or a wrong secret)."""
         if not presented or not presented.startswith(_PREFIX):

@@ -38,6 +38,11 @@ class Erasure:
     event_tombstones: int
     segment_tombstones: int = 0
 
+    @property
+    def found(self) -> bool:
+        """Whether anything of the subject was left to destroy (False: never written, or erased already)."""
+        return bool(self.keys_destroyed or self.event_tombstones or self.segment_tombstones)
+
 
 Names = Callable[[bytes | None, bytes | None], bool]  # whether a record's key or value names the erased subject
 
@@ -202,13 +207,22 @@ def erase_case(settings: Settings, case: CaseRef) -> Erasure:
 
     From the key's tombstone on, every reader treats the case as erased; compaction removes the
     events (and the key record) within the topics' erasure bound. A case never written, or erased
-    already, is erased again doing nothing: all counts 0. Raises ErasureIncompleteError when a
-    step fails.
+    already, is erased again doing nothing: all counts 0; so is a case of a tenant without topics of
+    its own (tenancy by topic), which has none. Raises ErasureIncompleteError when a step fails.
     """
+    if not _has_topics(settings, case.tenant):
+        return Erasure(case.key, 0, 0, 0)
     first = _Step("the data key is destroyed", "the data key is not yet destroyed",
                   partial(_destroy_key, settings, case))  # fmt: skip
     keys, _, events, views = _run([first, *_later_steps(settings, case)], _AGAIN)
     return Erasure(case.key, keys, events, views)
+
+
+def _has_topics(settings: Settings, tenant: str) -> bool:
+    """Whether the tenant's records have topics to be in: always the shared ones, with tenancy by topic its own."""
+    if settings.kafka.tenancy != "topics":
+        return True
+    return topic_exists(settings.kafka.client_config(), topics_of(settings, tenant).keys)
 
 
 def erase_tenant(settings: Settings, tenant: str) -> Erasure:

@@ -53,6 +53,7 @@ from pipeline.kafka.topics import (
     pipeline_topics,
 )
 from pipeline.services.api_keys import ApiKey, ApiKeys, keys_file
+from pipeline.wire.key import erases
 
 
 def topics_of(settings: Settings, tenant: str) -> TopicNames:
@@ -216,12 +217,12 @@ def _refuse_shared_cases(settings: Settings, names: TopicNames, tenant: str, exi
 
 
 def _cases_with_live_keys(client_config: dict[str, str], keys_topic: str, tenant: str) -> list[str]:
-    """Case ids of `tenant` whose data key is live (not tombstoned) on a keys topic."""
+    """Case ids of `tenant` whose data key is live (neither tombstoned nor marked erased) on a keys topic."""
     live: dict[str, bool] = {}
     prefix = f"{tenant}/".encode()
     for record in read_topic(client_config, keys_topic):
         if record.key is not None and record.key.startswith(prefix):
-            live[record.key[len(prefix) :].decode(errors="replace")] = record.value is not None
+            live[record.key[len(prefix) :].decode(errors="replace")] = not erases(record.value)
     return sorted(case for case, alive in live.items() if alive)
 
 

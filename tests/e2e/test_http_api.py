@@ -57,7 +57,7 @@ def test_a_tenant_appends_decides_explains_replays_and_lists_over_http(
             too_large = http.post("/v1/cases/case-7/events", json={"events": [{"kind": "document",
                                                                                 "text": "x" * 999_000}]})  # fmt: skip
             task = {"domain": case.task.domain, "task": case.task.task, "label_space": list(case.task.label_space)}
-            decided = http.post("/v1/cases/case-7/decisions", json={"task": task, "budget_chars": 2_000, "wait_s": 120})
+            decided = http.post("/v1/cases/case-7/decisions", json={"task": task, "budget_chars": 2_000, "wait_s": 60})
             decision_id = decided.json()["decision_id"]
             explained = http.get(f"/v1/decisions/{decision_id}/explanation")
             replayed = http.get(f"/v1/decisions/{decision_id}/replay")

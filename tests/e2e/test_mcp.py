@@ -44,7 +44,7 @@ async def _agent(client: Client, steps: list[tuple[str, str]], domain: str) -> D
     """What an agent does: its steps as tool calls, then a decision, its explanation, the case's decisions."""
     seqs = [_structured(await client.call_tool("append_event", {"case_id": "case-7", "kind": k, "text": t}))["seq"]
             for k, t in steps]  # fmt: skip
-    asked = {"case_id": "case-7", "domain": domain, "budget_chars": 2000, "wait_s": 120}
+    asked = {"case_id": "case-7", "domain": domain, "budget_chars": 2000, "wait_s": 60}
     decided = _structured(await client.call_tool("request_decision", asked))
     explained = _structured(await client.call_tool("explain_decision", {"decision_id": decided["decision_id"]}))
     [listed] = (await client.read_resource("dpm://cases/case-7/decisions")).contents

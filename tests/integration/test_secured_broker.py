@@ -290,7 +290,7 @@ def test_the_http_api_and_the_mcp_server_serve_a_tenant_on_the_agents_plan_alone
             _await_http(http)
             appended = http.post("/v1/cases/sec-http/events", json=steps)
             decided = http.post("/v1/cases/sec-http/decisions", json={"task": task, "budget_chars": 2_000,
-                                                                      "wait_s": 120})  # fmt: skip
+                                                                      "wait_s": 60})  # fmt: skip
             decision = f"/v1/decisions/{decided.json().get('decision_id')}"
             replayed = http.get(f"{decision}/replay")
             mine = http.get(decision)
@@ -335,7 +335,7 @@ async def _one_mcp_round(url: str, key: str, domain: str) -> dict[str, Any]:
     ):
         step = {"case_id": "sec-mcp", "kind": "document", "text": "Applicant income verified: 84,000 a year."}
         appended = await client.call_tool("append_event", step)
-        asked = {"case_id": "sec-mcp", "domain": domain, "budget_chars": 2_000, "wait_s": 120}
+        asked = {"case_id": "sec-mcp", "domain": domain, "budget_chars": 2_000, "wait_s": 60}
         decided = await client.call_tool("request_decision", asked)
     assert not appended.is_error, appended.content
     assert not decided.is_error, decided.content

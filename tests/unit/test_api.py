@@ -11,11 +11,20 @@ import pytest
 from fastapi.testclient import TestClient
 
 from pipeline.api.app import create_api
-from pipeline.client import AsyncDecisionMemory, DecisionNotFoundError, DecisionRefusedError, EventPosition
+from pipeline.client import (
+    AsyncDecisionMemory,
+    ClusterUnavailableError,
+    DecisionNotFoundError,
+    DecisionRefusedError,
+    DecisionTimeoutError,
+    EventPosition,
+)
 from pipeline.config.settings import ApiSettings
-from pipeline.core.events import LogPosition
+from pipeline.core.events import ID_PATTERN, LogPosition
 from pipeline.core.task import TaskSpec
 from pipeline.services.api_keys import ADMIN, ApiKeys
+from pipeline.services.tenant_gate import TenantNotOnClusterError
+from pipeline.wire.door_checks import DECISION_ID_PATTERN
 
 PRIVATE_TEXT = "Applicant income verified: 84,000 (a value no error may echo)"
 
@@ -42,6 +51,9 @@ class FakeMemory:
 
     async def decision(self, decision_id: str) -> object:
         raise DecisionNotFoundError(decision_id)
+
+    async def decisions_of(self, case_id: str) -> list[str]:
+        return []
 
     async def collect(self, decision_id: str, wait_s: float) -> object:
         try:
@@ -70,7 +82,9 @@ def api(tmp_path: Path) -> Api:
     app = create_api(
         memory_for,
         keys,
-        ApiSettings.model_validate({"DPM_API_MAX_BODY_BYTES": 2_048, "DPM_API_RATE_PER_S": 5.0}),
+        ApiSettings.model_validate(
+            {"DPM_API_MAX_BODY_BYTES": 2_048, "DPM_API_RATE_PER_S": 5.0, "DPM_API_MAX_WAIT_S": 20.0}
+        ),
         erase,
     )
     return TestClient(app), made, memories, keys
@@ -134,7 +148,7 @@ def test_another_tenant_s_decision_is_404_and_an_admin_key_only_erases(
 ) -> None:
     client, keys, _, _ = api
     _problem(client.get("/v1/decisions/t-case-7:dpm", headers=_auth(keys["globex"])), 404)
-    _problem(client.get("/v1/decisions/not-an-id", headers=_auth(keys["globex"])), 404)
+    _problem(client.get("/v1/decisions/not-an-id", headers=_auth(keys["globex"])), 400)  # no one's: said so
     _problem(client.post("/v1/cases/c/events", json={"events": [{"kind": "k", "text": "t"}]},
                          headers=_auth(keys[ADMIN])), 403)  # fmt: skip
     _problem(client.delete("/v1/tenants/acme/cases/case-7", headers=_auth(keys["acme"])), 403)
@@ -198,3 +212,152 @@ def test_keys_are_stored_as_hashes_owner_readable_and_removed_with_their_tenant(
     assert [k.tenant for k in store.remove(tenant="acme")] == ["acme"]
     assert store.holder(key) is None  # every replica reads the file again when it changes
     assert [k.tenant for k in store.listed()] == ["globex"]
+
+
+_HOSTILE = [
+    ({"events": [{"kind": "doc\x01" + PRIVATE_TEXT[:10], "text": PRIVATE_TEXT}]}, "events[0].kind"),
+    ({"events": [{"kind": "doc\x7f", "text": PRIVATE_TEXT}]}, "events[0].kind"),
+    ({"events": [{"kind": "ok", "text": "x"}, {"kind": "line\nbreak", "text": PRIVATE_TEXT}]}, "events[1].kind"),
+    ({"events": [{"kind": "document", "text": PRIVATE_TEXT + "\x00"}]}, "events[0].text"),
+]
+
+
+@pytest.mark.parametrize(("body", "field"), _HOSTILE)
+def test_control_characters_in_a_kind_and_nul_in_a_text_are_400_naming_the_field(
+    api: Api, body: dict[str, object], field: str
+) -> None:
+    client, keys, memories, _ = api
+    refused = _problem(client.post("/v1/cases/c/events", json=body, headers=_auth(keys["acme"])), 400)
+    assert str(refused["detail"]).startswith(field + ":")
+    assert "doc\x01" not in str(refused)
+    assert "\\x01" not in str(refused)
+    assert "acme" not in memories or not memories["acme"].appended  # nothing reached the client
+
+
+def test_a_task_s_labels_each_once_and_the_document_says_so(api: Api) -> None:
+    client, keys, _, _ = api
+    task = {"domain": "loan", "task": "decide", "label_space": ["APPROVE", "APPROVE"]}
+    refused = _problem(client.post("/v1/cases/c/decisions", json={"task": task}, headers=_auth(keys["acme"])), 400)
+    assert str(refused["detail"]).startswith("task.label_space:")
+    for bad in ({**task, "label_space": ["A"], "domain": "Loan"}, {**task, "label_space": ["A"], "task": "   "},
+                {**task, "label_space": [f"L{n}" for n in range(33)]}):  # fmt: skip
+        _problem(client.post("/v1/cases/c/decisions", json={"task": bad}, headers=_auth(keys["acme"])), 400)
+    labels = client.get("/openapi.json").json()["components"]["schemas"]["TaskIn"]["properties"]["label_space"]
+    assert labels["uniqueItems"] is True
+
+
+def test_wait_s_is_a_number_up_to_the_declared_maximum_and_longer_is_refused_not_clamped(api: Api) -> None:
+    client, keys, _, _ = api
+    acme = _auth(keys["acme"])
+    document = client.get("/openapi.json").json()
+    declared = document["components"]["schemas"]["DecideIn"]["properties"]["wait_s"]
+    assert (declared["type"], declared["maximum"], declared["default"]) == ("number", 20.0, 20.0)
+    [query] = [
+        p for p in document["paths"]["/v1/decisions/{decision_id}"]["get"]["parameters"] if p["name"] == "wait_s"
+    ]
+    assert (query["schema"]["type"], query["schema"]["maximum"]) == ("number", 20.0)
+    over = _problem(client.get("/v1/decisions/t-x:dpm?wait_s=20.5", headers=acme), 400)
+    assert str(over["detail"]).startswith("wait_s:")
+    assert "DPM_API_MAX_WAIT_S" in str(over["detail"])
+    for wait in (20.5, True, "5"):
+        asked = {"domain": "loan", "wait_s": wait}
+        _problem(client.post("/v1/cases/c/decisions", json=asked, headers=acme), 400)
+    _problem(client.get("/v1/decisions/t-x:dpm?wait_s=inf", headers=acme), 400)
+    assert client.get("/v1/decisions/t-x:dpm?wait_s=20", headers=acme).status_code == 422  # at the maximum: waited
+
+
+def test_ids_are_declared_with_the_patterns_the_routes_check(api: Api) -> None:
+    client, keys, _, _ = api
+    paths = client.get("/openapi.json").json()["paths"]
+
+    def pattern(path: str, method: str, name: str) -> str:
+        [found] = [p for p in paths[path][method]["parameters"] if p["name"] == name]
+        return str(found["schema"]["pattern"])
+
+    assert pattern("/v1/cases/{case_id}/events", "post", "case_id") == ID_PATTERN
+    assert pattern("/v1/tenants/{tenant}/cases/{case_id}", "delete", "tenant") == ID_PATTERN
+    assert pattern("/v1/decisions/{decision_id}", "get", "decision_id") == DECISION_ID_PATTERN
+    assert {"204", "400", "401", "403", "429", "503"} <= set(paths["/v1/tenants/{tenant}/cases/{case_id}"]["delete"]
+                                                             ["responses"])  # fmt: skip
+    _problem(client.delete("/v1/tenants/ac%20me/cases/c", headers=_auth(keys[ADMIN])), 400)
+
+
+def test_an_erasure_of_nothing_left_is_204_and_a_cluster_away_503(tmp_path: Path) -> None:
+    keys = ApiKeys(tmp_path / "api-keys.json")
+    admin = keys.add(ADMIN)[1]
+    erased: list[tuple[str, str]] = []
+
+    async def erase(tenant: str, case_id: str) -> int:
+        if tenant == "away":
+            raise ClusterUnavailableError("the broker did not answer")
+        erased.append((tenant, case_id))
+        return 0  # nothing left: never written, or erased already
+
+    async def no_memory(tenant: str) -> AsyncDecisionMemory:
+        raise AssertionError(tenant)
+
+    client = TestClient(create_api(no_memory, keys, ApiSettings.model_validate({}), erase))
+    for tenant in ("acme", "ACME", "acme"):
+        assert client.delete(f"/v1/tenants/{tenant}/cases/c-1", headers=_auth(admin)).status_code == 204
+    assert erased == [("acme", "c-1"), ("ACME", "c-1"), ("acme", "c-1")]
+    _problem(client.delete("/v1/tenants/away/cases/c-1", headers=_auth(admin)), 503)
+
+
+def test_a_body_without_content_type_json_is_415_naming_the_header(api: Api) -> None:
+    client, keys, _, _ = api
+    body = orjson.dumps({"events": [{"kind": "k", "text": PRIVATE_TEXT}]})
+    for headers in ({}, {"content-type": "text/plain"}):
+        refused = _problem(client.post("/v1/cases/c/events", content=body, headers={**_auth(keys["acme"]), **headers}),
+                           415)  # fmt: skip
+        assert "Content-Type" in str(refused["detail"])
+    ok = client.post("/v1/cases/c/events", content=body,
+                     headers={**_auth(keys["acme"]), "content-type": "application/json; charset=utf-8"})  # fmt: skip
+    assert ok.status_code == 201
+
+
+def test_bearer_with_two_spaces_or_any_case_is_read_as_the_key(api: Api) -> None:
+    client, keys, _, store = api
+    for header in (f"Bearer  {keys['acme']}", f"bearer {keys['acme']}", f"BEARER   {keys['acme']}"):
+        assert client.get("/v1/cases/c/decisions", headers={"Authorization": header}).status_code != 401
+        assert store.bearer(header) is not None  # the rule the MCP server's verifier uses too
+    for header in (f"Bearer\t{keys['acme']}", f"Basic {keys['acme']}", "Bearer "):
+        _problem(client.get("/v1/cases/c/decisions", headers={"Authorization": header}), 401)
+
+
+def test_a_tenant_without_topics_is_404_not_a_broken_cluster(tmp_path: Path) -> None:
+    keys = ApiKeys(tmp_path / "api-keys.json")
+    globex = keys.add("globex")[1]
+
+    async def memory_for(tenant: str) -> AsyncDecisionMemory:
+        raise TenantNotOnClusterError("this key's tenant has no topics on this cluster")
+
+    client = TestClient(create_api(memory_for, keys, ApiSettings.model_validate({})))
+    for answer in (client.get("/v1/decisions/k-1:dpm", headers=_auth(globex)),
+                   client.get("/v1/cases/c/decisions", headers=_auth(globex)),
+                   client.post("/v1/cases/c/events", json={"events": [{"kind": "k", "text": "t"}]},
+                               headers=_auth(globex))):  # fmt: skip
+        assert str(_problem(answer, 404)["type"]).endswith("tenant-not-found")
+
+
+def test_a_body_that_is_not_utf8_json_and_an_unknown_route_answer_problems(api: Api) -> None:
+    client, keys, _, _ = api
+    acme = {**_auth(keys["acme"]), "content-type": "application/json"}
+    refused = _problem(client.post("/v1/cases/c/decisions", content=b"X\xff\xfe", headers=acme), 400)
+    assert str(refused["detail"]).startswith("body:")
+    _problem(client.get("/v1/no-such-route", headers=acme), 404)
+
+
+def test_a_pending_decision_s_location_is_percent_encoded(api: Api) -> None:
+    client, keys, memories, _ = api
+    acme = _auth(keys["acme"])
+    client.get("/v1/cases/c/decisions", headers=acme)  # the tenant's client made
+    waited: list[str] = []
+
+    async def never(decision_id: str, timeout: float) -> object:
+        waited.append(decision_id)
+        raise DecisionTimeoutError.of(decision_id, timeout)
+
+    memories["acme"].wait = never  # type: ignore[method-assign]
+    pending = client.get("/v1/decisions/k-\u00e9\U00092e5e:dpm?wait_s=1", headers=acme)
+    assert pending.status_code == 202, pending.text
+    assert pending.headers["Location"] == "/v1/decisions/k-%C3%A9%F2%92%B9%9E:dpm"
