@@ -40,6 +40,7 @@ from pipeline.api.problems import (
 from pipeline.client import (
     AsyncDecisionMemory,
     CaseConflictError,
+    CaseErasedError,
     ClientError,
     ClusterUnavailableError,
     Decision,
@@ -47,14 +48,18 @@ from pipeline.client import (
     DecisionRefusedError,
     DecisionTimeoutError,
     EventTooLargeError,
+    IdempotencyKeyInFlightError,
+    IdempotencyKeyReusedError,
     NoEventsError,
     NotAdverseError,
     ReasonsUnavailableError,
+    TopicsMissingError,
 )
 from pipeline.client.memory import DEFAULT_BUDGET_CHARS
 from pipeline.config.settings import ApiSettings
 from pipeline.core.contest import NOT_ADVICE
 from pipeline.core.events import ID_PATTERN, KIND_PATTERN, MAX_KIND_CHARS, MAX_TEXT_CHARS
+from pipeline.core.idempotency import InvalidIdempotencyKeyError, header_key
 from pipeline.core.task import TaskSpec
 from pipeline.services.api_keys import ApiKey, ApiKeys
 from pipeline.services.tenant_gate import TenantNotOnClusterError
@@ -71,6 +76,7 @@ from pipeline.wire.door_checks import (
     MIN_BUDGET_CHARS,
     RefusedArgumentError,
 )
+from pipeline.wire.rejection import Rejection
 
 _LOG = logging.getLogger("pipeline.api")
 _Answer = TypeVar("_Answer")
@@ -233,6 +239,7 @@ class Pending(BaseModel):
     decision_id: str
     status: Literal["pending"] = "pending"
     url: str
+    hint: str | None = Field(None, description="why it may not come: no worker of its architecture is running")
 
 
 class ProblemOut(BaseModel):
@@ -248,11 +255,16 @@ _MEANINGS = {400: "a body or parameter that does not parse or validate (the fiel
              401: "no API key, or an unknown or removed one", 403: "a tenant's key where an admin key is needed, or "
              "the other way round", 404: "no such decision for this key's tenant (another tenant's too), or, with "
              "tenancy by topic, no topics of the key's tenant on this cluster",
-             409: "another writer took the case over: nothing was written", 411: "a body without Content-Length",
+             409: "another writer took the case over (case-conflict), or a request with the same Idempotency-Key is "
+             "still being written (idempotency-key-in-flight): nothing was written",
+             410: "the case was erased (case-erased): its decisions are gone and it takes no more events",
+             411: "a body without Content-Length",
              413: "a body over DPM_API_MAX_BODY_BYTES", 415: "a body not sent as Content-Type: application/json",
-             422: "an unknown domain, a budget out of range, a case with "
-             "no events, or a request the worker refused (its reason)", 429: "this key's rate is exceeded "
-             "(Retry-After)", 503: "the cluster did not answer in time: nothing was written (Retry-After)"}  # fmt: skip
+             422: "an unknown domain, a budget out of range, a case with no events, a request the worker refused "
+             "(its reason), or an Idempotency-Key used before with another request (idempotency-key-reused): "
+             "nothing was written", 429: "this key's rate is exceeded "
+             "(Retry-After)", 503: "the cluster did not answer within DPM_API_BROKER_WAIT_S, or the pipeline's topics "
+             "do not exist (topics-missing): nothing was written (Retry-After)"}  # fmt: skip
 
 
 def _problems(*statuses: int) -> dict[int | str, dict[str, Any]]:
@@ -303,28 +315,28 @@ def create_api(memory_for: MemoryFor, keys: ApiKeys, settings: ApiSettings,
     app.add_middleware(_Guard, keys=keys, limits=RateLimit(settings.rate_per_s),
                        max_body_bytes=settings.max_body_bytes)  # fmt: skip
     routes = _Routes(memory_for, settings, erase)
-    written = (400, 401, 403, 404, 409, 411, 413, 415, 429, 503)
+    written = (400, 401, 403, 404, 409, 410, 411, 413, 415, 422, 429, 503)
     app.add_api_route(f"/{VERSION}/cases/{{case_id}}/events", routes.append, methods=["POST"], status_code=201,
                       response_model=Appended, responses=_problems(*written),
                       summary="Append steps to a case")  # fmt: skip
     app.add_api_route(f"/{VERSION}/cases/{{case_id}}/decisions", routes.decide, methods=["POST"],
-                      response_model=DecisionOut, responses={202: {"model": Pending}, **_problems(*written, 422)},
+                      response_model=DecisionOut, responses={202: {"model": Pending}, **_problems(*written)},
                       summary="Ask for a decision of a case, waiting up to wait_s")  # fmt: skip
     app.add_api_route(f"/{VERSION}/decisions/{{decision_id}}", routes.read, methods=["GET"],
                       response_model=DecisionOut,
-                      responses={202: {"model": Pending}, **_problems(400, 401, 403, 404, 422, 429, 503)},
+                      responses={202: {"model": Pending}, **_problems(400, 401, 403, 404, 410, 422, 429, 503)},
                       summary="Read a decision, waiting up to wait_s")  # fmt: skip
     app.add_api_route(f"/{VERSION}/decisions/{{decision_id}}/explanation", routes.explain, methods=["GET"],
-                      response_model=ExplanationOut, responses=_problems(400, 401, 403, 404, 429, 503),
+                      response_model=ExplanationOut, responses=_problems(400, 401, 403, 404, 410, 429, 503),
                       summary="A decision with its facts checked against its events")  # fmt: skip
     app.add_api_route(f"/{VERSION}/decisions/{{decision_id}}/replay", routes.replay, methods=["GET"],
-                      response_model=ReplayOut, responses=_problems(400, 401, 403, 404, 429, 503),
+                      response_model=ReplayOut, responses=_problems(400, 401, 403, 404, 410, 429, 503),
                       summary="Replay a decision from its recorded offsets and verify it by hash")  # fmt: skip
     app.add_api_route(f"/{VERSION}/decisions/{{decision_id}}/reasons", routes.reasons, methods=["GET"],
-                      response_model=ReasonsOut, responses=_problems(400, 401, 403, 404, 409, 429, 503),
+                      response_model=ReasonsOut, responses=_problems(400, 401, 403, 404, 409, 410, 429, 503),
                       summary="The principal reasons of an adverse decision")  # fmt: skip
     app.add_api_route(f"/{VERSION}/cases/{{case_id}}/decisions", routes.decisions_of, methods=["GET"],
-                      response_model=CaseDecisionsOut, responses=_problems(400, 401, 403, 404, 429, 503),
+                      response_model=CaseDecisionsOut, responses=_problems(400, 401, 403, 404, 410, 429, 503),
                       summary="The ids of a case's published decisions")  # fmt: skip
     app.add_api_route("/healthz", _healthz, methods=["GET"], summary="Liveness: the process answers (no key)")
     app.add_api_route(f"/{VERSION}/tenants/{{tenant}}/cases/{{case_id}}", routes.erase_case, methods=["DELETE"],
@@ -424,7 +436,19 @@ class _Guard:
         await self._app(scope, receive, send)
 
 
-IdempotencyKey = Annotated[str | None, Header(max_length=200, description="the same key again: no second write")]
+IdempotencyKey = Annotated[str | None, Header(description="1 to 200 visible ASCII characters, bare or as the draft's "
+                                             "quoted string: the same key with the same request answers as the "
+                                             "first and writes nothing; with another request, 422")]  # fmt: skip
+
+
+def _idempotency_key(header: str | None) -> str | None:
+    """The key an Idempotency-Key header names; 400 for one that is empty or not 1-200 visible ASCII characters."""
+    if header is None:
+        return None
+    try:
+        return header_key(header)
+    except InvalidIdempotencyKeyError as exc:
+        raise bad_request(f"Idempotency-Key: {exc}") from None
 
 
 class _Routes:
@@ -436,21 +460,26 @@ class _Routes:
         caller: _Caller = request.state.caller
         if caller.key.admin:
             raise Problem(403, "tenant-key-needed", "Forbidden", "appends and decisions are made with a tenant's key")
-        return await self._memory_for(caller.tenant)
+        try:
+            return await self._memory_for(caller.tenant)
+        except ClientError as exc:  # the tenant's first request: no broker, or no topics, within the bound
+            raise _client_problem(exc) from exc
 
     async def append(self, request: Request, case_id: CaseId, body: AppendIn,
                      idempotency_key: IdempotencyKey = None) -> Appended:  # fmt: skip
         """Appends the steps after the case's last, all or none; 201 with their seqs and positions."""
         door_checks.case_id(case_id)
         steps = door_checks.events((e.kind, e.text) for e in body.events)
+        key = _idempotency_key(idempotency_key)
         memory = await self._memory(request)
         try:
-            done = await memory.append_many(case_id, steps, idempotency_key=idempotency_key)
+            done = await memory.append_many(case_id, steps, idempotency_key=key,
+                                            timeout=self._settings.broker_wait_s)  # fmt: skip
         except EventTooLargeError as exc:
             raise Problem(413, "event-too-large", "Content too large",
                           f"events[{exc.index}] takes {exc.size} bytes as a record (its text sealed, with its "
                           f"headers), over the limit of {exc.limit}; nothing was written") from exc  # fmt: skip
-        except (CaseConflictError, ClusterUnavailableError) as exc:
+        except ClientError as exc:
             raise _client_problem(exc) from exc
         return Appended(case_id=case_id, events=[Position(seq=a.seq, partition=a.position.partition,
                                                           offset=a.position.offset) for a in done])  # fmt: skip
@@ -463,15 +492,16 @@ class _Routes:
         door_checks.budget(body.budget_chars)
         wait_s = door_checks.wait_s(body.wait_s if "wait_s" in body.model_fields_set else None,
                                     self._settings.max_wait_s)  # fmt: skip
+        key = _idempotency_key(idempotency_key)
         memory = await self._memory(request)
         try:
             decision_id = await memory.request(case_id, task=task, budget=body.budget_chars,
-                                               architecture=body.architecture,
-                                               idempotency_key=idempotency_key)  # fmt: skip
+                                               architecture=body.architecture, idempotency_key=key,
+                                               timeout=self._settings.broker_wait_s)  # fmt: skip
             return _decision(await memory.wait(decision_id, wait_s))
         except DecisionTimeoutError as exc:
-            return _pending(exc.decision_id)
-        except (NoEventsError, DecisionRefusedError, CaseConflictError, ClusterUnavailableError) as exc:
+            return _pending(exc.decision_id, exc.hint)
+        except ClientError as exc:
             raise _client_problem(exc) from exc
 
     async def read(self, request: Request, decision_id: DecisionIdParam, wait_s: WaitS = 0.0) -> Response:
@@ -483,9 +513,9 @@ class _Routes:
             return _decision(await memory.collect(decision_id, waited))
         except DecisionNotFoundError:
             raise not_found("decision") from None
-        except DecisionTimeoutError:
-            return _pending(decision_id)
-        except DecisionRefusedError as exc:
+        except DecisionTimeoutError as exc:
+            return _pending(decision_id, exc.hint)
+        except ClientError as exc:
             raise _client_problem(exc) from exc
 
     async def _published(self, request: Request, decision_id: str,
@@ -562,23 +592,42 @@ async def _healthz() -> dict[str, str]:
     return {"status": "ok"}
 
 
+# Client errors that answer one fixed problem each: (status, type, title, detail).
+_FIXED_PROBLEMS: tuple[tuple[type[ClientError], tuple[int, str, str, str]], ...] = (
+    (NoEventsError, (422, "no-events", "Unprocessable request", "the case has no events: append its steps before "
+                     "asking for a decision")),
+    (IdempotencyKeyReusedError, (422, "idempotency-key-reused", "Unprocessable request", "this Idempotency-Key was "
+                                 "used before with another request; nothing was written: send the same request "
+                                 "again, or use a new key")),
+    (IdempotencyKeyInFlightError, (409, "idempotency-key-in-flight", "Conflict", "a request with this "
+                                   "Idempotency-Key is still being written; nothing of this one was: retry once it "
+                                   "has answered")),
+    (CaseErasedError, (410, "case-erased", "Gone", "the case was erased: its decisions are gone and it takes no more "
+                       "events; a subject who comes back is a new case id")),
+    (NotAdverseError, (409, "not-adverse", "Conflict", "the decision's domain does not mark its label adverse: it "
+                       "owes no reasons")),
+    (ReasonsUnavailableError, (409, "reasons-unavailable", "Conflict", "the decision's recorded events are no longer "
+                               "what it read, or its model could not answer")),
+)  # fmt: skip
+
+
 def _client_problem(exc: Exception) -> Problem:
     """The problem a client error answers as."""
+    for kind, (status, name, title, detail) in _FIXED_PROBLEMS:
+        if isinstance(exc, kind):
+            return Problem(status, name, title, detail)
     if isinstance(exc, DecisionRefusedError):
-        return unprocessable("decision-refused", f"the worker refused the request: {exc.reason}", reason=exc.reason,
-                             decision_id=exc.decision_id)  # fmt: skip
-    if isinstance(exc, NoEventsError):
-        return unprocessable("no-events", "the case has no events: append its steps before asking for a decision")
+        # A model's failure is worded for the agent (cause, endpoint, fix; no content, no secret); other
+        # reasons' details may quote what was refused, so they stay in the worker's dead letter.
+        why = f": {exc.detail}" if exc.reason == Rejection.MODEL_ERROR.value and exc.detail else ""
+        return unprocessable("decision-refused", f"the worker refused the request: {exc.reason}{why}",
+                             reason=exc.reason, decision_id=exc.decision_id)  # fmt: skip
     if isinstance(exc, CaseConflictError):
         return Problem(409, "case-conflict", "Conflict", str(exc))
-    if isinstance(exc, NotAdverseError):
-        return Problem(409, "not-adverse", "Conflict", "the decision's domain does not mark its label adverse: it "
-                       "owes no reasons")  # fmt: skip
-    if isinstance(exc, ReasonsUnavailableError):
-        return Problem(409, "reasons-unavailable", "Conflict", "the decision's recorded events are no longer what it "
-                       "read, or its model could not answer")  # fmt: skip
+    if isinstance(exc, TopicsMissingError):  # names the topics and the command that makes them, nothing sent
+        return Problem(503, "topics-missing", "Service unavailable", str(exc), {"Retry-After": "30"})
     if not isinstance(exc, ClusterUnavailableError):
-        _LOG.error("a client call failed: %s", exc)
+        _LOG.error("a client call failed: %s", type(exc).__name__)  # its message may hold a case's id
     return Problem(503, "cluster-unavailable", "Service unavailable", "the cluster did not answer in time; nothing "
                    "was written", {"Retry-After": "5"})  # fmt: skip
 
@@ -624,12 +673,12 @@ def _task(body: DecideIn) -> TaskSpec:
     return door_checks.standing_task(body.domain)
 
 
-def _pending(decision_id: str) -> JSONResponse:
+def _pending(decision_id: str, hint: str = "") -> JSONResponse:
     """202: the decision is asked for and not in yet; its URL says where it will be.
 
     The id is percent-encoded in the URL: a trigger id may hold any printable character, and a
     header carries Latin-1 only.
     """
     url = f"/{VERSION}/decisions/{quote(decision_id, safe=':')}"
-    return JSONResponse(Pending(decision_id=decision_id, url=url).model_dump(), status_code=202,
+    return JSONResponse(Pending(decision_id=decision_id, url=url, hint=hint or None).model_dump(), status_code=202,
                         headers={"Location": url})  # fmt: skip

@@ -20,10 +20,11 @@ from pipeline.services.tenant_gate import gated
 def app_from_env() -> FastAPI:
     """The application of one uvicorn worker process, from DPM_* settings (the factory `dpm api` serves)."""
     settings = cluster_settings(Settings.from_env())
-    memories = TenantMemories(settings)
+    memories = TenantMemories(settings, connect_timeout=settings.api.broker_wait_s)
 
     async def erase(tenant: str, case_id: str) -> int:
         done = await asyncio.to_thread(erase_case, settings, CaseRef(tenant, case_id))
+        memories.forget_erased(tenant, case_id)  # this process's caches go in the step that destroyed the key
         return done.keys_destroyed
 
     app = create_api(gated(settings, memories), ApiKeys(keys_file(settings)), settings.api, erase)

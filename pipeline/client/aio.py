@@ -16,7 +16,7 @@ from types import TracebackType
 from typing import TypeVar
 
 from pipeline.client.errors import DecisionNotFoundError
-from pipeline.client.memory import DEFAULT_BUDGET_CHARS, DecisionMemory
+from pipeline.client.memory import CONNECT_TIMEOUT_S, DEFAULT_BUDGET_CHARS, DecisionMemory
 from pipeline.client.results import Decision, EventPosition, Explanation
 from pipeline.config.settings import Settings
 from pipeline.core.contest import AdverseReasons
@@ -33,8 +33,8 @@ class AsyncDecisionMemory:
     """DecisionMemory's calls as coroutines; see DecisionMemory for what each does and raises."""
 
     def __init__(self, tenant: str, *, settings: Settings | None = None, max_writers: int = 64,
-                 threads: int = THREADS) -> None:  # fmt: skip
-        self.sync = DecisionMemory(tenant, settings=settings, max_writers=max_writers)
+                 threads: int = THREADS, connect_timeout: float = CONNECT_TIMEOUT_S) -> None:  # fmt: skip
+        self.sync = DecisionMemory(tenant, settings=settings, max_writers=max_writers, connect_timeout=connect_timeout)
         self.tenant = tenant
         self._threads = ThreadPoolExecutor(threads, thread_name_prefix=f"dpm-client-{tenant}")
 
@@ -139,16 +139,23 @@ class AsyncDecisionMemory:
 class TenantMemories:
     """Each tenant's client in one process (the HTTP API's, the MCP server's), made on the tenant's first call."""
 
-    def __init__(self, settings: Settings) -> None:
-        self._settings = settings
+    def __init__(self, settings: Settings, connect_timeout: float = CONNECT_TIMEOUT_S) -> None:
+        self._settings, self._connect_timeout = settings, connect_timeout
         self._made: dict[str, AsyncDecisionMemory] = {}
         self._lock = asyncio.Lock()
 
     async def __call__(self, tenant: str) -> AsyncDecisionMemory:
         async with self._lock:
             if tenant not in self._made:
-                self._made[tenant] = await asyncio.to_thread(AsyncDecisionMemory, tenant, settings=self._settings)
+                self._made[tenant] = await asyncio.to_thread(AsyncDecisionMemory, tenant, settings=self._settings,
+                                                             connect_timeout=self._connect_timeout)  # fmt: skip
             return self._made[tenant]
+
+    def forget_erased(self, tenant: str, case_id: str) -> None:
+        """A case this process erased: the tenant's client, if made, drops what it kept of it (in the same step)."""
+        made = self._made.get(tenant)
+        if made is not None:
+            made.sync.forget_erased(case_id)
 
     async def close(self) -> None:
         for memory in self._made.values():

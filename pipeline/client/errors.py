@@ -61,11 +61,14 @@ class DecisionRefusedError(ClientError):
 
 
 class DecisionTimeoutError(ClientError):
-    """No decision within the time given; it may still come: collect it later with `decision(decision_id)`."""
+    """No decision within the time given; it may still come: collect it later with `decision(decision_id)`.
 
-    def __init__(self, message: str, *, decision_id: str = "") -> None:
+    `hint`, when not empty, says why it may not come (no worker of its architecture runs) and what to run.
+    """
+
+    def __init__(self, message: str, *, decision_id: str = "", hint: str = "") -> None:
         super().__init__(message)
-        self.decision_id = decision_id
+        self.decision_id, self.hint = decision_id, hint
 
     @classmethod
     def of(cls, decision_id: str, timeout_s: float) -> DecisionTimeoutError:

@@ -361,8 +361,8 @@ class DecisionMemory:
         if group_members(self._config, group, timeout_s=2.0) != 0:
             return waited
         command = "dpm baseline" if group == self._names.baseline_app else "dpm worker"
-        return DecisionTimeoutError(f"{waited} No worker is running: consumer group {group} has no members; start "
-                                    f"one with `{command}`.", decision_id=decision_id)  # fmt: skip
+        hint = f"No worker is running: consumer group {group} has no members; start one with `{command}`."
+        return DecisionTimeoutError(f"{waited} {hint}", decision_id=decision_id, hint=hint)
 
     def reply_future(self, decision_id: str) -> Future[Reply]:
         """The future a requested decision's reply completes (shared by every call waiting for the id)."""

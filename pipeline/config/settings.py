@@ -456,6 +456,14 @@ class ApiSettings(_Group):
         validation_alias="DPM_API_RATE_PER_S",
         description="requests per second one key may make to one replica, with bursts of twice as many (429 beyond)",
     )
+    broker_wait_s: float = Field(
+        10.0,
+        gt=0,
+        le=60,
+        validation_alias="DPM_API_BROKER_WAIT_S",
+        description="how long a door (the HTTP API, the MCP tools) waits for the cluster to take a write, or to "
+        "answer a tenant's first request, before it answers 503 with Retry-After (nothing written)",
+    )
     max_wait_s: float = Field(
         60.0,
         gt=0,

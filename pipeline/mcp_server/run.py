@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+from mcp.server.mcpserver import MCPServer
+
 from pipeline.client.aio import TenantMemories
 from pipeline.config.settings import Settings
 from pipeline.mcp_server.server import build_server
@@ -13,12 +17,17 @@ from pipeline.wire import door_checks
 def serve_stdio(settings: Settings, tenant: str) -> None:
     """Serves one tenant on stdin/stdout until the client closes them; RefusedArgumentError for an invalid tenant id."""
     door_checks.tenant(tenant, "--tenant")
-    memories = gated(settings, TenantMemories(settings))
-    build_server(memories, tenant, max_wait_s=settings.api.max_wait_s).run("stdio")
+    _server(settings, tenant).run("stdio")
 
 
 def serve_http(settings: Settings, host: str, port: int) -> None:
     """Serves streamable HTTP at http://host:port/mcp; each request's API key names its tenant."""
-    server = build_server(gated(settings, TenantMemories(settings)), None, max_wait_s=settings.api.max_wait_s,
-                          keys=ApiKeys(keys_file(settings)), url=f"http://{host}:{port}")  # fmt: skip
+    server = _server(settings, None, keys=ApiKeys(keys_file(settings)), url=f"http://{host}:{port}")
     server.run("streamable-http", host=host, port=port)
+
+
+def _server(settings: Settings, tenant: str | None, **options: Any) -> MCPServer:  # noqa: ANN401 - build_server's
+    """The server over this process's tenants' clients, with the doors' bounds (DPM_API_*)."""
+    memories = gated(settings, TenantMemories(settings, connect_timeout=settings.api.broker_wait_s))
+    return build_server(memories, tenant, max_wait_s=settings.api.max_wait_s,
+                        broker_wait_s=settings.api.broker_wait_s, **options)  # fmt: skip

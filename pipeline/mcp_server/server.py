@@ -28,6 +28,7 @@ from pipeline.client import (
     NotAdverseError,
 )
 from pipeline.core.contest import NOT_ADVICE
+from pipeline.core.idempotency import InvalidIdempotencyKeyError
 from pipeline.services.api_keys import ApiKeys
 from pipeline.services.tenant_gate import TenantNotOnClusterError
 from pipeline.wire import door_checks
@@ -62,15 +63,16 @@ def _told() -> Iterator[None]:
     """A refused argument or a failed call as a tool error that says what is wrong (never a value sent)."""
     try:
         yield
-    except (RefusedArgumentError, TenantNotOnClusterError, ClientError) as exc:
+    except (RefusedArgumentError, TenantNotOnClusterError, ClientError, InvalidIdempotencyKeyError) as exc:
         raise ToolError(str(exc)) from exc
 
 
 def build_server(memory_for: MemoryFor, tenant: str | None, *, max_wait_s: float, keys: ApiKeys | None = None,
-                 url: str = "http://127.0.0.1:8089") -> MCPServer:  # fmt: skip
+                 url: str = "http://127.0.0.1:8089", broker_wait_s: float = 10.0) -> MCPServer:  # fmt: skip
     """The server: for `tenant` (stdio), or for each request's key's tenant (`keys`, streamable HTTP at `url`).
 
-    `max_wait_s` is the longest wait_s a tool takes (DPM_API_MAX_WAIT_S, as the HTTP API's).
+    `max_wait_s` is the longest wait_s a tool takes (DPM_API_MAX_WAIT_S, as the HTTP API's); `broker_wait_s`
+    how long a write waits for the cluster before the tool says it is not answering (DPM_API_BROKER_WAIT_S).
     """
     auth = None
     if keys is not None:
@@ -86,12 +88,13 @@ def build_server(memory_for: MemoryFor, tenant: str | None, *, max_wait_s: float
             raise ToolError("no tenant: this server takes an API key (Authorization: Bearer <key>)")
         return await memory_for(caller)
 
-    _case_tools(server, memory, max_wait_s)
+    _case_tools(server, memory, max_wait_s, broker_wait_s)
     _decision_tools(server, memory, max_wait_s)
     return server
 
 
-def _case_tools(server: MCPServer, memory: Callable[[], Awaitable[AsyncDecisionMemory]], max_wait_s: float) -> None:
+def _case_tools(server: MCPServer, memory: Callable[[], Awaitable[AsyncDecisionMemory]], max_wait_s: float,
+                broker_wait_s: float) -> None:  # fmt: skip
     """The tools and the resource an agent works a case with: its steps in, a decision asked for, its decisions."""
 
     @server.tool()
@@ -103,7 +106,8 @@ def _case_tools(server: MCPServer, memory: Callable[[], Awaitable[AsyncDecisionM
         with _told():
             door_checks.case_id(case_id)
             door_checks.event(kind, text)
-            done = await (await memory()).append(case_id, kind=kind, text=text, idempotency_key=idempotency_key)
+            done = await (await memory()).append(case_id, kind=kind, text=text, idempotency_key=idempotency_key,
+                                                 timeout=broker_wait_s)  # fmt: skip
         return {"seq": done.seq, "partition": done.position.partition, "offset": done.position.offset}
 
     @server.tool()
@@ -124,10 +128,10 @@ def _case_tools(server: MCPServer, memory: Callable[[], Awaitable[AsyncDecisionM
             client = await memory()
             try:
                 decision_id = await client.request(case_id, task=task, budget=budget_chars,
-                                                   idempotency_key=idempotency_key)  # fmt: skip
+                                                   idempotency_key=idempotency_key, timeout=broker_wait_s)  # fmt: skip
                 return (await client.wait(decision_id, waited)).to_json()
             except DecisionTimeoutError as exc:
-                return {"decision_id": exc.decision_id, "status": "pending"}
+                return {"decision_id": exc.decision_id, "status": "pending", **({"hint": exc.hint} if exc.hint else {})}
 
     @server.resource("dpm://cases/{case_id}/decisions", mime_type="application/json")
     async def case_decisions(case_id: str) -> list[str]:

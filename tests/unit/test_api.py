@@ -13,11 +13,15 @@ from fastapi.testclient import TestClient
 from pipeline.api.app import create_api
 from pipeline.client import (
     AsyncDecisionMemory,
+    CaseErasedError,
     ClusterUnavailableError,
     DecisionNotFoundError,
     DecisionRefusedError,
     DecisionTimeoutError,
     EventPosition,
+    IdempotencyKeyInFlightError,
+    IdempotencyKeyReusedError,
+    TopicsMissingError,
 )
 from pipeline.config.settings import ApiSettings
 from pipeline.core.events import ID_PATTERN, LogPosition
@@ -36,20 +40,24 @@ class FakeMemory:
         self.tenant = tenant
         self.appended: list[tuple[str, list[tuple[str, str]], str | None]] = []
 
-    async def append_many(self, case_id: str, events: Iterable[tuple[str, str]], *,
-                          idempotency_key: str | None = None) -> list[EventPosition]:  # fmt: skip
+    async def append_many(self, case_id: str, events: Iterable[tuple[str, str]], *, idempotency_key: str | None = None,
+                          timeout: float = 60.0) -> list[EventPosition]:  # fmt: skip
+        _refuse(case_id, idempotency_key)
         items = list(events)
         self.appended.append((case_id, items, idempotency_key))
         return [EventPosition(case_id, n + 1, LogPosition(0, n)) for n in range(len(items))]
 
     async def request(self, case_id: str, *, task: TaskSpec, budget: int, architecture: str,
-                      idempotency_key: str | None) -> str:  # fmt: skip
+                      idempotency_key: str | None, timeout: float = 60.0) -> str:  # fmt: skip
+        _refuse(case_id, idempotency_key)
         return f"t-{case_id}:{architecture}"
 
     async def wait(self, decision_id: str, timeout: float) -> object:
         raise DecisionRefusedError.of(decision_id, "schema", "refused by the fake worker")
 
     async def decision(self, decision_id: str) -> object:
+        if decision_id.startswith("erased-"):
+            raise CaseErasedError("case acme/erased-case was erased")
         raise DecisionNotFoundError(decision_id)
 
     async def decisions_of(self, case_id: str) -> list[str]:
@@ -62,6 +70,16 @@ class FakeMemory:
             if wait_s <= 0:
                 raise
         return await self.wait(decision_id, wait_s)
+
+
+def _refuse(case_id: str, idempotency_key: str | None) -> None:
+    """What the real client raises, by name: a key used before for another request, one in flight, an erased case."""
+    if case_id == "erased-case":
+        raise CaseErasedError("case acme/erased-case was erased")
+    if idempotency_key == "reused":
+        raise IdempotencyKeyReusedError("case acme/c: this idempotency key was used before")
+    if idempotency_key == "in-flight":
+        raise IdempotencyKeyInFlightError("case acme/c: still being written")
 
 
 Api = tuple[TestClient, dict[str, str], dict[str, FakeMemory], ApiKeys]  # client, keys by tenant, memories, store
@@ -361,3 +379,64 @@ def test_a_pending_decision_s_location_is_percent_encoded(api: Api) -> None:
     pending = client.get("/v1/decisions/k-\u00e9\U00092e5e:dpm?wait_s=1", headers=acme)
     assert pending.status_code == 202, pending.text
     assert pending.headers["Location"] == "/v1/decisions/k-%C3%A9%F2%92%B9%9E:dpm"
+
+
+_STEP = {"events": [{"kind": "tool", "text": PRIVATE_TEXT}]}
+
+
+@pytest.mark.parametrize("header", ["", " ", "a b", "x" * 201, '"unterminated', '""'])
+def test_an_idempotency_key_that_is_not_1_to_200_visible_ascii_characters_answers_400_and_writes_nothing(
+    api: Api, header: str
+) -> None:
+    client, made, memories, _ = api
+    response = client.post("/v1/cases/c/events", json=_STEP, headers={**_auth(made["acme"]), "Idempotency-Key": header})
+    assert "Idempotency-Key" in str(_problem(response, 400)["detail"])
+    assert not memories.get("acme") or not memories["acme"].appended
+
+
+def test_the_drafts_quoted_key_and_the_bare_key_name_the_same_key(api: Api) -> None:
+    client, made, memories, _ = api
+    for header in ('"step-1"', "step-1"):
+        response = client.post("/v1/cases/c/events", json=_STEP,
+                               headers={**_auth(made["acme"]), "Idempotency-Key": header})  # fmt: skip
+        assert response.status_code == 201, response.text
+    assert [key for _, _, key in memories["acme"].appended] == ["step-1", "step-1"]
+
+
+@pytest.mark.parametrize(("key", "status", "kind"), [("reused", 422, "idempotency-key-reused"),
+                                                     ("in-flight", 409, "idempotency-key-in-flight")])  # fmt: skip
+def test_a_key_reused_or_in_flight_answers_its_own_problem_on_appends_and_decisions(
+    api: Api, key: str, status: int, kind: str
+) -> None:
+    client, made, _, _ = api
+    headers = {**_auth(made["acme"]), "Idempotency-Key": key}
+    appended = client.post("/v1/cases/c/events", json=_STEP, headers=headers)
+    decided = client.post("/v1/cases/c/decisions", json={"domain": "loan"}, headers=headers)
+    for response in (appended, decided):
+        assert str(_problem(response, status)["type"]).endswith(kind)
+
+
+def test_an_erased_case_answers_410_to_its_tenants_appends_decisions_and_reads(api: Api) -> None:
+    client, made, _, _ = api
+    auth = _auth(made["acme"])
+    answers = [client.post("/v1/cases/erased-case/events", json=_STEP, headers=auth),
+               client.post("/v1/cases/erased-case/decisions", json={"domain": "loan"}, headers=auth),
+               client.get("/v1/decisions/erased-1:dpm", headers=auth)]  # fmt: skip
+    for response in answers:
+        assert str(_problem(response, 410)["type"]).endswith("case-erased")
+
+
+def test_a_tenants_first_request_without_the_pipelines_topics_answers_503_naming_the_command(tmp_path: Path) -> None:
+    keys = ApiKeys(tmp_path / "api-keys.json")
+    _, key = keys.add("acme")
+
+    async def memory_for(tenant: str) -> AsyncDecisionMemory:
+        raise TopicsMissingError(
+            "the pipeline's topics do not exist (dpm.events): create them with `dpm topics create`"
+        )
+
+    client = TestClient(create_api(memory_for, keys, ApiSettings.model_validate({})))
+    response = client.post("/v1/cases/c/events", json=_STEP, headers=_auth(key))
+    body = _problem(response, 503)
+    assert "dpm topics create" in str(body["detail"])
+    assert response.headers["retry-after"]
