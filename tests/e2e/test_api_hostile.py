@@ -14,6 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from pipeline.kafka.range_reads import read_topic
 from pipeline.kafka.topics import TopicNames
 from pipeline.services.api_keys import ADMIN, ApiKeys
 from pipeline.services.cluster import pipeline_processes
@@ -25,7 +26,8 @@ pytestmark = [pytest.mark.e2e, pytest.mark.any_broker]  # the door's own behavio
 PRIVATE = "PRIVATE-4711"  # in every refused value: found in no answer and no log line
 
 
-def _serve(env: dict[str, str], logs: Path, asks: list[tuple[str, str, str, dict[str, object] | None]]) -> list[int]:
+def _serve(env: dict[str, str], logs: Path, asks: list[tuple[str, str, str, dict[str, object] | None]],
+           headers: dict[str, str] | None = None) -> list[int]:  # fmt: skip
     """The statuses of (method, path, key, JSON body) asked of a fresh `dpm api`, each on its own connection."""
     port = free_port()
     base = f"http://127.0.0.1:{port}"
@@ -40,7 +42,8 @@ def _serve(env: dict[str, str], logs: Path, asks: list[tuple[str, str, str, dict
                 assert time.monotonic() < deadline
                 time.sleep(0.3)
         for method, path, key, body in asks:
-            answer = httpx.request(method, base + path, json=body, headers={"Authorization": f"Bearer {key}"},
+            answer = httpx.request(method, base + path, json=body,
+                                   headers={"Authorization": f"Bearer {key}", **(headers or {})},
                                    timeout=60)  # fmt: skip
             assert PRIVATE not in answer.text
             statuses.append(answer.status_code)
@@ -96,3 +99,26 @@ def test_with_tenancy_by_topic_a_key_whose_tenant_has_no_topics_answers_404(
         ("DELETE", "/v1/tenants/globex/cases/c-1", admin, None),  # nothing of a tenant without topics: erased
     ]
     assert _serve(env, tmp_path / "logs", asks) == [201, 404, 404, 404, 204]
+
+
+def test_a_key_reused_for_other_events_and_an_erased_case_answer_their_problems_and_write_nothing(
+    kafka_bootstrap: str, kafka_config: dict[str, str], topic_names: TopicNames, tmp_path: Path
+) -> None:
+    create_topics(kafka_config, topic_names)
+    keys = ApiKeys(tmp_path / "api-keys.json")
+    acme, admin = keys.add("acme")[1], keys.add(ADMIN)[1]
+    env = {**worker_env(kafka_bootstrap, topic_names, tmp_path), "DPM_API_KEYS_FILE": str(keys.path)}
+    step: dict[str, object] = {"events": [{"kind": "note", "text": "score 700"}]}
+    other: dict[str, object] = {"events": [{"kind": "note", "text": "score 540"}]}
+    asks: list[tuple[str, str, str, dict[str, object] | None]] = [
+        ("POST", "/v1/cases/c-2/events", acme, step),
+        ("POST", "/v1/cases/c-2/events", acme, step),  # a retry: the first answer, nothing written
+        ("POST", "/v1/cases/c-2/events", acme, other),  # the same key, other events: refused
+        ("DELETE", "/v1/tenants/acme/cases/c-2", admin, None),
+        ("POST", "/v1/cases/c-2/events", acme, other),
+        ("GET", "/v1/cases/c-2/decisions", acme, None),
+    ]
+    statuses = _serve(env, tmp_path / "logs", asks, headers={"Idempotency-Key": "step-1"})
+    assert statuses == [201, 201, 422, 204, 410, 410]
+    written = {r.key for r in read_topic(kafka_config, topic_names.events) if r.key}
+    assert written == {b"acme/c-2/00000001"}  # one event, however often it was sent
