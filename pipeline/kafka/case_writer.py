@@ -163,9 +163,9 @@ class CaseWriter:
         self.head = CaseHead()
         self._lock = threading.Lock()  # one call at a time: each numbers its events after the last one's
 
-    def _ready(self) -> int:
+    def _ready(self, timeout_s: float | None = None) -> int:
         """Registers the case's transactional id (fencing any other writer) and reads the head when it is new."""
-        generation = self._producer.ready()
+        generation = self._producer.ready(timeout_s)
         if generation != self._registered:
             self.head = read_head(self._config, self._names, self.case, self._partitions)
             self._registered = generation
@@ -185,11 +185,13 @@ class CaseWriter:
         """
         batch = Batch(fingerprint=fingerprint)
         batch_id = batch_id or uuid.uuid4().hex
-        return self._retried(lambda: self._append_once(items, batch_id, batch, opening), timeout_s)
+        deadline = time.monotonic() + timeout_s
+        return self._retried(lambda: self._append_once(items, batch_id, batch, opening, deadline), timeout_s)
 
     def _append_once(self, items: Sequence[tuple[str, str]], batch_id: str, batch: Batch,
-                     opening: CaseOpening | None) -> Appended:  # fmt: skip
-        generation = self._ready()
+                     opening: CaseOpening | None, deadline: float) -> Appended:  # fmt: skip
+        # Each transactional call gets what is left of the caller's time (a second at least), not 30 s.
+        generation = self._ready(_left(deadline))
         done = self.head.batches.get(batch_id)
         if done is not None:
             if not done.answers(items, batch.fingerprint):
@@ -199,7 +201,7 @@ class CaseWriter:
         events = [Event(self.case, first + i, kind, text) for i, (kind, text) in enumerate(items)]
         outputs = self._event_outputs(events, batch_id, batch.fingerprint, opening)
         self._check_sizes(outputs, first)
-        positions = self._producer.publish(outputs, generation=generation)
+        positions = self._producer.publish(outputs, generation=generation, call_timeout_s=_left(deadline))
         self.head.positions.extend(positions)
         self.head.add_batch(batch_id, Batch(positions, batch.fingerprint))
         return Appended(tuple(positions), first, written=True)
@@ -261,6 +263,11 @@ class CaseWriter:
 
     def close(self) -> None:
         self._producer.close()
+
+
+def _left(deadline: float) -> float:
+    """The seconds left before `deadline`, at least one (a transactional call needs a moment to answer)."""
+    return max(1.0, deadline - time.monotonic())
 
 
 def read_head(client_config: dict[str, str], names: TopicNames, case: CaseRef,

@@ -146,8 +146,10 @@ class TransactionalProducer:
         self._suspect = None
         self._producer, self._ready = self._new(), False
 
-    def ready(self) -> int:
+    def ready(self, call_timeout_s: float | None = None) -> int:
         """Replaces a suspect producer and registers the transactional id of a new one; returns the generation.
+
+        `call_timeout_s`: how long registering may take (default: the producer's call timeout).
 
         A caller that keeps state next to the transactions (a ledger of what was published) reads
         it again whenever the generation changes: only what was committed before the latest
@@ -159,8 +161,9 @@ class TransactionalProducer:
         if self._ready:
             return self.generation
         producer = self._producer
+        timeout_s = call_timeout_s or self._timeout_s
         try:
-            self._call("init_transactions", lambda: producer.init_transactions(self._timeout_s))
+            self._call("init_transactions", lambda: producer.init_transactions(timeout_s), timeout_s)
         except KafkaException as exc:
             error = exc.args[0]
             if error.fatal():
@@ -181,6 +184,7 @@ class TransactionalProducer:
         group: object | None = None,
         *,
         generation: int | None = None,
+        call_timeout_s: float | None = None,
     ) -> list[LogPosition]:
         """Produces `outputs` and commits them, with the consumer's `offsets` if any, in one transaction.
 
@@ -188,9 +192,11 @@ class TransactionalProducer:
         (TransientPublishError) to publish on a producer registered since. Raises
         TransientPublishError, OutputsRefusedError or PublishFailedError (ProducerFencedError when
         a newer producer of the id fenced this one); nothing is committed then, and no transaction
-        is left open.
+        is left open. `call_timeout_s` bounds each transactional call (default: the producer's): a
+        caller with a deadline of its own (an agent's append) is not held past it by a commit.
         """
-        current = self.ready()
+        timeout_s = call_timeout_s or self._timeout_s
+        current = self.ready(timeout_s)
         if generation is not None and current != generation:
             raise TransientPublishError("the producer was registered again; what it guards must be read again")
         producer = self._producer
@@ -203,10 +209,10 @@ class TransactionalProducer:
             if offsets:
                 sent = list(offsets)
                 self._call("send_offsets_to_transaction",
-                           lambda: producer.send_offsets_to_transaction(sent, group, self._timeout_s))  # fmt: skip
-            self._call("commit_transaction", lambda: producer.commit_transaction(self._timeout_s))
+                           lambda: producer.send_offsets_to_transaction(sent, group, timeout_s), timeout_s)  # fmt: skip
+            self._call("commit_transaction", lambda: producer.commit_transaction(timeout_s), timeout_s)
         except KafkaException as exc:
-            self._end_failed(producer, exc.args[0])
+            self._end_failed(producer, exc.args[0], timeout_s)
             raise _classified(exc.args[0], failures) from exc
         return [positions[index] for index in range(len(outputs))]
 
@@ -235,13 +241,13 @@ class TransactionalProducer:
             return
         raise KafkaException(KafkaError(KafkaError._QUEUE_FULL, "the local queue stayed full"))
 
-    def _end_failed(self, producer: Producer, error: KafkaError) -> None:
+    def _end_failed(self, producer: Producer, error: KafkaError, timeout_s: float) -> None:
         """Leaves no transaction open: aborts it, or replaces a producer that cannot go on."""
         if error.fatal():
             self._replace(f"fatal error: {error.str()}")
             return
         try:
-            self._call("abort_transaction", lambda: producer.abort_transaction(self._timeout_s))
+            self._call("abort_transaction", lambda: producer.abort_transaction(timeout_s), timeout_s)
         except KafkaException as exc:
             self._replace(f"abort failed: {exc.args[0].str()}")
         except TransientPublishError:

@@ -11,6 +11,7 @@ import subprocess
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 
 from pipeline.client import ClusterUnavailableError, DecisionMemory, DecisionTimeoutError
@@ -24,10 +25,12 @@ from pipeline.kafka.producer import EventProducer
 from pipeline.kafka.range_reads import read_topic
 from pipeline.kafka.topics import TopicNames
 from pipeline.keys.providers import LocalFileKeyProvider
+from pipeline.services.api_keys import ApiKeys
 from pipeline.services.cluster import pipeline_processes, private_cluster
 from pipeline.services.read_outputs import await_decisions
 from pipeline.wire.event import CaseOpening
 from pipeline.wire.trigger import DecisionRequest
+from tests.conftest import free_port
 from tests.integration.test_client_appends import case_log, client_settings
 from tests.pipeline_support import create_topics, small_cases, worker_env
 
@@ -128,3 +131,48 @@ def test_a_client_during_outages_fails_clearly_or_waits_and_loses_no_acknowledge
     assert first.record.events_count == late.record.events_count == len(steps)
     assert late.decision_id == unconfirmed.value.decision_id != first.decision_id
     assert late.label in case.task.label_space
+
+
+@pytest.mark.any_broker  # the door's own bound: on 3.9.2 only
+def test_the_http_api_answers_503_with_retry_after_within_its_bound_while_the_broker_is_away(
+    tmp_path: Path, keys_dir: Path
+) -> None:
+    """An agent with a 10 s timeout hears 503 and Retry-After, not a timeout: the door waits DPM_API_BROKER_WAIT_S."""
+    home = tmp_path / "cluster"
+    keys = ApiKeys(tmp_path / "api-keys.json")
+    headers = {"Authorization": f"Bearer {keys.add('acme')[1]}", "Idempotency-Key": "step-2"}
+    step: dict[str, object] = {"events": [{"kind": "note", "text": "a step"}]}
+    with private_cluster(_SETTINGS, home, nodes=1) as running:
+        names = TopicNames("outage-api")
+        create_topics({"bootstrap.servers": running.bootstrap}, names)
+        env = {**worker_env(running.bootstrap, names, tmp_path), "DPM_API_KEYS_FILE": str(keys.path),
+               "DPM_API_BROKER_WAIT_S": "3"}  # fmt: skip
+        port = free_port()
+        url = f"http://127.0.0.1:{port}/v1/cases/case-1/events"
+        with pipeline_processes([["api", "--port", str(port)]], env, tmp_path / "logs"):
+            first = _posted(url, step, {"Authorization": headers["Authorization"]}, wait_s=60)
+            local_broker.stop(home)
+            started = time.monotonic()
+            away = httpx.post(url, json=step, headers=headers, timeout=10)
+            answered_s = time.monotonic() - started
+            local_broker.start(home, _SETTINGS.paths.cache_dir, _SETTINGS.kafka.version, nodes=1, port=running.port)
+            back = _posted(url, step, headers, wait_s=60)  # the same key again, once the broker is back
+    assert first.status_code == 201, first.text
+    assert away.status_code == 503, away.text
+    assert away.headers["retry-after"]
+    assert answered_s < 9  # within the bound (3 s) and its last attempt, well inside the agent's 10 s
+    assert back.status_code == 201, back.text
+    assert back.json()["events"][0]["seq"] == 2  # written once: the refused try left nothing
+
+
+def _posted(url: str, body: dict[str, object], headers: dict[str, str], wait_s: float) -> httpx.Response:
+    """The answer to a POST, asked again while the server is starting or answers 503 (for up to `wait_s`)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            answer = httpx.post(url, json=body, headers=headers, timeout=30)
+            if answer.status_code != 503 or time.monotonic() > deadline:
+                return answer
+        except httpx.HTTPError:
+            assert time.monotonic() < deadline
+        time.sleep(0.5)
