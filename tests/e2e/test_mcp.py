@@ -21,9 +21,12 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp_types import TextResourceContents
 
 from pipeline.bench.generate import GenerationSpec, generate_cases
+from pipeline.config.settings import Settings
+from pipeline.core.events import CaseRef
 from pipeline.kafka.topics import TopicNames
 from pipeline.services.api_keys import ApiKeys
 from pipeline.services.cluster import pipeline_processes
+from pipeline.services.erase import erase_case
 from tests.conftest import free_port
 from tests.pipeline_support import create_topics, small_cases, worker_env
 
@@ -63,13 +66,27 @@ def test_an_agent_over_stdio_appends_its_steps_and_gets_a_cited_decision(
     server = StdioServerParameters(command=sys.executable, args=["-m", "pipeline", "mcp", "--tenant", "acme"],
                                    env={**env, "DPM_KEYS_DIR": os.environ["DPM_KEYS_DIR"]})  # fmt: skip
 
+    settings = Settings.from_env({**env, "DPM_KEYS_DIR": os.environ["DPM_KEYS_DIR"]})
+    after_erasure: list[Any] = []
+
     async def run() -> tuple[list[int], dict[str, Any], dict[str, Any], list[str], Any, list[str]]:
         async with Client(server) as client:
             tools = sorted(t.name for t in (await client.list_tools()).tools)
-            return (*await _agent(client, steps, case.task.domain), tools)
+            done = await _agent(client, steps, case.task.domain)
+            # erased by another process (`dpm erase`): the server's client learns it from the key topic
+            await anyio.to_thread.run_sync(erase_case, settings, CaseRef("acme", "case-7"))
+            await anyio.sleep(3)
+            after_erasure.extend([
+                await client.call_tool("get_decision", {"decision_id": done[1]["decision_id"], "wait_s": 5}),
+                await client.call_tool("append_event", {"case_id": "case-7", "kind": "note", "text": "later"}),
+            ])  # fmt: skip
+            return (*done, tools)
 
     with pipeline_processes([["worker"]], env, tmp_path / "logs"):
         seqs, decided, explained, listed, reasons, tools = anyio.run(run)
+    for refused in after_erasure:  # the reply the server's client kept is gone with the key
+        assert refused.is_error
+        assert "was erased" in refused.content[0].text
     assert tools == ["append_event", "decision_reasons", "explain_decision", "get_decision", "request_decision"]
     assert seqs == list(range(1, 9))
     assert decided["label"] in case.task.label_space
