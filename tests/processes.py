@@ -5,7 +5,10 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Mapping
+
+import httpx
 
 
 def run_python(script: str, hash_seed: str) -> str:
@@ -21,3 +24,16 @@ def dpm_cli(
     child = {**os.environ, "COLUMNS": "200", **(env or {})}
     return subprocess.run([sys.executable, "-m", "pipeline", *args], capture_output=True, text=True, env=child,
                           timeout=timeout_s, check=False)  # fmt: skip
+
+
+def await_http(base: str, timeout_s: float = 60) -> None:
+    """Waits until a server at `base` answers its /healthz (a `dpm api` just started), for up to `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            if httpx.get(f"{base}/healthz", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        assert time.monotonic() < deadline, f"{base} did not come up"
+        time.sleep(0.3)

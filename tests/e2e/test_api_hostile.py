@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
@@ -20,6 +19,7 @@ from pipeline.services.api_keys import ADMIN, ApiKeys
 from pipeline.services.cluster import pipeline_processes
 from tests.conftest import free_port
 from tests.pipeline_support import create_topics, worker_env
+from tests.processes import await_http
 
 pytestmark = [pytest.mark.e2e, pytest.mark.any_broker]  # the door's own behaviour
 
@@ -33,14 +33,7 @@ def _serve(env: dict[str, str], logs: Path, asks: list[tuple[str, str, str, dict
     base = f"http://127.0.0.1:{port}"
     statuses: list[int] = []
     with pipeline_processes([["api", "--port", str(port)]], env, logs):
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(f"{base}/healthz", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                assert time.monotonic() < deadline
-                time.sleep(0.3)
+        await_http(base)
         for method, path, key, body in asks:
             answer = httpx.request(method, base + path, json=body,
                                    headers={"Authorization": f"Bearer {key}", **(headers or {})},

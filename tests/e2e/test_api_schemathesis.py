@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
@@ -21,23 +20,12 @@ from pipeline.services.api_keys import ADMIN, ApiKeys
 from pipeline.services.cluster import pipeline_processes
 from tests.conftest import free_port
 from tests.pipeline_support import create_topics, worker_env
+from tests.processes import await_http
 
 pytestmark = [pytest.mark.e2e, pytest.mark.any_broker]  # the door's own contract
 
 _CHECKS = "not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance"
 _MAX_EXAMPLES = 12  # per operation and phase: eight operations, two keys, about a minute on two cores
-
-
-def _await_up(base: str, timeout_s: float = 60) -> None:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            if httpx.get(f"{base}/healthz", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        assert time.monotonic() < deadline, f"{base} did not come up"
-        time.sleep(0.3)
 
 
 def _schemathesis(base: str, key: str, reports: Path) -> subprocess.CompletedProcess[str]:
@@ -63,7 +51,7 @@ def test_the_served_openapi_holds_for_every_answer_with_a_tenant_s_key_and_the_a
     env = {**worker_env(kafka_bootstrap, topic_names, tmp_path), "DPM_API_KEYS_FILE": str(keys.path),
            "DPM_API_MAX_WAIT_S": "1", "DPM_API_RATE_PER_S": "10000"}  # fmt: skip
     with pipeline_processes([["api", "--port", str(port)]], env, tmp_path / "logs"):
-        _await_up(base)
+        await_http(base)
         appended = httpx.post(f"{base}/v1/cases/case-1/events", headers={"Authorization": f"Bearer {acme}"},
                               json={"events": [{"kind": "document", "text": "income 84,000"}]}, timeout=60)  # fmt: skip
         assert appended.status_code == 201, appended.text

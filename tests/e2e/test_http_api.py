@@ -6,7 +6,6 @@ import contextlib
 import itertools
 import signal
 import threading
-import time
 from pathlib import Path
 
 import httpx
@@ -22,20 +21,9 @@ from pipeline.services.cluster import pipeline_processes
 from tests.conftest import free_port
 from tests.integration.test_client_appends import case_log
 from tests.pipeline_support import create_topics, small_cases, worker_env
+from tests.processes import await_http
 
 pytestmark = [pytest.mark.e2e, pytest.mark.any_broker]  # the door's own behaviour
-
-
-def _await_up(base: str, timeout_s: float = 60) -> None:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            if httpx.get(f"{base}/healthz", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        assert time.monotonic() < deadline, f"{base} did not come up"
-        time.sleep(0.3)
 
 
 def test_a_tenant_appends_decides_explains_replays_and_lists_over_http(
@@ -51,7 +39,7 @@ def test_a_tenant_appends_decides_explains_replays_and_lists_over_http(
            "DPM_API_MAX_BODY_BYTES": "4000000"}  # fmt: skip
     steps = {"events": [{"kind": e.kind, "text": e.text} for e in case.trajectory.events]}
     with pipeline_processes([["worker"], ["api", "--port", str(port)]], env, tmp_path / "logs"):
-        _await_up(base)
+        await_http(base)
         with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {acme}"}, timeout=180) as http:
             appended = http.post("/v1/cases/case-7/events", json=steps)
             too_large = http.post("/v1/cases/case-7/events", json={"events": [{"kind": "document",
@@ -122,7 +110,7 @@ def test_the_api_killed_mid_batch_leaves_each_batch_whole_or_absent(
         port = free_port()
         base = f"http://127.0.0.1:{port}"
         with pipeline_processes([["api", "--port", str(port)]], env, tmp_path / f"logs-{round_}") as (api,):
-            _await_up(base)
+            await_http(base)
             with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {acme}"}, timeout=60) as http:
                 opened = http.post(f"/v1/cases/{case_id}/events", json={"events": [{"kind": "note", "text": "opened"}]})
                 assert opened.status_code == 201, opened.text
