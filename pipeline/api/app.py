@@ -58,6 +58,7 @@ from pipeline.client import (
 from pipeline.client.memory import DEFAULT_BUDGET_CHARS
 from pipeline.config.settings import ApiSettings
 from pipeline.core.contest import NOT_ADVICE
+from pipeline.core.errors import DpmError
 from pipeline.core.events import ID_PATTERN, KIND_PATTERN, MAX_KIND_CHARS, MAX_TEXT_CHARS
 from pipeline.core.idempotency import InvalidIdempotencyKeyError, header_key
 from pipeline.core.task import TaskSpec
@@ -575,6 +576,9 @@ class _Routes:
             await self._erase(tenant, case_id)
         except ClusterUnavailableError as exc:
             raise _client_problem(exc) from exc
+        except DpmError as exc:  # a step failed: what is done and what is left, and that running it again is safe
+            _LOG.warning("an erasure stopped: %s", type(exc).__name__)
+            raise Problem(503, "erasure-incomplete", "Service unavailable", str(exc), {"Retry-After": "5"}) from exc
         return Response(status_code=204)
 
 
@@ -613,6 +617,8 @@ _FIXED_PROBLEMS: tuple[tuple[type[ClientError], tuple[int, str, str, str]], ...]
 
 def _client_problem(exc: Exception) -> Problem:
     """The problem a client error answers as."""
+    if isinstance(exc, DecisionRefusedError) and exc.reason == Rejection.ERASED.value:
+        exc = CaseErasedError(str(exc))  # refused because the case was erased meanwhile: gone, as its reads
     for kind, (status, name, title, detail) in _FIXED_PROBLEMS:
         if isinstance(exc, kind):
             return Problem(status, name, title, detail)
@@ -628,6 +634,9 @@ def _client_problem(exc: Exception) -> Problem:
         return Problem(503, "topics-missing", "Service unavailable", str(exc), {"Retry-After": "30"})
     if not isinstance(exc, ClusterUnavailableError):
         _LOG.error("a client call failed: %s", type(exc).__name__)  # its message may hold a case's id
+        return Problem(503, "request-failed", "Service unavailable", "the cluster could not complete the request; "
+                       "retry it (with the same Idempotency-Key, a write is never made twice)",
+                       {"Retry-After": "5"})  # fmt: skip
     return Problem(503, "cluster-unavailable", "Service unavailable", "the cluster did not answer in time; nothing "
                    "was written", {"Retry-After": "5"})  # fmt: skip
 

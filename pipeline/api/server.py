@@ -24,7 +24,8 @@ def app_from_env() -> FastAPI:
 
     async def erase(tenant: str, case_id: str) -> int:
         done = await asyncio.to_thread(erase_case, settings, CaseRef(tenant, case_id))
-        memories.forget_erased(tenant, case_id)  # this process's caches go in the step that destroyed the key
+        # this process's caches go in the step that destroyed the key (a thread: a writer's close may wait)
+        await asyncio.to_thread(memories.forget_erased, tenant, case_id)
         return done.keys_destroyed
 
     app = create_api(gated(settings, memories), ApiKeys(keys_file(settings)), settings.api, erase)

@@ -137,19 +137,36 @@ class AsyncDecisionMemory:
 
 
 class TenantMemories:
-    """Each tenant's client in one process (the HTTP API's, the MCP server's), made on the tenant's first call."""
+    """Each tenant's client in one process (the HTTP API's, the MCP server's), made on the tenant's first call.
+
+    Tenants are made side by side: one tenant's first call, waiting up to `connect_timeout` for a
+    cluster that does not answer, holds no other tenant's. A failed making is not kept (the next
+    call tries again); calls for a tenant being made share its making.
+    """
 
     def __init__(self, settings: Settings, connect_timeout: float = CONNECT_TIMEOUT_S) -> None:
         self._settings, self._connect_timeout = settings, connect_timeout
         self._made: dict[str, AsyncDecisionMemory] = {}
-        self._lock = asyncio.Lock()
+        self._making: dict[str, asyncio.Future[AsyncDecisionMemory]] = {}
 
     async def __call__(self, tenant: str) -> AsyncDecisionMemory:
-        async with self._lock:
-            if tenant not in self._made:
-                self._made[tenant] = await asyncio.to_thread(AsyncDecisionMemory, tenant, settings=self._settings,
-                                                             connect_timeout=self._connect_timeout)  # fmt: skip
-            return self._made[tenant]
+        made = self._made.get(tenant)
+        if made is not None:
+            return made
+        making = self._making.get(tenant)
+        if making is None:  # no await between the look and the set: one making per tenant on this loop
+            making = self._making[tenant] = asyncio.ensure_future(
+                asyncio.to_thread(
+                    AsyncDecisionMemory, tenant, settings=self._settings, connect_timeout=self._connect_timeout
+                )
+            )
+            making.add_done_callback(functools.partial(self._settle, tenant))
+        return await asyncio.shield(making)
+
+    def _settle(self, tenant: str, making: asyncio.Future[AsyncDecisionMemory]) -> None:
+        self._making.pop(tenant, None)
+        if not making.cancelled() and making.exception() is None:
+            self._made[tenant] = making.result()
 
     def forget_erased(self, tenant: str, case_id: str) -> None:
         """A case this process erased: the tenant's client, if made, drops what it kept of it (in the same step)."""

@@ -68,6 +68,7 @@ from pipeline.wire.audit import calls_in_order
 from pipeline.wire.contest import Asker
 from pipeline.wire.decision import DecisionRecord
 from pipeline.wire.rejection import RejectedError
+from pipeline.wire.sealing import CaseErasedError as WireCaseErasedError
 from pipeline.wire.trajectory import case_event
 from pipeline.wire.trigger import DecisionId, DecisionKey, DecisionRequest
 
@@ -172,6 +173,10 @@ class DecisionMemory:
             raise ClusterUnavailableError(str(exc)) from exc
         except WriterEventTooLargeError as exc:
             raise EventTooLargeError(str(exc), index=exc.index, size=exc.size, limit=exc.limit) from exc
+        except WireCaseErasedError as exc:  # erased while this append was being sealed
+            raise _erased(case) from exc
+        except KafkaAdapterError as exc:
+            raise ClientError(f"case {case.key}: the append failed: {exc}") from exc
         if done.written:  # (an idempotent repeat's items may differ from what the first call wrote)
             self._recent.add(self._names.events, ((p, Event(case, done.first_seq + i, kind, text))
                                                   for i, (p, (kind, text)) in enumerate(zip(done.positions, items,
@@ -207,6 +212,7 @@ class DecisionMemory:
                 del self._typed[decision_id]
         self._recent.forget_case(case)
         self._writers.forget(case)
+        self._keys.sync()  # the ring reads the tombstone: no event is sealed, nor reply opened, under the old key
 
     # Deciding
 
@@ -302,6 +308,12 @@ class DecisionMemory:
         trigger_id = _trigger_id(case, idempotency_key)
         decision_id = DecisionId(trigger_id, arch)
         sent = known.triggers.get(trigger_id)
+        if sent is None and idempotency_key is not None:
+            # Decision requests are not fenced: another process (a replica of the door, the MCP server) may
+            # have sent one under this key, which this writer's head does not know. The log does.
+            if not read:
+                return None
+            sent = self._committed(case).triggers.get(trigger_id)
         if sent is not None and sent.fingerprint != decision_fingerprint(spec, budget, (arch,)):
             raise IdempotencyKeyReusedError(f"case {case.key}: this idempotency key was used before for another "
                                             "decision request (task, budget or architecture); nothing was requested."
@@ -313,6 +325,14 @@ class DecisionMemory:
         listed = positions if len(positions) <= self._max_positions else None  # else the worker scans
         return PreparedRequest(decision_id, DecisionRequest(trigger_id, case, spec, budget, (arch,), listed,
                                                             len(positions)))  # fmt: skip
+
+    def _committed(self, case: CaseRef) -> KnownCase:
+        try:
+            return self._writers.committed(case)
+        except BrokerUnavailableError as exc:
+            raise ClusterUnavailableError(str(exc)) from exc
+        except KafkaAdapterError as exc:
+            raise ClientError(str(exc)) from exc
 
     def _known(self, case: CaseRef) -> KnownCase:
         try:
@@ -460,7 +480,8 @@ class DecisionMemory:
 
     def look_up(self, decision_id: DecisionId) -> None:
         """Completes the calls waiting for a decision from what is published already (a retried request)."""
-        found = self._published(decision_id)
+        with _reading("the output topics"):
+            found = self._published(decision_id)
         if found is not None:
             self._waiters.complete(decision_id, found)
 

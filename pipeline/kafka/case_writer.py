@@ -407,6 +407,10 @@ class CaseWriters:
         known = self.known_here(case)
         if known is not None:
             return known
+        return self.committed(case)
+
+    def committed(self, case: CaseRef) -> KnownCase:
+        """The case as committed now, read from its partitions (a writer's head misses what others requested)."""
         with self._lock:
             partitions = self._partition_counts()
         head = read_head(self._config, self._names, case, partitions)

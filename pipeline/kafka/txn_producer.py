@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -195,8 +196,14 @@ class TransactionalProducer:
         is left open. `call_timeout_s` bounds each transactional call (default: the producer's): a
         caller with a deadline of its own (an agent's append) is not held past it by a commit.
         """
-        timeout_s = call_timeout_s or self._timeout_s
-        current = self.ready(timeout_s)
+        # With a caller's time, each call gets what is left of it (a second at least), so a commit and
+        # the abort after it together stay within the caller's bound; else each its own full timeout.
+        end = time.monotonic() + (call_timeout_s or self._timeout_s)
+
+        def left() -> float:
+            return max(1.0, end - time.monotonic()) if call_timeout_s else self._timeout_s
+
+        current = self.ready(left())
         if generation is not None and current != generation:
             raise TransientPublishError("the producer was registered again; what it guards must be read again")
         producer = self._producer
@@ -208,11 +215,13 @@ class TransactionalProducer:
                 self._produce(producer, index, out, failures, positions)
             if offsets:
                 sent = list(offsets)
+                timeout_s = left()
                 self._call("send_offsets_to_transaction",
                            lambda: producer.send_offsets_to_transaction(sent, group, timeout_s), timeout_s)  # fmt: skip
-            self._call("commit_transaction", lambda: producer.commit_transaction(timeout_s), timeout_s)
+            commit_s = left()
+            self._call("commit_transaction", lambda: producer.commit_transaction(commit_s), commit_s)
         except KafkaException as exc:
-            self._end_failed(producer, exc.args[0], timeout_s)
+            self._end_failed(producer, exc.args[0], left())
             raise _classified(exc.args[0], failures) from exc
         return [positions[index] for index in range(len(outputs))]
 

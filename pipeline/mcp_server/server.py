@@ -155,7 +155,7 @@ def _decision_tools(server: MCPServer, memory: Callable[[], Awaitable[AsyncDecis
             try:
                 return (await client.collect(decision_id, waited)).to_json()
             except DecisionNotFoundError as exc:
-                raise ToolError(f"no decision {decision_id} is published") from exc
+                raise ToolError("no decision with this id is published for this tenant") from exc
             except DecisionTimeoutError:
                 return {"decision_id": decision_id, "status": "pending"}
 

@@ -214,3 +214,19 @@ def test_a_client_with_no_broker_says_so_within_its_connect_timeout_and_names_th
     assert time.monotonic() - started < 10
     assert address in str(unavailable.value)
     assert "dpm broker up" in str(unavailable.value)
+
+
+def test_a_decision_key_another_process_used_is_known_to_a_writer_of_the_case(
+    kafka_bootstrap: str, kafka_config: dict[str, str], topic_names: TopicNames, tmp_path: Path
+) -> None:
+    """A replica's writer does not see triggers another replica sent under a key: it reads them before sending."""
+    create_topics(kafka_config, topic_names)
+    settings = client_settings(kafka_bootstrap, topic_names, tmp_path)
+    with DecisionMemory("acme", settings=settings) as writer, DecisionMemory("acme", settings=settings) as other:
+        writer.append("case-6", kind="document", text="Applicant income verified: 84,000")
+        first = other.request("case-6", domain="loan", budget=2_000, idempotency_key="ask-6")
+        with pytest.raises(IdempotencyKeyReusedError):
+            writer.request("case-6", domain="claim", budget=2_000, idempotency_key="ask-6")
+        assert writer.request("case-6", domain="loan", budget=2_000, idempotency_key="ask-6") == first
+    triggers = [r for r in read_topic(kafka_config, topic_names.triggers) if r.value]
+    assert len(triggers) == 1
