@@ -33,7 +33,7 @@ from pipeline.core.contest import (
 )
 from pipeline.core.domains import referral_label, rules_for
 from pipeline.core.errors import DpmError
-from pipeline.core.events import Event, Trajectory
+from pipeline.core.events import Event, InvalidEventError, Trajectory
 from pipeline.core.hashing import events_digest
 from pipeline.core.model import ModelBackendError
 from pipeline.core.run import ModelCall
@@ -178,12 +178,13 @@ def contest_whatif(settings: Settings, found: Found, changes: Sequence[EventChan
     """Re-decides the decision with `changes`; over the call budget it raises CallBudgetError (nothing published)."""
     for change in changes:
         if not change.left_out:  # a replacement must be an event the case's log could hold
-            event = Event(found.record.case, change.index, str(change.kind), str(change.text))
             try:
+                event = Event(found.record.case, change.index, str(change.kind), str(change.text))
                 EventRecord.from_wire(EventRecord(event).to_wire())
-            except RejectedError as exc:
+            except (RejectedError, InvalidEventError) as exc:
+                why = exc.detail if isinstance(exc, RejectedError) else str(exc)
                 raise ContestRefusedError(f"the replacement of event [{change.index}] is not a valid event: "
-                                          f"{exc.detail}") from exc  # fmt: skip
+                                          f"{why}") from exc  # fmt: skip
     backend = _backend(settings, found, max_calls)
     try:
         outcome = what_if(found.contested, changes, backend)
