@@ -22,6 +22,7 @@ from pipeline.client.errors import (
     NotAdverseError,
     ReasonsUnavailableError,
     TopicsMissingError,
+    TopicsRefusedError,
 )
 from pipeline.client.memory import DEFAULT_BUDGET_CHARS, DecisionMemory
 from pipeline.client.results import CitedEvent, Decision, EventPosition, Explanation, Fact, ModelUsage
@@ -52,4 +53,5 @@ __all__ = [
     "NotAdverseError",
     "ReasonsUnavailableError",
     "TopicsMissingError",
+    "TopicsRefusedError",
 ]

@@ -13,6 +13,10 @@ class TopicsMissingError(ClientError):
     """The pipeline's topics do not exist on the cluster: `dpm topics create` (or `dpm tenants add`) makes them."""
 
 
+class TopicsRefusedError(ClientError):
+    """The cluster refuses this principal the tenant's topics: DPM_KAFKA_CONFIG names another tenant's, or no grant."""
+
+
 class CaseConflictError(ClientError):
     """Another writer took the case over (another process, or another client of this one): nothing was written."""
 

@@ -35,6 +35,7 @@ from pipeline.client.errors import (
     NotAdverseError,
     ReasonsUnavailableError,
     TopicsMissingError,
+    TopicsRefusedError,
 )
 from pipeline.client.recent import RecentEvents
 from pipeline.client.replies import Reply, Waiters, trigger_refusal
@@ -47,7 +48,7 @@ from pipeline.core.explanation import fact_rows
 from pipeline.core.idempotency import append_fingerprint, check_idempotency_key, decision_fingerprint
 from pipeline.core.task import Architecture, TaskSpec
 from pipeline.core.verification import ReplayReport
-from pipeline.kafka.admin import ensure_reachable, fetch_metadata, group_members
+from pipeline.kafka.admin import ensure_reachable, fetch_metadata, group_members, refused_topics
 from pipeline.kafka.case_writer import BatchReusedError, CaseWriter, CaseWriterConflictError, CaseWriters, KnownCase
 from pipeline.kafka.case_writer import EventTooLargeError as WriterEventTooLargeError
 from pipeline.kafka.erasures import ErasureWatch
@@ -572,6 +573,13 @@ class DecisionMemory:
         self._keys.close()
 
 
+def _refused(config: dict[str, str], missing: list[str], timeout_s: float) -> list[str]:
+    try:
+        return refused_topics(config, missing, timeout_s)
+    except KafkaAdapterError:  # the describe's own failure: the listing's answer (missing) stands
+        return []
+
+
 def _connected(settings: Settings, config: dict[str, str], tenant: str, timeout_s: float) -> TopicNames:
     """The tenant's topics, once a broker answered and they exist; else an error naming the cause and the fix."""
     try:
@@ -583,6 +591,11 @@ def _connected(settings: Settings, config: dict[str, str], tenant: str, timeout_
     except KafkaAdapterError as exc:
         raise ClientError(f"connecting to the cluster failed: {exc}") from exc
     missing = [t for t in (names.events, names.triggers, names.decisions, names.views, names.dlq) if t not in present]
+    refused = _refused(config, missing, timeout_s)
+    if refused:
+        raise TopicsRefusedError(f"the cluster refuses the principal of DPM_KAFKA_CONFIG the tenant {tenant!r}'s "
+                                 f"topics ({', '.join(refused)}): use that tenant's own credentials, or grant them "
+                                 f"with `dpm acl apply`")  # fmt: skip
     if missing:
         fix = f"`dpm tenants add {tenant}`" if names.tenant else "`dpm topics create`"
         raise TopicsMissingError(f"the pipeline's topics do not exist ({', '.join(missing)}): create them with {fix} "

@@ -11,7 +11,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import KafkaError, KafkaException, TopicCollection
 from confluent_kafka.admin import AdminClient, TopicMetadata
 
 from pipeline.kafka.errors import BrokerUnavailableError, KafkaAdapterError, NotAuthorizedError, wrapped
@@ -133,6 +133,24 @@ def fetch_metadata(client_config: dict[str, str], timeout_s: float = 5.0) -> Clu
         broker_ids=tuple(sorted(metadata.brokers)),
         topics=tuple(sorted(t for t in metadata.topics if not t.startswith("__"))),
     )
+
+
+def refused_topics(client_config: dict[str, str], topics: list[str], timeout_s: float = 5.0) -> list[str]:
+    """Of `topics`, those the cluster refuses to describe to this principal (a listing hides them as if absent).
+
+    A describe, not a metadata request by name, which a broker with auto-creation would answer by
+    creating the topic.
+    """
+    if not topics:
+        return []
+    admin = AdminClient(client_config, logger=_PROBE_LOG)  # type: ignore[arg-type]
+    try:
+        futures = admin.describe_topics(TopicCollection(topics), request_timeout=timeout_s)
+        errors = {topic: future.exception(timeout=timeout_s + 1) for topic, future in futures.items()}
+    except (KafkaException, TimeoutError) as exc:
+        raise KafkaAdapterError(f"describing the topics {', '.join(topics)} failed: {exc}") from exc
+    refused = KafkaError.TOPIC_AUTHORIZATION_FAILED
+    return [t for t, error in errors.items() if isinstance(error, KafkaException) and error.args[0].code() == refused]
 
 
 # How long a one-shot command waits for a broker before saying none answers: a broker on loopback

@@ -160,10 +160,13 @@ def kept_for_live_topics(names: TopicNames, roles: Sequence[Role], shared_live: 
     return [*shared, *(plan(names, roles, tenants) if tenants else [])]
 
 
-def on_live_topics(grants: Iterable[Grant], topics: Iterable[str]) -> list[tuple[Grant, str]]:
-    """Each topic grant that reaches a topic in `topics`, with the first such topic (sorted).
+def on_live_topics(grants: Iterable[Grant], topics: Iterable[str], names: TopicNames) -> list[tuple[Grant, str]]:
+    """Each topic grant that serves a topic in `topics`, with the first such topic (sorted).
 
     Revoking a service's grant on a topic that exists stops whatever of it uses the topic by that grant.
+    A tenant's topic that a shared grant reaches only because the tenant's id starts with a shared
+    topic's name (`dpm.keys*` and `dpm.keystone.audit`) is not served by it: that is an overlap,
+    which the isolation report names, and revoking the grant stops nothing of that tenant.
     """
     live = sorted(topics)
     found = []
@@ -171,7 +174,18 @@ def on_live_topics(grants: Iterable[Grant], topics: Iterable[str]) -> list[tuple
         if grant.resource is not Resource.TOPIC:
             continue
         prefixed = grant.pattern is Pattern.PREFIXED
-        hit = next((t for t in live if grant.name in (t, "*") or (prefixed and t.startswith(grant.name))), None)
+        hit = next((t for t in live if (grant.name in (t, "*") or (prefixed and t.startswith(grant.name)))
+                    and not _by_overlap(grant, t, names)), None)  # fmt: skip
         if hit is not None:
             found.append((grant, hit))
     return found
+
+
+def _by_overlap(grant: Grant, topic: str, names: TopicNames) -> bool:
+    """Whether `grant` reaches a tenant's own `topic` only through a name that runs into the tenant's id."""
+    tenant = names.tenant_of(topic)
+    if tenant is None or grant.name == "*":
+        return False
+    scope = tenant_scope(names, tenant)
+    at_a_boundary = grant.name.endswith(".") or grant.name == names.prefix
+    return not grant.name.startswith(scope) and not (scope.startswith(grant.name) and at_a_boundary)

@@ -418,4 +418,5 @@ def apply_would_stop(settings: Settings, tenants: list[str]) -> list[tuple[Grant
     service uses the topic by it (the plan changed under a running cluster, or grants made by hand).
     """
     gone = unplanned(settings, list(Role), tenants)
-    return on_live_topics(gone, existing_topics(settings.kafka.client_config()))
+    names = TopicNames(settings.kafka.topic_prefix)
+    return on_live_topics(gone, existing_topics(settings.kafka.client_config()), names)

@@ -15,6 +15,7 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
+import orjson
 import pytest
 from confluent_kafka.admin import NewPartitions
 
@@ -130,14 +131,19 @@ def test_a_growth_keeps_every_case_in_order_and_old_decisions_replay_on_the_gene
     erased = cases[0].ref
     erasure = dpm_cli("erase", "--tenant", erased.tenant, "--case", erased.case_id, env=cli_env)
     assert erasure.returncode == 0, erasure.stdout + erasure.stderr
-    for topic in (topic_names.events, grown.events):
-        latest = {k: v for *_, k, v in _by_case(kafka_config, topic)[erased.key]}
-        assert len(latest) == len(cases[0].trajectory.events), topic
-        assert set(latest.values()) == {None}, topic
-    for topic in (topic_names.keys, grown.keys):
-        latest = {r.key: r.value for r in read_topic(kafka_config, topic)}
-        assert latest[erased.key.encode()] is None, f"the data key of {erased.key} is left in {topic}"
+    _assert_erased(kafka_config, (topic_names, grown), erased.key, len(cases[0].trajectory.events))
     grown_keys.close()
+
+
+def _assert_erased(kafka_config: dict[str, str], generations: tuple[TopicNames, ...], key: str, events: int) -> None:
+    """Every generation's events of the case are tombstones, and its key records a tombstone or the erased marker."""
+    for names in generations:
+        latest = {k: v for *_, k, v in _by_case(kafka_config, names.events)[key]}
+        assert len(latest) == events, names.events
+        assert set(latest.values()) == {None}, names.events
+        last = {r.key: r.value for r in read_topic(kafka_config, names.keys)}[key.encode()]
+        erased_only = last is None or orjson.loads(last)["schema"] == "dpm.key_erased.v1"  # neither holds key material
+        assert erased_only, f"the data key of {key} is left in {names.keys}"
 
 
 def test_partitions_added_outside_a_growth_are_refused_by_producers_workers_and_growth_but_not_by_erasure(

@@ -8,7 +8,7 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from pipeline.core.event_log import ReadDeadlineError
-from pipeline.core.events import CaseRef, Event, LogPosition
+from pipeline.core.events import CaseRef, Event, InvalidEventError, LogPosition
 from pipeline.kafka.errors import KafkaAdapterError
 from pipeline.kafka.partitioning import case_partition
 from pipeline.kafka.producer import EventProducer
@@ -66,7 +66,9 @@ def test_an_invalid_event_sends_nothing(kafka_config: dict[str, str], topic_name
     create_topics(kafka_config, topic_names)
     producer = EventProducer(kafka_config, topic_names)
     case = CaseRef("acme", "c-1")
-    events = [Event(case, 1, "doc", "fine"), Event(case, 2, "k" * 101, "kind too long for the schema")]
+    with pytest.raises(InvalidEventError, match="kind"):  # a kind the schema refuses cannot even be made
+        Event(case, 2, "k" * 101, "kind too long for the schema")
+    events = [Event(case, 1, "doc", "fine"), Event(case, 2, "doc", "a NUL \x00 the schema refuses")]
     with pytest.raises(SchemaError):
         producer.append(events)
     assert KafkaEventLog(kafka_config, topic_names.events).scan(case).records == ()

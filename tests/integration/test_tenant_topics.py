@@ -21,12 +21,12 @@ import orjson
 import pytest
 from confluent_kafka import KafkaError
 
-from pipeline.client import DecisionMemory
+from pipeline.client import DecisionMemory, TopicsRefusedError
 from pipeline.config.settings import Settings, keys_folder
 from pipeline.core.task import Architecture
 from pipeline.kafka.acl_plan import Role, plan, tenant_principal
 from pipeline.kafka.acls import apply_grants
-from pipeline.kafka.errors import KafkaAdapterError, NotAuthorizedError
+from pipeline.kafka.errors import NotAuthorizedError
 from pipeline.kafka.keystore import kafka_case_keys
 from pipeline.kafka.producer import EventProducer
 from pipeline.kafka.range_reads import read_topic
@@ -236,5 +236,5 @@ def test_a_tenant_s_client_appends_and_decides_with_its_principal_alone(tenanted
     assert decision.label in case.task.label_space
     assert decision.tenant == "acme"
     assert decision.record.events_topic == tenanted.names.of_tenant("acme").events
-    with pytest.raises(KafkaAdapterError), DecisionMemory("globex", settings=settings) as intruder:
+    with pytest.raises(TopicsRefusedError, match="globex"), DecisionMemory("globex", settings=settings) as intruder:
         intruder.append("client-1", kind="message", text="written as acme into globex's case")

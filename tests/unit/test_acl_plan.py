@@ -160,8 +160,9 @@ def test_a_shared_apply_keeps_every_grant_on_the_tenants_own_topics() -> None:
     kept = [*plan(NAMES), *kept_for_live_topics(NAMES, tuple(Role), False, ["acme", "globex"])]
     assert revocable(on_cluster, kept, _SERVICES, NAMES) == []
     live = _live(NAMES, ["acme", "globex"], shared=True)
-    assert on_live_topics(shared_only, live)  # and the check names them: they would stop the worker
-    assert any(g.principal == "User:worker" and t == "bank.acme.triggers" for g, t in on_live_topics(shared_only, live))
+    assert on_live_topics(shared_only, live, NAMES)  # and the check names them: they would stop the worker
+    stopped = on_live_topics(shared_only, live, NAMES)
+    assert any(g.principal == "User:worker" and t == "bank.acme.triggers" for g, t in stopped)
 
 
 def test_a_topics_apply_keeps_the_shared_grants_while_the_shared_topics_exist() -> None:
@@ -173,12 +174,23 @@ def test_a_topics_apply_keeps_the_shared_grants_while_the_shared_topics_exist() 
     assert live == []
     gone = revocable(on_cluster, [*by_topic, *kept_for_live_topics(names, roles, False, [])], managed, names)
     assert Grant("User:producer", Resource.TOPIC, names.events, Pattern.PREFIXED, ("Write",)) in gone  # retired
-    assert on_live_topics(gone, _live(names, ["acme"], shared=False)) == []  # on no topic that exists: stops nothing
+    assert on_live_topics(gone, _live(names, ["acme"], shared=False), names) == []  # on no live topic: stops nothing
 
 
 def test_a_revoked_grant_is_on_a_live_topic_only_when_a_topic_it_names_exists() -> None:
     prefixed = Grant("User:worker", Resource.TOPIC, "bank.events", Pattern.PREFIXED, ("Read",))
     literal = Grant("User:worker", Resource.TOPIC, "bank.views", Pattern.LITERAL, ("Write",))
     group = Grant("User:worker", Resource.GROUP, "bank-projection", Pattern.LITERAL, ("Read",))
-    found = on_live_topics([prefixed, literal, group], {"bank.events-g2", "bank.viewsx"})
+    found = on_live_topics([prefixed, literal, group], {"bank.events-g2", "bank.viewsx"}, NAMES)
     assert found == [(prefixed, "bank.events-g2")]  # a literal grant reaches its one name; groups are not topics
+
+
+def test_a_tenant_s_topic_reached_only_through_its_id_s_overlap_with_a_shared_name_is_not_served_by_it() -> None:
+    """`bank.keys*` reaches `bank.keystone.audit` by an overlap (reported as one): revoking it stops no service."""
+    keys = Grant("User:producer", Resource.TOPIC, "bank.keys", Pattern.PREFIXED, ("Write",))
+    assert on_live_topics([keys], {"bank.keystone.audit"}, NAMES) == []
+    assert on_live_topics([keys], {"bank.keystone.audit", "bank.keys-g2"}, NAMES) == [(keys, "bank.keys-g2")]
+    whole = Grant("User:worker", Resource.TOPIC, "bank.", Pattern.PREFIXED, ("Read",))
+    own = Grant("User:worker", Resource.TOPIC, "bank.keystone.triggers", Pattern.LITERAL, ("Read",))
+    found = on_live_topics([whole, own], {"bank.keystone.audit", "bank.keystone.triggers"}, NAMES)
+    assert found == [(whole, "bank.keystone.audit"), (own, "bank.keystone.triggers")]
