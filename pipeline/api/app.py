@@ -53,6 +53,7 @@ from pipeline.client import (
     NoEventsError,
     NotAdverseError,
     ReasonsUnavailableError,
+    SeqMismatchError,
     TopicsMissingError,
 )
 from pipeline.client.memory import DEFAULT_BUDGET_CHARS
@@ -259,7 +260,8 @@ _MEANINGS = {400: "a body or parameter that does not parse or validate (the fiel
              409: "another writer took the case over (case-conflict), or a request with the same Idempotency-Key is "
              "still being written (idempotency-key-in-flight): nothing was written",
              410: "the case was erased (case-erased): its decisions are gone and it takes no more events",
-             411: "a body without Content-Length",
+             411: "a body without Content-Length", 412: "an If-Match naming another seq than the case's last "
+             "(seq-mismatch, with current_seq and the case's ETag): nothing was written",
              413: "a body over DPM_API_MAX_BODY_BYTES", 415: "a body not sent as Content-Type: application/json",
              422: "an unknown domain, a budget out of range, a case with no events, a request the worker refused "
              "(its reason), or an Idempotency-Key used before with another request (idempotency-key-reused): "
@@ -318,7 +320,7 @@ def create_api(memory_for: MemoryFor, keys: ApiKeys, settings: ApiSettings,
     routes = _Routes(memory_for, settings, erase)
     written = (400, 401, 403, 404, 409, 410, 411, 413, 415, 422, 429, 503)
     app.add_api_route(f"/{VERSION}/cases/{{case_id}}/events", routes.append, methods=["POST"], status_code=201,
-                      response_model=Appended, responses=_problems(*written),
+                      response_model=Appended, responses=_problems(*written, 412),
                       summary="Append steps to a case")  # fmt: skip
     app.add_api_route(f"/{VERSION}/cases/{{case_id}}/decisions", routes.decide, methods=["POST"],
                       response_model=DecisionOut, responses={202: {"model": Pending}, **_problems(*written)},
@@ -452,6 +454,11 @@ def _idempotency_key(header: str | None) -> str | None:
         raise bad_request(f"Idempotency-Key: {exc}") from None
 
 
+IfMatch = Annotated[str | None, Header(description='the case\'s last seq as the agent saw it, as an entity tag '
+                                     '("<seq>", the ETag of the last append; "0" for a case with no events): when '
+                                     "the case has moved on, 412 seq-mismatch and nothing is written")]  # fmt: skip
+
+
 class _Routes:
     def __init__(self, memory_for: MemoryFor, settings: ApiSettings,
                  erase: Callable[[str, str], Awaitable[int]] | None) -> None:  # fmt: skip
@@ -466,22 +473,33 @@ class _Routes:
         except ClientError as exc:  # the tenant's first request: no broker, or no topics, within the bound
             raise _client_problem(exc) from exc
 
-    async def append(self, request: Request, case_id: CaseId, body: AppendIn,
-                     idempotency_key: IdempotencyKey = None) -> Appended:  # fmt: skip
-        """Appends the steps after the case's last, all or none; 201 with their seqs and positions."""
+    async def append(self, request: Request, response: Response, case_id: CaseId, body: AppendIn, *,
+                     idempotency_key: IdempotencyKey = None, if_match: IfMatch = None) -> Appended:  # fmt: skip
+        """Appends the steps after the case's last, all or none; 201 with their seqs and positions.
+
+        The answer's ETag is the case's last seq after them (`"<seq>"`), the If-Match of the next append.
+        """
         door_checks.case_id(case_id)
         steps = door_checks.events((e.kind, e.text) for e in body.events)
         key = _idempotency_key(idempotency_key)
+        expected = door_checks.if_match_seq(if_match)
         memory = await self._memory(request)
         try:
-            done = await memory.append_many(case_id, steps, idempotency_key=key,
+            done = await memory.append_many(case_id, steps, idempotency_key=key, expected_seq=expected,
                                             timeout=self._settings.broker_wait_s)  # fmt: skip
+        except SeqMismatchError as exc:
+            raise Problem(412, "seq-mismatch", "Precondition failed",
+                          f"the case's last seq is {exc.current_seq}, not the one If-Match names; nothing was written:"
+                          " read its new events, then append after them", {"ETag": f'"{exc.current_seq}"'},
+                          current_seq=exc.current_seq) from exc  # fmt: skip
         except EventTooLargeError as exc:
             raise Problem(413, "event-too-large", "Content too large",
                           f"events[{exc.index}] takes {exc.size} bytes as a record (its text sealed, with its "
                           f"headers), over the limit of {exc.limit}; nothing was written") from exc  # fmt: skip
         except ClientError as exc:
             raise _client_problem(exc) from exc
+        if done:
+            response.headers["ETag"] = f'"{done[-1].seq}"'
         return Appended(case_id=case_id, events=[Position(seq=a.seq, partition=a.position.partition,
                                                           offset=a.position.offset) for a in done])  # fmt: skip
 

@@ -21,6 +21,7 @@ from pipeline.client.errors import (
     NoEventsError,
     NotAdverseError,
     ReasonsUnavailableError,
+    SeqMismatchError,
     TopicsMissingError,
     TopicsRefusedError,
 )
@@ -52,6 +53,7 @@ __all__ = [
     "NoEventsError",
     "NotAdverseError",
     "ReasonsUnavailableError",
+    "SeqMismatchError",
     "TopicsMissingError",
     "TopicsRefusedError",
 ]

@@ -50,17 +50,17 @@ class AsyncDecisionMemory:
         await self.close()
 
     async def append(self, case_id: str, *, kind: str, text: str, idempotency_key: str | None = None,
-                     timeout: float = 60.0) -> EventPosition:  # fmt: skip
+                     expected_seq: int | None = None, timeout: float = 60.0) -> EventPosition:  # fmt: skip
         return await self._run(self.sync.append, case_id, kind=kind, text=text, idempotency_key=idempotency_key,
-                               timeout=timeout)  # fmt: skip
+                               expected_seq=expected_seq, timeout=timeout)  # fmt: skip
 
     async def append_many(
         self, case_id: str, events: Iterable[tuple[str, str]], *, idempotency_key: str | None = None,
-        timeout: float = 60.0,
+        expected_seq: int | None = None, timeout: float = 60.0,
     ) -> list[EventPosition]:  # fmt: skip
         items = list(events)
         return await self._run(self.sync.append_many, case_id, items, idempotency_key=idempotency_key,
-                               timeout=timeout)  # fmt: skip
+                               expected_seq=expected_seq, timeout=timeout)  # fmt: skip
 
     async def decide(self, case_id: str, *, domain: str | None = None, task: TaskSpec | None = None,
                      budget: int = DEFAULT_BUDGET_CHARS, architecture: str = "dpm", timeout: float = 60.0,

@@ -98,5 +98,16 @@ class IdempotencyKeyInFlightError(ClientError):
     """
 
 
+class SeqMismatchError(ClientError):
+    """The case's last seq is not the one an append expected (`expected_seq`): nothing of it was written."""
+
+    def __init__(self, message: str, *, current_seq: int = 0) -> None:
+        super().__init__(message)
+        self.current_seq = current_seq  # the case's last seq when the append was refused
+
+    def __reduce__(self) -> tuple[type[SeqMismatchError], tuple[str]]:
+        return type(self), (str(self),)
+
+
 class CaseErasedError(ClientError):
     """The case was erased: its decisions cannot be read and it takes no more events (a new case id starts over)."""

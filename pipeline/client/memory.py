@@ -34,6 +34,7 @@ from pipeline.client.errors import (
     NoEventsError,
     NotAdverseError,
     ReasonsUnavailableError,
+    SeqMismatchError,
     TopicsMissingError,
     TopicsRefusedError,
 )
@@ -51,6 +52,7 @@ from pipeline.core.verification import ReplayReport
 from pipeline.kafka.admin import ensure_reachable, fetch_metadata, group_members, refused_topics
 from pipeline.kafka.case_writer import BatchReusedError, CaseWriter, CaseWriterConflictError, CaseWriters, KnownCase
 from pipeline.kafka.case_writer import EventTooLargeError as WriterEventTooLargeError
+from pipeline.kafka.case_writer import SeqMismatchError as WriterSeqMismatchError
 from pipeline.kafka.erasures import ErasureWatch
 from pipeline.kafka.errors import BrokerUnavailableError, KafkaAdapterError
 from pipeline.kafka.keystore import case_keys_from
@@ -134,7 +136,7 @@ class DecisionMemory:
     # Appending
 
     def append(self, case_id: str, *, kind: str, text: str, idempotency_key: str | None = None,
-               timeout: float = 60.0) -> EventPosition:  # fmt: skip
+               expected_seq: int | None = None, timeout: float = 60.0) -> EventPosition:  # fmt: skip
         """Appends one event after the case's last; returns its seq and position once the broker has it (acks=all).
 
         Raises CaseConflictError when another writer took the case over (nothing written; appending
@@ -142,10 +144,11 @@ class DecisionMemory:
         the broker (nothing written), InvalidEventError for an event that is not valid,
         EventTooLargeError for one too large for a record (nothing written).
         """
-        return self.append_many(case_id, [(kind, text)], idempotency_key=idempotency_key, timeout=timeout)[0]
+        return self.append_many(case_id, [(kind, text)], idempotency_key=idempotency_key, expected_seq=expected_seq,
+                                timeout=timeout)[0]  # fmt: skip
 
     def append_many(self, case_id: str, events: Iterable[tuple[str, str]], *, idempotency_key: str | None = None,
-                    timeout: float = 60.0) -> list[EventPosition]:  # fmt: skip
+                    expected_seq: int | None = None, timeout: float = 60.0) -> list[EventPosition]:  # fmt: skip
         """Appends (kind, text) events in order, all or none (one transaction); returns their positions.
 
         The same `idempotency_key` given again for the case with the same events returns the first
@@ -153,11 +156,17 @@ class DecisionMemory:
         events it raises IdempotencyKeyReusedError, and while the first call is still writing,
         IdempotencyKeyInFlightError (nothing written either way). A key is 1 to 200 visible ASCII
         characters (InvalidIdempotencyKeyError otherwise).
+
+        `expected_seq`: the case's last seq as the caller last saw it (0 for a case with no events);
+        when the case has moved on, SeqMismatchError with its current seq, nothing written. A retry
+        with the same `idempotency_key` gets its first answer before the seq is compared.
         """
         case = CaseRef(self.tenant, case_id)
         items = list(events)
         if idempotency_key is not None:
             check_idempotency_key(idempotency_key)
+        if expected_seq is not None and expected_seq < 0:
+            raise ValueError(f"expected_seq must be a case's last seq (0 or more), got {expected_seq}")
         if not items:
             return []
         batch = _batch_id(idempotency_key)
@@ -165,9 +174,12 @@ class DecisionMemory:
         try:
             self._refuse_erased(case, timeout)
             with self._in_flight.hold(("append", case, idempotency_key)):
-                done = self._writer(case).append(items, batch_id=batch, fingerprint=fingerprint, timeout_s=timeout)
+                done = self._writer(case).append(items, batch_id=batch, fingerprint=fingerprint,
+                                                 expected_seq=expected_seq, timeout_s=timeout)  # fmt: skip
         except BatchReusedError as exc:
             raise IdempotencyKeyReusedError(str(exc)) from exc
+        except WriterSeqMismatchError as exc:
+            raise SeqMismatchError(str(exc), current_seq=exc.current) from exc
         except CaseWriterConflictError as exc:
             raise CaseConflictError(str(exc)) from exc
         except BrokerUnavailableError as exc:

@@ -87,6 +87,22 @@ class BatchReusedError(KafkaAdapterError):
                    "was written. Retry with the same events, or use a new key for new events.")  # fmt: skip
 
 
+class SeqMismatchError(KafkaAdapterError):
+    """The case's last seq is not the one the append expected: nothing of it was written."""
+
+    def __init__(self, message: str, *, current: int = 0) -> None:
+        super().__init__(message)
+        self.current = current  # the case's last seq when the append was refused
+
+    def __reduce__(self) -> tuple[type[SeqMismatchError], tuple[str]]:
+        return type(self), (str(self),)
+
+    @classmethod
+    def of(cls, case: CaseRef, expected: int, current: int) -> SeqMismatchError:
+        return cls(f"case {case.key}: its last seq is {current}, not the {expected} this append expected; nothing "
+                   "was written. Read the case's new events, then append after them.", current=current)  # fmt: skip
+
+
 class EventTooLargeError(KafkaAdapterError):
     """An event too large to send as one record (sealed, with its headers): nothing of its batch was written."""
 
@@ -172,24 +188,28 @@ class CaseWriter:
         return generation
 
     def append(self, items: Sequence[tuple[str, str]], *, batch_id: str | None = None,
-               fingerprint: str | None = None, opening: CaseOpening | None = None,
+               fingerprint: str | None = None, opening: CaseOpening | None = None, expected_seq: int | None = None,
                timeout_s: float = 60.0) -> Appended:  # fmt: skip
         """Appends (kind, text) events after the case's last, in one transaction; returns their positions.
 
         `batch_id` names the append (a caller's idempotency key), `fingerprint` its request: the same
         id again with the same request returns the first write's positions, with another raises
-        BatchReusedError. Raises CaseWriterConflictError when another writer fenced this one,
-        BrokerUnavailableError when the broker did not take the batch within `timeout_s` (nothing of
-        it written either way), InvalidEventError or SchemaError for an event that is not valid,
-        EventTooLargeError for one too large to send (nothing sent).
+        BatchReusedError. `expected_seq`: the case's last seq the caller saw (0: no events yet);
+        another raises SeqMismatchError, checked after the batch id (a retry gets its first answer).
+        Raises CaseWriterConflictError when another writer fenced this one, BrokerUnavailableError
+        when the broker did not take the batch within `timeout_s` (nothing of it written either way),
+        InvalidEventError or SchemaError for an event that is not valid, EventTooLargeError for one
+        too large to send (nothing sent).
         """
         batch = Batch(fingerprint=fingerprint)
         batch_id = batch_id or uuid.uuid4().hex
         deadline = time.monotonic() + timeout_s
-        return self._retried(lambda: self._append_once(items, batch_id, batch, opening, deadline), timeout_s)
+        once = partial(self._append_once, items, batch_id, batch, opening=opening, expected_seq=expected_seq,
+                       deadline=deadline)  # fmt: skip
+        return self._retried(once, timeout_s)
 
-    def _append_once(self, items: Sequence[tuple[str, str]], batch_id: str, batch: Batch,
-                     opening: CaseOpening | None, deadline: float) -> Appended:  # fmt: skip
+    def _append_once(self, items: Sequence[tuple[str, str]], batch_id: str, batch: Batch, *,
+                     opening: CaseOpening | None, expected_seq: int | None, deadline: float) -> Appended:  # fmt: skip
         # Each transactional call gets what is left of the caller's time (a second at least), not 30 s.
         generation = self._ready(_left(deadline))
         done = self.head.batches.get(batch_id)
@@ -197,6 +217,8 @@ class CaseWriter:
             if not done.answers(items, batch.fingerprint):
                 raise BatchReusedError.of(self.case)
             return Appended(tuple(done.positions), self._seq_of(done.positions[0]), written=False)
+        if expected_seq is not None and expected_seq != self.head.last_seq:
+            raise SeqMismatchError.of(self.case, expected_seq, self.head.last_seq)
         first = self.head.last_seq + 1
         events = [Event(self.case, first + i, kind, text) for i, (kind, text) in enumerate(items)]
         outputs = self._event_outputs(events, batch_id, batch.fingerprint, opening)

@@ -98,16 +98,20 @@ def _case_tools(server: MCPServer, memory: Callable[[], Awaitable[AsyncDecisionM
     """The tools and the resource an agent works a case with: its steps in, a decision asked for, its decisions."""
 
     @server.tool()
-    async def append_event(case_id: str, kind: str, text: str, idempotency_key: str | None = None) -> dict[str, int]:
+    async def append_event(case_id: str, kind: str, text: str, idempotency_key: str | None = None,
+                           expected_seq: int | None = None) -> dict[str, int]:  # fmt: skip
         """Append one step to a case (after its last); returns its seq in the case and its log position.
 
         kind: a label of 1 to 100 characters, no control characters; text: at most 1,000,000 characters, no NUL.
+        expected_seq: the case's last seq as you saw it (0 for a new case); if the case has moved on, nothing is
+        written and the error gives its current seq.
         """
         with _told():
             door_checks.case_id(case_id)
             door_checks.event(kind, text)
+            door_checks.expected_seq(expected_seq)
             done = await (await memory()).append(case_id, kind=kind, text=text, idempotency_key=idempotency_key,
-                                                 timeout=broker_wait_s)  # fmt: skip
+                                                 expected_seq=expected_seq, timeout=broker_wait_s)  # fmt: skip
         return {"seq": done.seq, "partition": done.position.partition, "offset": done.position.offset}
 
     @server.tool()

@@ -17,6 +17,7 @@ from pipeline.core.errors import DpmError
 from pipeline.core.events import (
     ID_RULE,
     KIND_RULE,
+    SEQ_WIDTH,
     TEXT_RULE,
     InvalidEventError,
     check_identifier,
@@ -103,6 +104,32 @@ def budget(chars: int, field: str = "budget_chars") -> int:
         raise RefusedArgumentError.of(field, f"must be {MIN_BUDGET_CHARS}..{MAX_BUDGET_CHARS}",
                                    slug="budget-out-of-range", unprocessable=True)  # fmt: skip
     return chars
+
+
+MAX_SEQ = 10**SEQ_WIDTH - 1  # dpm.event.v1's seq maximum
+
+
+def expected_seq(value: int | None, field: str = "expected_seq") -> int | None:
+    """The case's last seq an append expects (0: no events yet), if it can be one; None expects nothing."""
+    if value is not None and (isinstance(value, bool) or not 0 <= value <= MAX_SEQ):
+        raise RefusedArgumentError.of(field, f"must be a case's last seq, 0 to {MAX_SEQ}")
+    return value
+
+
+def if_match_seq(header: str | None, field: str = "If-Match") -> int | None:
+    """The case's last seq an `If-Match` header names: one strong entity tag `"<seq>"`, as appends answer in ETag.
+
+    A weak tag never matches (RFC 9110 compares If-Match strongly), so it is refused rather than
+    answered 412 forever; `*` and lists of tags are refused too: an append names the one seq it saw.
+    """
+    if header is None:
+        return None
+    tag = header.strip()
+    digits = tag[1:-1] if len(tag) >= 3 and tag[0] == tag[-1] == '"' else ""
+    if not digits.isascii() or not digits.isdigit():
+        raise RefusedArgumentError.of(field, 'must be one strong entity tag "<seq>": the case\'s last seq, as the '
+                                             "ETag of an append answered it")  # fmt: skip
+    return expected_seq(int(digits), field)
 
 
 def wait_s(value: float | None, most_s: float, field: str = "wait_s") -> float:

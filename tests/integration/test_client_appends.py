@@ -19,6 +19,7 @@ from pipeline.client import (
     IdempotencyKeyReusedError,
     InvalidIdempotencyKeyError,
     NoEventsError,
+    SeqMismatchError,
     TopicsMissingError,
 )
 from pipeline.config.settings import Settings
@@ -230,3 +231,25 @@ def test_a_decision_key_another_process_used_is_known_to_a_writer_of_the_case(
         assert writer.request("case-6", domain="loan", budget=2_000, idempotency_key="ask-6") == first
     triggers = [r for r in read_topic(kafka_config, topic_names.triggers) if r.value]
     assert len(triggers) == 1
+
+
+def test_an_append_expecting_another_last_seq_writes_nothing_and_a_keyed_retry_gets_its_first_answer(
+    kafka_bootstrap: str, kafka_config: dict[str, str], topic_names: TopicNames, tmp_path: Path, case_keys: CaseKeys
+) -> None:
+    """KurrentDB's expected revision: two agents on one case cannot both append after the seq they saw."""
+    create_topics(kafka_config, topic_names)
+    settings = client_settings(kafka_bootstrap, topic_names, tmp_path)
+    case = CaseRef("acme", "case-9")
+    with DecisionMemory("acme", settings=settings) as memory:
+        first = memory.append("case-9", kind="tool", text="score 700", expected_seq=0, idempotency_key="s-1")
+        with pytest.raises(SeqMismatchError) as moved:  # the other agent saw the case empty too
+            memory.append("case-9", kind="tool", text="score 540", expected_seq=0)
+        assert moved.value.current_seq == 1
+        again = memory.append("case-9", kind="tool", text="score 700", expected_seq=0, idempotency_key="s-1")
+        assert again == first  # the stored answer, before the seq is compared
+    with DecisionMemory("acme", settings=settings) as restarted:  # a new process reads the head from the log
+        with pytest.raises(SeqMismatchError):
+            restarted.append("case-9", kind="tool", text="income 50,000", expected_seq=0)
+        second = restarted.append("case-9", kind="tool", text="income 50,000", expected_seq=1)
+    assert second.seq == 2
+    assert case_log(kafka_config, topic_names, case, case_keys) == [(1, "score 700"), (2, "income 50,000")]

@@ -21,6 +21,7 @@ from pipeline.client import (
     EventPosition,
     IdempotencyKeyInFlightError,
     IdempotencyKeyReusedError,
+    SeqMismatchError,
     TopicsMissingError,
 )
 from pipeline.config.settings import ApiSettings
@@ -41,8 +42,10 @@ class FakeMemory:
         self.appended: list[tuple[str, list[tuple[str, str]], str | None]] = []
 
     async def append_many(self, case_id: str, events: Iterable[tuple[str, str]], *, idempotency_key: str | None = None,
-                          timeout: float = 60.0) -> list[EventPosition]:  # fmt: skip
+                          expected_seq: int | None = None, timeout: float = 60.0) -> list[EventPosition]:  # fmt: skip
         _refuse(case_id, idempotency_key)
+        if expected_seq is not None and expected_seq != 0:  # the fake's cases have no events before
+            raise SeqMismatchError(f"case acme/{case_id}: its last seq is 0", current_seq=0)
         items = list(events)
         self.appended.append((case_id, items, idempotency_key))
         return [EventPosition(case_id, n + 1, LogPosition(0, n)) for n in range(len(items))]
@@ -414,6 +417,30 @@ def test_a_key_reused_or_in_flight_answers_its_own_problem_on_appends_and_decisi
     decided = client.post("/v1/cases/c/decisions", json={"domain": "loan"}, headers=headers)
     for response in (appended, decided):
         assert str(_problem(response, status)["type"]).endswith(kind)
+
+
+def test_an_append_answers_its_last_seq_as_etag_and_if_match_of_another_seq_answers_412_writing_nothing(
+    api: Api,
+) -> None:
+    client, made, memories, _ = api
+    two = {"events": [_STEP["events"][0], _STEP["events"][0]]}
+    done = client.post("/v1/cases/c/events", json=two, headers={**_auth(made["acme"]), "If-Match": '"0"'})
+    assert done.status_code == 201, done.text
+    assert done.headers["ETag"] == '"2"'
+    moved = client.post("/v1/cases/c/events", json=_STEP, headers={**_auth(made["acme"]), "If-Match": '"5"'})
+    problem = _problem(moved, 412)
+    assert str(problem["type"]).endswith("seq-mismatch")
+    assert problem["current_seq"] == 0
+    assert moved.headers["ETag"] == '"0"'
+    assert len(memories["acme"].appended) == 1
+
+
+@pytest.mark.parametrize("header", ["5", 'W/"5"', "*", '"5", "6"', '"-1"', '"1e3"', '"100000000"'])
+def test_an_if_match_that_is_not_one_strong_seq_tag_answers_400_and_writes_nothing(api: Api, header: str) -> None:
+    client, made, memories, _ = api
+    response = client.post("/v1/cases/c/events", json=_STEP, headers={**_auth(made["acme"]), "If-Match": header})
+    assert "If-Match" in str(_problem(response, 400)["detail"])
+    assert not memories.get("acme") or not memories["acme"].appended
 
 
 def test_an_erased_case_answers_410_to_its_tenants_appends_decisions_and_reads(api: Api) -> None:
