@@ -267,7 +267,8 @@ _MEANINGS = {400: "a body or parameter that does not parse or validate (the fiel
              "(its reason), or an Idempotency-Key used before with another request (idempotency-key-reused): "
              "nothing was written", 429: "this key's rate is exceeded "
              "(Retry-After)", 503: "the cluster did not answer within DPM_API_BROKER_WAIT_S, or the pipeline's topics "
-             "do not exist (topics-missing): nothing was written (Retry-After)"}  # fmt: skip
+             "do not exist (topics-missing): nothing was written, unless an append's commit was sent and its "
+             "answer lost (retry with the same Idempotency-Key) (Retry-After)"}  # fmt: skip
 
 
 def _problems(*statuses: int) -> dict[int | str, dict[str, Any]]:
@@ -656,7 +657,8 @@ def _client_problem(exc: Exception) -> Problem:
                        "retry it (with the same Idempotency-Key, a write is never made twice)",
                        {"Retry-After": "5"})  # fmt: skip
     return Problem(503, "cluster-unavailable", "Service unavailable", "the cluster did not answer in time; nothing "
-                   "was written", {"Retry-After": "5"})  # fmt: skip
+                   "was written, unless its commit was sent and its answer lost: retry with the same "
+                   "Idempotency-Key, which never writes twice", {"Retry-After": "5"})  # fmt: skip
 
 
 def _caller(request: Request, keys: ApiKeys) -> _Caller:

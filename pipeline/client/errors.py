@@ -22,7 +22,11 @@ class CaseConflictError(ClientError):
 
 
 class ClusterUnavailableError(ClientError):
-    """The cluster did not answer within the time given: nothing of the call was written."""
+    """The cluster did not answer within the time given: nothing of the call was written, unless the message says so.
+
+    An append whose commit was sent and not confirmed may have been written: the message says so, and
+    the same idempotency key never writes it twice.
+    """
 
 
 class EventTooLargeError(ClientError):

@@ -51,7 +51,12 @@ from pipeline.kafka.range_reads import read_range
 from pipeline.kafka.steps import Output, max_record_bytes, oversized
 from pipeline.kafka.topics import TopicNames
 from pipeline.kafka.trigger_sender import TriggerSender
-from pipeline.kafka.txn_producer import ProducerFencedError, TransactionalProducer, TransientPublishError
+from pipeline.kafka.txn_producer import (
+    CommitOutcomeUnknownError,
+    ProducerFencedError,
+    TransactionalProducer,
+    TransientPublishError,
+)
 from pipeline.wire.event import CaseOpening, sealed_values
 from pipeline.wire.headers import standard_headers
 from pipeline.wire.record_keys import claimed_event
@@ -277,14 +282,22 @@ class CaseWriter:
                 raise CaseWriterConflictError.of(self.case) from exc
             except TransientPublishError as exc:
                 if time.monotonic() + pause > deadline:
-                    why = f"the broker did not take the write in {timeout_s:g} s ({exc}); nothing of it was written"
-                    raise BrokerUnavailableError(f"case {self.case.key}: {why}") from exc
+                    raise BrokerUnavailableError(f"case {self.case.key}: {_unconfirmed(exc, timeout_s)}") from exc
                 _LOG.debug("case %s: write not committed (%s), trying again", self.case.key, exc)
                 time.sleep(pause)
                 pause = min(pause * 2, 5.0)
 
     def close(self) -> None:
         self._producer.close()
+
+
+def _unconfirmed(exc: TransientPublishError, timeout_s: float) -> str:
+    """What an append the broker did not confirm in time tells its caller: written or not, and what to do."""
+    said = f"the broker did not take the write in {timeout_s:g} s ({exc})"
+    if isinstance(exc, CommitOutcomeUnknownError):  # the next registration would tell; the caller's time is up
+        return (f"{said}; its commit was sent and not confirmed, so it may have been written: retry with the same "
+                "idempotency key, which never writes it twice")  # fmt: skip
+    return f"{said}; nothing of it was written"
 
 
 def _left(deadline: float) -> float:

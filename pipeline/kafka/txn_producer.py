@@ -61,6 +61,14 @@ class TransientPublishError(KafkaAdapterError):
     """Nothing was committed, for a reason that passes (a broker away, a coordinator moving, a hung call)."""
 
 
+class CommitOutcomeUnknownError(TransientPublishError):
+    """The commit was sent and no answer came: the coordinator may have committed the transaction, or not.
+
+    Whoever keeps state beside the transactions reads it again after the next registration (whose
+    init completes whatever the coordinator had begun) before saying whether the outputs were written.
+    """
+
+
 class OutputsRefusedError(KafkaAdapterError):
     """Nothing was committed: the broker or client refused these outputs (by index), and always will."""
 
@@ -110,6 +118,10 @@ class TransactionalProducer:
         self._suspect: str | None = None  # why the producer should be replaced before its next use
         self._abandoned: list[Producer] = []  # hung in a call: kept so their threads can finish
         self._hung_in_a_row = 0
+        # A producer replaced or abandoned while registering may finish its init_transactions in librdkafka's
+        # background once the broker is back, fencing the one that took its place: until a commit
+        # succeeds, a fence may be this object's own doing.
+        self._zombie_possible = False
         self.stats = ProducerStats()
 
     def _new(self) -> Producer:
@@ -144,6 +156,7 @@ class TransactionalProducer:
         """A new producer with the same transactional id, started on first use: its init fences the old one."""
         _LOG.warning("transactional producer replaced: %s", reason)
         self.stats.replaced += 1
+        self._zombie_possible = True
         self._suspect = None
         self._producer, self._ready = self._new(), False
 
@@ -209,6 +222,7 @@ class TransactionalProducer:
         producer = self._producer
         failures: dict[int, KafkaError] = {}
         positions: dict[int, LogPosition] = {}
+        committing = False
         try:
             self._call("begin_transaction", producer.begin_transaction)
             for index, out in enumerate(outputs):
@@ -219,11 +233,32 @@ class TransactionalProducer:
                 self._call("send_offsets_to_transaction",
                            lambda: producer.send_offsets_to_transaction(sent, group, timeout_s), timeout_s)  # fmt: skip
             commit_s = left()
+            committing = True
             self._call("commit_transaction", lambda: producer.commit_transaction(commit_s), commit_s)
         except KafkaException as exc:
+            zombie_possible = self._zombie_possible  # before _end_failed, whose replacement would set it
             self._end_failed(producer, exc.args[0], left())
-            raise _classified(exc.args[0], failures) from exc
+            error = self._own_fence(_classified(exc.args[0], failures), zombie_possible)
+            # librdkafka sends EndTxn only once every record is delivered (the commit's flush): before, nothing
+            # can have been committed; after, the coordinator may have committed without its answer arriving.
+            committing = committing and len(positions) == len(outputs)
+            if committing and type(error) is TransientPublishError:
+                raise CommitOutcomeUnknownError(f"{error}; the commit was sent, its outcome is unknown") from exc
+            raise error from exc
+        except TransientPublishError as exc:  # a call that hung; in the commit, its outcome is unknown
+            if committing and len(positions) == len(outputs):
+                raise CommitOutcomeUnknownError(f"{exc}; the commit was sent, its outcome is unknown") from exc
+            raise
+        self._zombie_possible = False
         return [positions[index] for index in range(len(outputs))]
+
+    def _own_fence(self, error: KafkaAdapterError, zombie_possible: bool) -> KafkaAdapterError:
+        """A fence by a producer this object replaced is no other writer's: registering again ends it."""
+        if not (isinstance(error, ProducerFencedError) and zombie_possible):
+            return error
+        if self._ready:  # not replaced by _end_failed (a fence is fatal: it was)
+            self._replace("fenced, perhaps by a producer of its own it replaced")
+        return TransientPublishError(f"{error}; a producer of its own may have done it: registering again")
 
     def _produce(self, producer: Producer, index: int, out: Output, failures: dict[int, KafkaError],
                  positions: dict[int, LogPosition]) -> None:  # fmt: skip

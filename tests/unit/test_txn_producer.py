@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 
 import pytest
-from confluent_kafka import KafkaError
+from confluent_kafka import KafkaError, KafkaException
 
 from pipeline.kafka.steps import Output, oversized
 from pipeline.kafka.txn_producer import (
+    CommitOutcomeUnknownError,
     OutputsRefusedError,
     ProducerFencedError,
     PublishFailedError,
+    TransactionalProducer,
     TransientPublishError,
     _classified,
     call_with_deadline,
@@ -78,3 +81,84 @@ def test_a_call_past_its_deadline_is_left_behind_on_a_daemon_thread() -> None:
     assert call_with_deadline(lambda: 42, 5, name="answers") == 42
     with pytest.raises(ZeroDivisionError):
         call_with_deadline(lambda: 1 // 0, 5, name="raises")
+
+
+class _Unanswered:
+    """A librdkafka producer whose broker takes the records and never answers the step `fails_at`."""
+
+    def __init__(self, fails_at: str) -> None:
+        self.fails_at = fails_at
+
+    def _step(self, name: str) -> None:
+        if name == self.fails_at:
+            raise KafkaException(_error(KafkaError._TIMED_OUT, retriable=True))
+
+    def init_transactions(self, timeout: float) -> None:
+        pass
+
+    def begin_transaction(self) -> None:
+        self._step("begin")
+
+    def produce(self, topic: str, on_delivery: Callable[[KafkaError | None, object], None], **kwargs: object) -> None:
+        self._step("produce")
+        if self.fails_at != "flush":  # else the commit's flush never delivers the record: EndTxn is never sent
+            on_delivery(None, _Delivered())
+
+    def commit_transaction(self, timeout: float) -> None:
+        self._step("commit")
+        if self.fails_at == "flush":
+            raise KafkaException(_error(KafkaError._TIMED_OUT, retriable=True))
+
+    def abort_transaction(self, timeout: float) -> None:
+        pass
+
+    def poll(self, timeout: float = 0) -> int:
+        return 0
+
+
+class _Delivered:
+    def partition(self) -> int:
+        return 0
+
+    def offset(self) -> int:
+        return 7
+
+
+@pytest.mark.parametrize(("fails_at", "unknown"), [("begin", False), ("produce", False), ("flush", False),
+                                                   ("commit", True)])  # fmt: skip
+def test_only_a_commit_left_unanswered_has_an_unknown_outcome(fails_at: str, unknown: bool) -> None:
+    """Before the commit is sent nothing can be committed; after, the coordinator may have committed it."""
+    fake = _Unanswered(fails_at)
+
+    class _Producer(TransactionalProducer):
+        def _new(self) -> _Unanswered:  # type: ignore[override]
+            return fake
+
+    producer = _Producer({"transactional.id": "t"}, call_timeout_s=1)
+    with pytest.raises(TransientPublishError) as failed:
+        producer.publish([Output("topic", b"k", b"v", ())])
+    assert isinstance(failed.value, CommitOutcomeUnknownError) is unknown
+
+
+class _FencedAtCommit(_Unanswered):
+    def commit_transaction(self, timeout: float) -> None:
+        raise KafkaException(_error(KafkaError._FENCED, fatal=True))
+
+
+def test_a_fence_after_a_producer_was_left_hung_is_taken_for_its_own_and_registration_runs_again() -> None:
+    """A replaced producer may finish its init_transactions once the broker is back, fencing its successor."""
+    made: list[_FencedAtCommit] = []
+
+    class _Producer(TransactionalProducer):
+        def _new(self) -> _FencedAtCommit:  # type: ignore[override]
+            made.append(_FencedAtCommit("none"))
+            return made[-1]
+
+    producer = _Producer({"transactional.id": "t"}, call_timeout_s=1)
+    with pytest.raises(ProducerFencedError):  # no producer of its own left behind: another writer took the id
+        producer.publish([Output("topic", b"k", b"v", ())])
+    producer._zombie_possible = True  # as a replacement leaves it, until a commit succeeds
+    with pytest.raises(TransientPublishError) as failed:
+        producer.publish([Output("topic", b"k", b"v", ())])
+    assert not isinstance(failed.value, ProducerFencedError)
+    assert producer.stats.replaced >= 2  # replaced: the next call registers a new producer, fencing the hung one
