@@ -30,10 +30,10 @@ from confluent_kafka import Consumer, TopicPartition
 
 from pipeline.client import AsyncDecisionMemory
 from pipeline.config.settings import Settings
-from pipeline.kafka.admin import reader_group, topic_partitions
-from pipeline.kafka.local_broker import free_cluster_port
-from pipeline.kafka.range_reads import read_topic
-from pipeline.kafka.topics import TopicNames, create_pipeline_topics
+from pipeline.kafka.cluster.admin import reader_group, topic_partitions
+from pipeline.kafka.cluster.topics import TopicNames, create_pipeline_topics
+from pipeline.kafka.local.local_broker import free_cluster_port
+from pipeline.kafka.reading.range_reads import read_topic
 from pipeline.services.api_keys import ApiKeys
 from pipeline.services.cluster import child_env, pipeline_processes
 

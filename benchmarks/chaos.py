@@ -52,16 +52,16 @@ from pipeline.config.settings import Settings, keys_folder, read_properties
 from pipeline.core.case import Case
 from pipeline.core.events import CaseRef, Event, LogPosition
 from pipeline.core.task import Architecture
-from pipeline.kafka import local_broker
-from pipeline.kafka.acl_plan import plan
-from pipeline.kafka.acls import apply_grants
-from pipeline.kafka.credentials import credentials_dir, provision
+from pipeline.kafka.cluster.acl_plan import plan
+from pipeline.kafka.cluster.acls import apply_grants
+from pipeline.kafka.cluster.credentials import credentials_dir, provision
+from pipeline.kafka.cluster.partitioning import case_partition
+from pipeline.kafka.cluster.topics import BaselineTopics, TopicNames, create_pipeline_topics
 from pipeline.kafka.errors import KafkaAdapterError
-from pipeline.kafka.keystore import kafka_case_keys
-from pipeline.kafka.partitioning import case_partition
-from pipeline.kafka.producer import EventProducer
-from pipeline.kafka.range_reads import read_topic
-from pipeline.kafka.topics import BaselineTopics, TopicNames, create_pipeline_topics
+from pipeline.kafka.keytopic.keystore import kafka_case_keys
+from pipeline.kafka.local import local_broker
+from pipeline.kafka.reading.range_reads import read_topic
+from pipeline.kafka.writing.producer import EventProducer
 from pipeline.keys.providers import LocalFileKeyProvider
 from pipeline.services.cluster import child_env, cluster, pipeline_processes, private_cluster
 from pipeline.services.read_outputs import PublishedOutputs, load_outputs

@@ -35,13 +35,13 @@ from pipeline.core.case import Case
 from pipeline.core.events import CaseRef, Event, LogPosition
 from pipeline.core.run import RunResult, run_dpm, run_summ
 from pipeline.core.task import NAMED_BUDGET_FRACTIONS, Architecture, Budget
-from pipeline.kafka.admin import admin_client
-from pipeline.kafka.keystore import kafka_case_keys
-from pipeline.kafka.local_broker import free_cluster_port
-from pipeline.kafka.partitioning import case_partition
-from pipeline.kafka.producer import EventProducer
-from pipeline.kafka.reader import KafkaEventLog
-from pipeline.kafka.topics import TopicNames, TopicSpec, create_pipeline_topics, ensure_topics
+from pipeline.kafka.cluster.admin import admin_client
+from pipeline.kafka.cluster.partitioning import case_partition
+from pipeline.kafka.cluster.topics import TopicNames, TopicSpec, create_pipeline_topics, ensure_topics
+from pipeline.kafka.keytopic.keystore import kafka_case_keys
+from pipeline.kafka.local.local_broker import free_cluster_port
+from pipeline.kafka.reading.reader import KafkaEventLog
+from pipeline.kafka.writing.producer import EventProducer
 from pipeline.keys.providers import LocalFileKeyProvider
 from pipeline.keys.ring import KeyRing
 from pipeline.keys.store import CaseKeys, MemoryKeyTopic

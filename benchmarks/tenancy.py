@@ -21,9 +21,9 @@ from pathlib import Path
 from pipeline.bench.generate import GenerationSpec, generate_cases
 from pipeline.config.settings import Settings, keys_folder
 from pipeline.core.task import Architecture
-from pipeline.kafka.keystore import kafka_case_keys
-from pipeline.kafka.producer import EventProducer
-from pipeline.kafka.topics import TopicNames
+from pipeline.kafka.cluster.topics import TopicNames
+from pipeline.kafka.keytopic.keystore import kafka_case_keys
+from pipeline.kafka.writing.producer import EventProducer
 from pipeline.keys.providers import LocalFileKeyProvider
 from pipeline.services.cluster import child_env, pipeline_processes, private_cluster
 from pipeline.services.read_outputs import await_decisions

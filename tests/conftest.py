@@ -12,10 +12,10 @@ from playwright.sync_api import Browser, sync_playwright
 from pluggy import Result
 
 from pipeline.config.settings import Settings, keys_folder
-from pipeline.kafka.admin import fetch_metadata
-from pipeline.kafka.credentials import USERS, provision
-from pipeline.kafka.keystore import kafka_case_keys
-from pipeline.kafka.topics import TopicNames
+from pipeline.kafka.cluster.admin import fetch_metadata
+from pipeline.kafka.cluster.credentials import USERS, provision
+from pipeline.kafka.cluster.topics import TopicNames
+from pipeline.kafka.keytopic.keystore import kafka_case_keys
 from pipeline.keys.providers import LocalFileKeyProvider
 from pipeline.keys.store import CaseKeys
 from pipeline.llm import local_model

@@ -40,7 +40,7 @@ from sybil import Document, Example, Region, Sybil
 from sybil.parsers.markdown import CodeBlockParser, SkipParser
 from sybil.parsers.markdown.lexers import RawFencedCodeBlockLexer
 
-from pipeline.kafka import local_broker
+from pipeline.kafka.local import local_broker
 from pipeline.llm import local_model
 
 REPO = Path(__file__).resolve().parents[1]

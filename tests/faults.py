@@ -18,8 +18,8 @@ from typing import Any
 
 from pipeline.cli import main as dpm
 from pipeline.core.events import LogPosition
-from pipeline.kafka.once import OncePublisher
-from pipeline.kafka.txn_producer import TransactionalProducer
+from pipeline.kafka.processing.once import OncePublisher
+from pipeline.kafka.writing.txn_producer import TransactionalProducer
 
 _reached = 0
 

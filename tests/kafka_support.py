@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from pipeline.core.event_log import RawRecord
-from pipeline.kafka.range_reads import raw_record
+from pipeline.kafka.reading.range_reads import raw_record
 
 
 def unique_prefix(label: str = "t") -> str:

@@ -11,8 +11,8 @@ import orjson
 from pipeline.bench.generate import GenerationSpec, generate_cases
 from pipeline.core.case import Case
 from pipeline.core.event_log import RawRecord
-from pipeline.kafka.range_reads import read_topic
-from pipeline.kafka.topics import TopicNames, create_pipeline_topics
+from pipeline.kafka.cluster.topics import TopicNames, create_pipeline_topics
+from pipeline.kafka.reading.range_reads import read_topic
 from pipeline.services.cluster import child_env
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from confluent_kafka import KafkaError, Producer
 
 from pipeline.config.settings import read_properties
-from pipeline.kafka import local_broker
+from pipeline.kafka.local import local_broker
 
 
 @dataclass(frozen=True)

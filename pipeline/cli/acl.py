@@ -9,10 +9,18 @@ import typer
 from pipeline.cli.reach import broker_settings
 from pipeline.cli.render import output_console
 from pipeline.config.settings import Settings
-from pipeline.kafka.acl_plan import ROLE_PURPOSE, Grant, Role, kafka_acls_commands, plan, strimzi_users, strimzi_yaml
-from pipeline.kafka.acls import apply_grants
-from pipeline.kafka.grant_checks import colliding_tenant
-from pipeline.kafka.topics import TopicNames
+from pipeline.kafka.cluster.acl_plan import (
+    ROLE_PURPOSE,
+    Grant,
+    Role,
+    kafka_acls_commands,
+    plan,
+    strimzi_users,
+    strimzi_yaml,
+)
+from pipeline.kafka.cluster.acls import apply_grants
+from pipeline.kafka.cluster.grant_checks import colliding_tenant
+from pipeline.kafka.cluster.topics import TopicNames
 from pipeline.services.tenants import apply_would_stop, isolation_report, revoke_unplanned
 
 app = typer.Typer(help="Least-privilege ACLs per role (producer, worker, baseline, auditor, operator).",

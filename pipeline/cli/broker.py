@@ -6,11 +6,11 @@ import typer
 
 from pipeline.cli.render import output_console
 from pipeline.config.settings import Settings
-from pipeline.kafka import local_broker
-from pipeline.kafka.admin import fetch_metadata
-from pipeline.kafka.broker_runtime import ensure_broker_jars
-from pipeline.kafka.credentials import USERS, UserFile, provision
+from pipeline.kafka.cluster.admin import fetch_metadata
+from pipeline.kafka.cluster.credentials import USERS, UserFile, provision
 from pipeline.kafka.errors import BrokerUnavailableError
+from pipeline.kafka.local import local_broker
+from pipeline.kafka.local.broker_runtime import ensure_broker_jars
 
 app = typer.Typer(help="Run a local Apache Kafka cluster on loopback.", no_args_is_help=True)
 _out = output_console()

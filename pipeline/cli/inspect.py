@@ -22,8 +22,8 @@ from pipeline.cli.render import (
 from pipeline.config.settings import Settings
 from pipeline.core.errors import DpmError
 from pipeline.core.verification import ReplayStatus
-from pipeline.kafka.keystore import case_keys_from
-from pipeline.kafka.reader import KafkaEventLog
+from pipeline.kafka.keytopic.keystore import case_keys_from
+from pipeline.kafka.reading.reader import KafkaEventLog
 from pipeline.services.compare import compare as compare_outputs
 from pipeline.services.read_outputs import PublishedOutputs, load_outputs
 from pipeline.services.replay import (

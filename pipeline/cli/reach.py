@@ -8,7 +8,7 @@ else the default address.
 from __future__ import annotations
 
 from pipeline.config.settings import Settings
-from pipeline.kafka.admin import ensure_reachable
+from pipeline.kafka.cluster.admin import ensure_reachable
 from pipeline.services.cluster import cluster_settings
 
 

@@ -6,7 +6,7 @@ import typer
 
 from pipeline.cli.reach import broker_settings
 from pipeline.cli.render import output_console
-from pipeline.kafka.acl_plan import tenant_principal
+from pipeline.kafka.cluster.acl_plan import tenant_principal
 from pipeline.services.tenants import add_tenant, list_tenants, remove_tenant
 
 app = typer.Typer(help="Tenants on topics of their own (DPM_TENANCY=topics).", no_args_is_help=True)

@@ -6,8 +6,8 @@ import typer
 
 from pipeline.cli.reach import broker_settings
 from pipeline.cli.render import output_console
-from pipeline.kafka.layout import read_layout, recorded_layout
-from pipeline.kafka.topics import ErasureBound, TopicNames, create_pipeline_topics
+from pipeline.kafka.cluster.layout import read_layout, recorded_layout
+from pipeline.kafka.cluster.topics import ErasureBound, TopicNames, create_pipeline_topics
 
 app = typer.Typer(help="The pipeline's Kafka topics.", no_args_is_help=True)
 _out = output_console()

@@ -3,8 +3,8 @@
 Connected the way every `dpm` command is (DPM_* settings, the local broker recorded under DPM_HOME,
 a role's client properties on a secured cluster), with one tenant's rights: its events are sealed
 under its cases' data keys, its decisions opened with them. Appends go through one writer per case
-(kafka/case_writer.py: sequence numbers, fencing, one transaction per call); decisions are waited
-for by one replies reader per client (kafka/replies.py) that serves every waiting call.
+(kafka/writing/case_writer.py: sequence numbers, fencing, one transaction per call); decisions are waited
+for by one replies reader per client (kafka/reading/replies.py) that serves every waiting call.
 """
 
 from __future__ import annotations
@@ -49,17 +49,23 @@ from pipeline.core.explanation import fact_rows
 from pipeline.core.idempotency import append_fingerprint, check_idempotency_key, decision_fingerprint
 from pipeline.core.task import Architecture, TaskSpec
 from pipeline.core.verification import ReplayReport
-from pipeline.kafka.admin import ensure_reachable, fetch_metadata, group_members, refused_topics
-from pipeline.kafka.case_writer import BatchReusedError, CaseWriter, CaseWriterConflictError, CaseWriters, KnownCase
-from pipeline.kafka.case_writer import EventTooLargeError as WriterEventTooLargeError
-from pipeline.kafka.case_writer import SeqMismatchError as WriterSeqMismatchError
-from pipeline.kafka.erasures import ErasureWatch
+from pipeline.kafka.cluster.admin import ensure_reachable, fetch_metadata, group_members, refused_topics
+from pipeline.kafka.cluster.topics import TopicNames
 from pipeline.kafka.errors import BrokerUnavailableError, KafkaAdapterError
-from pipeline.kafka.keystore import case_keys_from
-from pipeline.kafka.range_reads import read_topic
-from pipeline.kafka.reader import KafkaEventLog, PooledLog
-from pipeline.kafka.replies import START_TIMEOUT_S, ReplyReader
-from pipeline.kafka.topics import TopicNames
+from pipeline.kafka.keytopic.erasures import ErasureWatch
+from pipeline.kafka.keytopic.keystore import case_keys_from
+from pipeline.kafka.reading.range_reads import read_topic
+from pipeline.kafka.reading.reader import KafkaEventLog, PooledLog
+from pipeline.kafka.reading.replies import START_TIMEOUT_S, ReplyReader
+from pipeline.kafka.writing.case_writer import (
+    BatchReusedError,
+    CaseWriter,
+    CaseWriterConflictError,
+    CaseWriters,
+    KnownCase,
+)
+from pipeline.kafka.writing.case_writer import EventTooLargeError as WriterEventTooLargeError
+from pipeline.kafka.writing.case_writer import SeqMismatchError as WriterSeqMismatchError
 from pipeline.keys.store import CaseKeys
 from pipeline.services.cluster import cluster_settings
 from pipeline.services.contest import DEFAULT_MAX_CALLS, ContestRefusedError, Found, contest_reasons, contested_of
@@ -213,7 +219,7 @@ class DecisionMemory:
     def forget_erased(self, case_id: str) -> None:
         """Drops what this client keeps of a case this process just erased, and refuses the case from now on.
 
-        Another process's erasure reaches the client's caches within about a second (kafka/erasures.py).
+        Another process's erasure reaches the client's caches within about a second (kafka/keytopic/erasures.py).
         """
         self._erasures.note(CaseRef(self.tenant, case_id))
 

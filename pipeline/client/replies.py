@@ -1,6 +1,6 @@
 """Waiting calls and the replies that complete them: a decision and its view, or the trigger's dead letter.
 
-Routed on the replies reader's thread (kafka/replies.py); each waiting call holds a Future, so a
+Routed on the replies reader's thread (kafka/reading/replies.py); each waiting call holds a Future, so a
 thousand waiting calls are a thousand small objects, not a thousand consumers or threads.
 """
 
@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pipeline.client.errors import DecisionRefusedError
 from pipeline.core.event_log import RawRecord
 from pipeline.core.events import CaseRef
-from pipeline.kafka.topics import TopicNames
+from pipeline.kafka.cluster.topics import TopicNames
 from pipeline.wire.dead_letter import DeadLetterRecord
 from pipeline.wire.decision import DecisionRecord
 from pipeline.wire.record_keys import claimed_case

@@ -1,18 +1,20 @@
 """Kafka adapters: the only package that imports confluent_kafka (import-linter checks it).
 
-Event reads by offset, the producer, the exactly-once transactional loop, topic layout and
-creation, cluster metadata, and the local KRaft broker run from Maven Central jars.
+By role, one folder each: `writing` (the case writers, the trigger sender, the transactional
+producer), `reading` (a case's events by offset, whole topics, followers, replies), `processing`
+(the workers' exactly-once loop), `cluster` (metadata, topics, layout and generations, ACLs and
+principals), `keytopic` (data keys and erasures), `local` (the KRaft broker run from Maven jars).
 """
 
-from pipeline.kafka.admin import ClusterInfo, admin_client, fetch_metadata, topic_partitions
+from pipeline.kafka.cluster.admin import ClusterInfo, admin_client, fetch_metadata, topic_partitions
+from pipeline.kafka.cluster.partitioning import case_partition
+from pipeline.kafka.cluster.topics import TopicNames, TopicSpec, create_pipeline_topics, ensure_topics, pipeline_topics
 from pipeline.kafka.errors import BrokerUnavailableError, KafkaAdapterError, LocalBrokerError, TopicConflictError
-from pipeline.kafka.partitioning import case_partition
-from pipeline.kafka.producer import EventProducer
-from pipeline.kafka.range_reads import read_range, read_topic
-from pipeline.kafka.reader import KafkaEventLog
-from pipeline.kafka.steps import Handler, Output
-from pipeline.kafka.topics import TopicNames, TopicSpec, create_pipeline_topics, ensure_topics, pipeline_topics
-from pipeline.kafka.transactions import LoopConfig, TransactionalLoop
+from pipeline.kafka.processing.steps import Handler, Output
+from pipeline.kafka.processing.transactions import LoopConfig, TransactionalLoop
+from pipeline.kafka.reading.range_reads import read_range, read_topic
+from pipeline.kafka.reading.reader import KafkaEventLog
+from pipeline.kafka.writing.producer import EventProducer
 
 __all__ = [
     "BrokerUnavailableError",

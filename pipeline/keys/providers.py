@@ -4,7 +4,7 @@ A provider never hands out a key-encryption key (KEK); it wraps and unwraps data
 tenant's current KEK version, the way a cloud KMS (Encrypt/Decrypt with a key per tenant) or
 Vault's transit engine (`transit/encrypt/<tenant>`, key versions, `min_decryption_version`) does.
 To plug one in, implement KeyProvider with its client and return it from
-`pipeline.kafka.keystore.case_keys_from`.
+`pipeline.kafka.keytopic.keystore.case_keys_from`.
 """
 
 from __future__ import annotations

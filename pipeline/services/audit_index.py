@@ -21,8 +21,8 @@ from typing import Any
 from pipeline.core.event_log import EventLog
 from pipeline.core.events import CaseRef, LogPosition
 from pipeline.core.task import Architecture
-from pipeline.kafka.follow import TopicFollower
-from pipeline.kafka.topics import TopicNames
+from pipeline.kafka.cluster.topics import TopicNames
+from pipeline.kafka.reading.follow import TopicFollower
 from pipeline.keys.store import CaseKeys
 from pipeline.services.read_outputs import Opened, OutputRecord, PublishedOutputs, decoded
 from pipeline.wire.audit import AuditRecord

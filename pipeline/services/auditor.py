@@ -13,11 +13,11 @@ from pipeline.config.settings import Settings
 from pipeline.core.errors import DpmError
 from pipeline.core.events import CaseRef, Trajectory
 from pipeline.core.verification import ReplayReport
+from pipeline.kafka.cluster.layout import current_generation
+from pipeline.kafka.cluster.topics import TopicNames
 from pipeline.kafka.errors import KafkaAdapterError
-from pipeline.kafka.keystore import case_keys_from
-from pipeline.kafka.layout import current_generation
-from pipeline.kafka.reader import KafkaEventLog, PooledLog
-from pipeline.kafka.topics import TopicNames
+from pipeline.kafka.keytopic.keystore import case_keys_from
+from pipeline.kafka.reading.reader import KafkaEventLog, PooledLog
 from pipeline.services.audit_index import DecisionIndex, IndexedDecision, LiveIndex, read_audits
 from pipeline.services.contest import (
     ContestAsk,

@@ -10,9 +10,9 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from pipeline.config.settings import Settings
-from pipeline.kafka import local_broker
-from pipeline.kafka.credentials import credentials_dir
+from pipeline.kafka.cluster.credentials import credentials_dir
 from pipeline.kafka.errors import BrokerUnavailableError
+from pipeline.kafka.local import local_broker
 
 
 def cluster_settings(settings: Settings) -> Settings:

@@ -39,13 +39,13 @@ from pipeline.core.model import ModelBackendError
 from pipeline.core.run import ModelCall
 from pipeline.core.verification import ReplayReport, ReplayStatus
 from pipeline.core.view import MemoryView
-from pipeline.kafka.admin import topic_exists
-from pipeline.kafka.keystore import case_keys_from
-from pipeline.kafka.one_record import produce_one
-from pipeline.kafka.range_reads import read_topic
-from pipeline.kafka.reader import KafkaEventLog
-from pipeline.kafka.steps import max_record_bytes
-from pipeline.kafka.topics import TopicNames
+from pipeline.kafka.cluster.admin import topic_exists
+from pipeline.kafka.cluster.topics import TopicNames
+from pipeline.kafka.keytopic.keystore import case_keys_from
+from pipeline.kafka.processing.steps import max_record_bytes
+from pipeline.kafka.reading.range_reads import read_topic
+from pipeline.kafka.reading.reader import KafkaEventLog
+from pipeline.kafka.writing.one_record import produce_one
 from pipeline.services.read_outputs import load_outputs
 from pipeline.services.replay import LogChangedError, read_recorded_events, registry_backends, select_decisions
 from pipeline.services.tenants import topic_scopes

@@ -18,11 +18,11 @@ from pipeline.config.settings import Settings
 from pipeline.core.case import Case
 from pipeline.core.errors import DpmError
 from pipeline.core.task import Architecture, resolve_budget
-from pipeline.kafka.keystore import case_keys_from
-from pipeline.kafka.producer import EventProducer
-from pipeline.kafka.range_reads import read_topic
-from pipeline.kafka.reader import KafkaEventLog
-from pipeline.kafka.topics import TopicNames, create_pipeline_topics, remove_pipeline
+from pipeline.kafka.cluster.topics import TopicNames, create_pipeline_topics, remove_pipeline
+from pipeline.kafka.keytopic.keystore import case_keys_from
+from pipeline.kafka.reading.range_reads import read_topic
+from pipeline.kafka.reading.reader import KafkaEventLog
+from pipeline.kafka.writing.producer import EventProducer
 from pipeline.services.cluster import child_env, cluster, pipeline_processes
 from pipeline.services.compare import Comparison, compare
 from pipeline.services.read_outputs import await_decisions, load_outputs

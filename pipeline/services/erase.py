@@ -18,11 +18,11 @@ from functools import partial
 from pipeline.config.settings import Settings
 from pipeline.core.errors import DpmError
 from pipeline.core.events import CaseRef
-from pipeline.kafka.admin import topic_exists
-from pipeline.kafka.keystore import KafkaKeyTopic, case_keys_from
-from pipeline.kafka.producer import EventProducer
-from pipeline.kafka.range_reads import read_topic
-from pipeline.kafka.topics import TopicNames
+from pipeline.kafka.cluster.admin import topic_exists
+from pipeline.kafka.cluster.topics import TopicNames
+from pipeline.kafka.keytopic.keystore import KafkaKeyTopic, case_keys_from
+from pipeline.kafka.reading.range_reads import read_topic
+from pipeline.kafka.writing.producer import EventProducer
 from pipeline.keys.store import Rotation
 from pipeline.services.tenants import topics_of
 from pipeline.wire.record_keys import names_case, names_tenant

@@ -14,9 +14,9 @@ from pipeline.core.case import Case
 from pipeline.core.errors import DpmError
 from pipeline.core.scoring import Judge
 from pipeline.core.task import Architecture
-from pipeline.kafka.keystore import case_keys_from
-from pipeline.kafka.producer import EventProducer
-from pipeline.kafka.topics import TopicNames, create_pipeline_topics
+from pipeline.kafka.cluster.topics import TopicNames, create_pipeline_topics
+from pipeline.kafka.keytopic.keystore import case_keys_from
+from pipeline.kafka.writing.producer import EventProducer
 from pipeline.services.cluster import child_env, cluster, pipeline_processes
 from pipeline.services.read_outputs import await_decisions
 from pipeline.wire.event import CaseOpening

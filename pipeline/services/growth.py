@@ -26,10 +26,10 @@ from dataclasses import dataclass
 
 from pipeline.config.settings import Settings
 from pipeline.core.errors import DpmError
-from pipeline.kafka.admin import admin_client, fetch_metadata
-from pipeline.kafka.generations import Progress, copy_by_case, end_offsets, undecided
-from pipeline.kafka.layout import recorded_layout, write_layout
-from pipeline.kafka.topics import (
+from pipeline.kafka.cluster.admin import admin_client, fetch_metadata
+from pipeline.kafka.cluster.generations import Progress, copy_by_case, end_offsets, undecided
+from pipeline.kafka.cluster.layout import recorded_layout, write_layout
+from pipeline.kafka.cluster.topics import (
     ErasureBound,
     TopicNames,
     delete_topics,

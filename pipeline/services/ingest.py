@@ -17,9 +17,9 @@ from pipeline.core.case import Case
 from pipeline.core.errors import DpmError
 from pipeline.core.events import CaseRef, Event, LogPosition
 from pipeline.core.task import Architecture, TaskSpec, resolve_budget
-from pipeline.kafka.keystore import case_keys_from
-from pipeline.kafka.producer import EventProducer
-from pipeline.kafka.topics import TopicNames
+from pipeline.kafka.cluster.topics import TopicNames
+from pipeline.kafka.keytopic.keystore import case_keys_from
+from pipeline.kafka.writing.producer import EventProducer
 from pipeline.services.tenants import topics_of
 from pipeline.wire.event import CaseOpening
 from pipeline.wire.trigger import DecisionRequest

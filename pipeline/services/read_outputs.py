@@ -12,8 +12,8 @@ from typing import Any, Generic, NamedTuple, TypeVar
 from pipeline.core.errors import DpmError
 from pipeline.core.event_log import RawRecord
 from pipeline.core.events import CaseRef
-from pipeline.kafka.range_reads import read_topic
-from pipeline.kafka.topics import TopicNames
+from pipeline.kafka.cluster.topics import TopicNames
+from pipeline.kafka.reading.range_reads import read_topic
 from pipeline.wire.audit import AuditRecord
 from pipeline.wire.decision import DecisionRecord
 from pipeline.wire.rejection import RejectedError, decode_object

@@ -12,9 +12,9 @@ from typing import TypeVar
 
 from pipeline.config.settings import Settings
 from pipeline.core.errors import DpmError
-from pipeline.kafka.admin import topic_exists
+from pipeline.kafka.cluster.admin import topic_exists
+from pipeline.kafka.cluster.topics import TopicNames
 from pipeline.kafka.errors import KafkaAdapterError
-from pipeline.kafka.topics import TopicNames
 
 _Client = TypeVar("_Client")
 

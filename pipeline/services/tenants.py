@@ -23,11 +23,11 @@ from pathlib import Path
 
 from pipeline.config.settings import Settings
 from pipeline.core.errors import DpmError
-from pipeline.kafka.acl_plan import Grant, Resource, Role, plan, principal, tenant_principal
-from pipeline.kafka.acls import cluster_grants, revoke_grants
-from pipeline.kafka.admin import READER_GROUP_PREFIX, cluster_allows
-from pipeline.kafka.credentials import credential_files, credentials_dir, provision
-from pipeline.kafka.grant_checks import (
+from pipeline.kafka.cluster.acl_plan import Grant, Resource, Role, plan, principal, tenant_principal
+from pipeline.kafka.cluster.acls import cluster_grants, revoke_grants
+from pipeline.kafka.cluster.admin import READER_GROUP_PREFIX, cluster_allows
+from pipeline.kafka.cluster.credentials import credential_files, credentials_dir, provision
+from pipeline.kafka.cluster.grant_checks import (
     Overlap,
     colliding_tenant,
     isolation,
@@ -38,12 +38,9 @@ from pipeline.kafka.grant_checks import (
     tenant_of_principal,
     tenant_scope,
 )
-from pipeline.kafka.keystore import case_keys_from
-from pipeline.kafka.layout import current_generation
-from pipeline.kafka.local_broker import read_running
-from pipeline.kafka.principals import committed_offsets_on, delete_scram_credentials, scram_mechanisms
-from pipeline.kafka.range_reads import read_topic
-from pipeline.kafka.topics import (
+from pipeline.kafka.cluster.layout import current_generation
+from pipeline.kafka.cluster.principals import committed_offsets_on, delete_scram_credentials, scram_mechanisms
+from pipeline.kafka.cluster.topics import (
     ErasureBound,
     TopicNames,
     TopicReport,
@@ -52,6 +49,9 @@ from pipeline.kafka.topics import (
     existing_topics,
     pipeline_topics,
 )
+from pipeline.kafka.keytopic.keystore import case_keys_from
+from pipeline.kafka.local.local_broker import read_running
+from pipeline.kafka.reading.range_reads import read_topic
 from pipeline.services.api_keys import ApiKey, ApiKeys, keys_file
 from pipeline.wire.key import erases
 

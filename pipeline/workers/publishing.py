@@ -10,8 +10,8 @@ import orjson
 from pipeline.core.event_log import RawRecord
 from pipeline.core.run import RunResult
 from pipeline.core.task import Architecture
-from pipeline.kafka.steps import Output
-from pipeline.kafka.topics import TopicNames
+from pipeline.kafka.cluster.topics import TopicNames
+from pipeline.kafka.processing.steps import Output
 from pipeline.observability.metrics import PipelineMetrics
 from pipeline.wire.dead_letter import DeadLetterRecord, cases_named
 from pipeline.wire.headers import REASON_HEADER, Headers, standard_headers

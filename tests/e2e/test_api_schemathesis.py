@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from pipeline.kafka.topics import TopicNames
+from pipeline.kafka.cluster.topics import TopicNames
 from pipeline.services.api_keys import ADMIN, ApiKeys
 from pipeline.services.cluster import pipeline_processes
 from tests.conftest import free_port

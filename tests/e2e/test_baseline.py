@@ -13,10 +13,10 @@ from pipeline.core.hashing import text_digest
 from pipeline.core.model import Purpose
 from pipeline.core.run import SummVariant, run_summ
 from pipeline.core.task import Architecture, Budget
-from pipeline.kafka.admin import admin_client
-from pipeline.kafka.producer import EventProducer
-from pipeline.kafka.range_reads import read_topic
-from pipeline.kafka.topics import TopicNames
+from pipeline.kafka.cluster.admin import admin_client
+from pipeline.kafka.cluster.topics import TopicNames
+from pipeline.kafka.reading.range_reads import read_topic
+from pipeline.kafka.writing.producer import EventProducer
 from pipeline.keys.store import CaseKeys
 from pipeline.llm.extractive.backend import ExtractiveBackend
 from pipeline.services.cluster import pipeline_processes as processes

@@ -9,10 +9,10 @@ from pathlib import Path
 import orjson
 
 from pipeline.core.task import Architecture
-from pipeline.kafka.partitioning import case_partition
-from pipeline.kafka.producer import EventProducer
-from pipeline.kafka.range_reads import read_topic
-from pipeline.kafka.topics import BaselineTopics, TopicNames
+from pipeline.kafka.cluster.partitioning import case_partition
+from pipeline.kafka.cluster.topics import BaselineTopics, TopicNames
+from pipeline.kafka.reading.range_reads import read_topic
+from pipeline.kafka.writing.producer import EventProducer
 from pipeline.keys.store import CaseKeys
 from pipeline.services.cluster import pipeline_processes
 from pipeline.services.read_outputs import await_decisions

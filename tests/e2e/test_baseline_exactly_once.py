@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from pipeline.core.task import Architecture
-from pipeline.kafka.producer import EventProducer
-from pipeline.kafka.topics import TopicNames
+from pipeline.kafka.cluster.topics import TopicNames
+from pipeline.kafka.writing.producer import EventProducer
 from pipeline.keys.store import CaseKeys
 from pipeline.services.cluster import pipeline_processes
 from pipeline.services.read_outputs import await_decisions, load_outputs

@@ -18,12 +18,12 @@ from pipeline.client import ClusterUnavailableError, DecisionMemory, DecisionTim
 from pipeline.config.settings import Settings, keys_folder
 from pipeline.core.events import CaseRef
 from pipeline.core.task import Architecture
-from pipeline.kafka import local_broker
-from pipeline.kafka.broker_runtime import KafkaRelease
-from pipeline.kafka.keystore import kafka_case_keys
-from pipeline.kafka.producer import EventProducer
-from pipeline.kafka.range_reads import read_topic
-from pipeline.kafka.topics import TopicNames
+from pipeline.kafka.cluster.topics import TopicNames
+from pipeline.kafka.keytopic.keystore import kafka_case_keys
+from pipeline.kafka.local import local_broker
+from pipeline.kafka.local.broker_runtime import KafkaRelease
+from pipeline.kafka.reading.range_reads import read_topic
+from pipeline.kafka.writing.producer import EventProducer
 from pipeline.keys.providers import LocalFileKeyProvider
 from pipeline.services.api_keys import ApiKeys
 from pipeline.services.cluster import pipeline_processes, private_cluster

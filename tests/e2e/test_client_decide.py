@@ -17,8 +17,8 @@ from pipeline.client import (
 from pipeline.core.events import CaseRef
 from pipeline.core.task import TaskSpec
 from pipeline.core.verification import ReplayStatus
-from pipeline.kafka.range_reads import read_topic
-from pipeline.kafka.topics import TopicNames
+from pipeline.kafka.cluster.topics import TopicNames
+from pipeline.kafka.reading.range_reads import read_topic
 from pipeline.services.cluster import pipeline_processes
 from pipeline.services.erase import erase_case
 from tests.integration.test_client_appends import client_settings

@@ -14,9 +14,9 @@ from confluent_kafka import Consumer
 from pipeline.core.case import Case
 from pipeline.core.events import CaseRef
 from pipeline.core.task import Architecture
-from pipeline.kafka.keystore import kafka_case_keys
-from pipeline.kafka.producer import EventProducer
-from pipeline.kafka.topics import ErasureBound, TopicNames, create_pipeline_topics
+from pipeline.kafka.cluster.topics import ErasureBound, TopicNames, create_pipeline_topics
+from pipeline.kafka.keytopic.keystore import kafka_case_keys
+from pipeline.kafka.writing.producer import EventProducer
 from pipeline.keys.store import CaseKeys
 from pipeline.services.cluster import pipeline_processes
 from pipeline.services.read_outputs import await_decisions, load_outputs

@@ -9,10 +9,10 @@ import pytest
 
 from pipeline.core.events import Event, LogPosition
 from pipeline.core.task import Architecture
-from pipeline.kafka.admin import admin_client
-from pipeline.kafka.producer import EventProducer
-from pipeline.kafka.reader import KafkaEventLog
-from pipeline.kafka.topics import TopicNames, TopicSpec, ensure_topics
+from pipeline.kafka.cluster.admin import admin_client
+from pipeline.kafka.cluster.topics import TopicNames, TopicSpec, ensure_topics
+from pipeline.kafka.reading.reader import KafkaEventLog
+from pipeline.kafka.writing.producer import EventProducer
 from pipeline.keys.store import CaseKeys
 from pipeline.services.cluster import pipeline_processes
 from pipeline.services.read_outputs import await_decisions

@@ -14,10 +14,10 @@ from pipeline.core.case import Case
 from pipeline.core.events import LogPosition
 from pipeline.core.task import Architecture
 from pipeline.core.verification import ReplayStatus
-from pipeline.kafka.producer import EventProducer
-from pipeline.kafka.range_reads import read_topic
-from pipeline.kafka.reader import KafkaEventLog
-from pipeline.kafka.topics import TopicNames
+from pipeline.kafka.cluster.topics import TopicNames
+from pipeline.kafka.reading.range_reads import read_topic
+from pipeline.kafka.reading.reader import KafkaEventLog
+from pipeline.kafka.writing.producer import EventProducer
 from pipeline.keys.store import CaseKeys
 from pipeline.services.cluster import pipeline_processes as processes
 from pipeline.services.read_outputs import await_decisions, load_outputs

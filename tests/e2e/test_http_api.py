@@ -13,8 +13,8 @@ import pytest
 
 from pipeline.api.app import DecisionOut
 from pipeline.core.events import CaseRef
-from pipeline.kafka.partitioning import case_partition
-from pipeline.kafka.topics import TopicNames
+from pipeline.kafka.cluster.partitioning import case_partition
+from pipeline.kafka.cluster.topics import TopicNames
 from pipeline.keys.store import CaseKeys
 from pipeline.services.api_keys import ApiKeys
 from pipeline.services.cluster import pipeline_processes

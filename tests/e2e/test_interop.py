@@ -15,10 +15,10 @@ from confluent_kafka import Producer
 from pipeline.config.settings import Settings
 from pipeline.core.case import Case
 from pipeline.core.task import Architecture
-from pipeline.kafka.broker_runtime import KafkaRelease, ensure_broker_jars, java_executable
-from pipeline.kafka.partitioning import case_partition
-from pipeline.kafka.producer import EventProducer
-from pipeline.kafka.topics import TopicNames, create_pipeline_topics
+from pipeline.kafka.cluster.partitioning import case_partition
+from pipeline.kafka.cluster.topics import TopicNames, create_pipeline_topics
+from pipeline.kafka.local.broker_runtime import KafkaRelease, ensure_broker_jars, java_executable
+from pipeline.kafka.writing.producer import EventProducer
 from pipeline.keys.store import CaseKeys
 from pipeline.services.cluster import pipeline_processes
 from pipeline.services.read_outputs import await_decisions

@@ -12,10 +12,10 @@ from confluent_kafka import Message, Producer
 
 from pipeline.core.events import CaseRef, Event, LogPosition
 from pipeline.core.task import Architecture
-from pipeline.kafka.partitioning import case_partition
-from pipeline.kafka.producer import EventProducer
-from pipeline.kafka.range_reads import read_topic
-from pipeline.kafka.topics import TopicNames
+from pipeline.kafka.cluster.partitioning import case_partition
+from pipeline.kafka.cluster.topics import TopicNames
+from pipeline.kafka.reading.range_reads import read_topic
+from pipeline.kafka.writing.producer import EventProducer
 from pipeline.keys.store import CaseKeys
 from pipeline.services.cluster import pipeline_processes
 from pipeline.services.erase import records_of

@@ -19,7 +19,7 @@ from langgraph.prebuilt import ToolNode, tools_condition  # noqa: E402
 from pipeline.client import DecisionMemory  # noqa: E402
 from pipeline.core.events import CaseRef  # noqa: E402
 from pipeline.integrations.langgraph import CaptureSteps, decision_node  # noqa: E402
-from pipeline.kafka.topics import TopicNames  # noqa: E402
+from pipeline.kafka.cluster.topics import TopicNames  # noqa: E402
 from pipeline.keys.store import CaseKeys  # noqa: E402
 from pipeline.services.cluster import pipeline_processes  # noqa: E402
 from tests.integration.test_client_appends import case_log, client_settings  # noqa: E402

@@ -20,10 +20,10 @@ from pipeline.config.settings import keys_folder
 from pipeline.core.case import Case
 from pipeline.core.events import Event, Trajectory
 from pipeline.core.task import Architecture
-from pipeline.kafka.keystore import kafka_case_keys
-from pipeline.kafka.producer import EventProducer
-from pipeline.kafka.range_reads import read_topic
-from pipeline.kafka.topics import TopicNames
+from pipeline.kafka.cluster.topics import TopicNames
+from pipeline.kafka.keytopic.keystore import kafka_case_keys
+from pipeline.kafka.reading.range_reads import read_topic
+from pipeline.kafka.writing.producer import EventProducer
 from pipeline.keys.providers import LocalFileKeyProvider
 from pipeline.keys.store import CaseKeys
 from pipeline.llm import local_model

@@ -23,7 +23,7 @@ from mcp_types import TextResourceContents
 from pipeline.bench.generate import GenerationSpec, generate_cases
 from pipeline.config.settings import Settings
 from pipeline.core.events import CaseRef
-from pipeline.kafka.topics import TopicNames
+from pipeline.kafka.cluster.topics import TopicNames
 from pipeline.services.api_keys import ApiKeys
 from pipeline.services.cluster import pipeline_processes
 from pipeline.services.erase import erase_case

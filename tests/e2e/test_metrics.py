@@ -12,10 +12,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from pipeline.core.case import Case
 from pipeline.core.events import CaseRef, LogPosition
 from pipeline.core.task import Architecture
-from pipeline.kafka.local_broker import free_cluster_port
-from pipeline.kafka.partitioning import case_partition
-from pipeline.kafka.producer import EventProducer
-from pipeline.kafka.topics import TopicNames
+from pipeline.kafka.cluster.partitioning import case_partition
+from pipeline.kafka.cluster.topics import TopicNames
+from pipeline.kafka.local.local_broker import free_cluster_port
+from pipeline.kafka.writing.producer import EventProducer
 from pipeline.keys.store import CaseKeys
 from pipeline.services.cluster import pipeline_processes
 from pipeline.services.read_outputs import await_decisions

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.client import DecisionMemory, DecisionRefusedError
-from pipeline.kafka.topics import TopicNames
+from pipeline.kafka.cluster.topics import TopicNames
 from pipeline.services.cluster import pipeline_processes
 from tests.conftest import free_port
 from tests.integration.test_client_appends import client_settings

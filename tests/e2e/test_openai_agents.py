@@ -22,7 +22,7 @@ from openai.types.responses import ResponseFunctionToolCall, ResponseOutputMessa
 from pipeline.client import AsyncDecisionMemory  # noqa: E402
 from pipeline.core.events import CaseRef  # noqa: E402
 from pipeline.integrations.openai_agents import CaptureSteps, decision_tool  # noqa: E402
-from pipeline.kafka.topics import TopicNames  # noqa: E402
+from pipeline.kafka.cluster.topics import TopicNames  # noqa: E402
 from pipeline.keys.store import CaseKeys  # noqa: E402
 from pipeline.services.cluster import pipeline_processes  # noqa: E402
 from tests.integration.test_client_appends import case_log, client_settings  # noqa: E402

@@ -8,8 +8,8 @@ import orjson
 import pytest
 
 from pipeline.core.events import CaseRef
-from pipeline.kafka.reader import KafkaEventLog
-from pipeline.kafka.topics import TopicNames
+from pipeline.kafka.cluster.topics import TopicNames
+from pipeline.kafka.reading.reader import KafkaEventLog
 from pipeline.keys.store import CaseKeys
 from pipeline.services.cluster import pipeline_processes
 from pipeline.services.read_outputs import await_decisions

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from pipeline.config.settings import read_properties
-from pipeline.kafka.admin import fetch_metadata
+from pipeline.kafka.cluster.admin import fetch_metadata
 from pipeline.kafka.errors import BrokerUnavailableError
-from pipeline.kafka.local_broker import free_cluster_port
+from pipeline.kafka.local.local_broker import free_cluster_port
 from tests.processes import dpm_cli
 
 pytestmark = pytest.mark.e2e

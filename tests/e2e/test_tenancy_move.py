@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.kafka.producer import EventProducer
-from pipeline.kafka.topics import TopicNames
+from pipeline.kafka.cluster.topics import TopicNames
+from pipeline.kafka.writing.producer import EventProducer
 from pipeline.keys.store import CaseKeys
 from pipeline.wire.event import CaseOpening
 from tests.pipeline_support import create_topics, small_cases

@@ -23,13 +23,13 @@ from pipeline.config.settings import keys_folder
 from pipeline.core.case import Case
 from pipeline.core.events import CaseRef, LogPosition
 from pipeline.core.task import Architecture
-from pipeline.kafka.admin import admin_client
-from pipeline.kafka.keystore import kafka_case_keys
-from pipeline.kafka.layout import LayoutError, read_layout
-from pipeline.kafka.partitioning import case_partition
-from pipeline.kafka.producer import EventProducer
-from pipeline.kafka.range_reads import read_topic
-from pipeline.kafka.topics import TopicNames
+from pipeline.kafka.cluster.admin import admin_client
+from pipeline.kafka.cluster.layout import LayoutError, read_layout
+from pipeline.kafka.cluster.partitioning import case_partition
+from pipeline.kafka.cluster.topics import TopicNames
+from pipeline.kafka.keytopic.keystore import kafka_case_keys
+from pipeline.kafka.reading.range_reads import read_topic
+from pipeline.kafka.writing.producer import EventProducer
 from pipeline.keys.providers import LocalFileKeyProvider
 from pipeline.keys.store import CaseKeys
 from pipeline.services.cluster import pipeline_processes

@@ -18,9 +18,9 @@ from playwright.sync_api import Browser, Page, expect
 
 from pipeline.core.case import Case
 from pipeline.core.task import Architecture
-from pipeline.kafka.producer import EventProducer
-from pipeline.kafka.range_reads import read_topic
-from pipeline.kafka.topics import TopicNames, create_pipeline_topics
+from pipeline.kafka.cluster.topics import TopicNames, create_pipeline_topics
+from pipeline.kafka.reading.range_reads import read_topic
+from pipeline.kafka.writing.producer import EventProducer
 from pipeline.keys.store import CaseKeys
 from pipeline.services.cluster import pipeline_processes
 from pipeline.services.read_outputs import await_decisions

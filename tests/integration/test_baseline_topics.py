@@ -7,8 +7,8 @@ from pathlib import Path
 from confluent_kafka.admin import ConfigResource, ResourceType
 
 from pipeline.config.settings import Settings
-from pipeline.kafka.admin import admin_client
-from pipeline.kafka.topics import BASELINE_TABLES, BaselineTopics, TopicNames
+from pipeline.kafka.cluster.admin import admin_client
+from pipeline.kafka.cluster.topics import BASELINE_TABLES, BaselineTopics, TopicNames
 from pipeline.workers.baseline.service import BaselineChoices, build_baseline
 from tests.pipeline_support import create_topics
 

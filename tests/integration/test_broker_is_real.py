@@ -13,11 +13,8 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import ConfigResource, ResourceType
 
 from pipeline.config.settings import Settings
-from pipeline.kafka import local_broker
-from pipeline.kafka.admin import admin_client, fetch_metadata
-from pipeline.kafka.errors import LocalBrokerError, TopicConflictError
-from pipeline.kafka.local_broker import free_cluster_port
-from pipeline.kafka.topics import (
+from pipeline.kafka.cluster.admin import admin_client, fetch_metadata
+from pipeline.kafka.cluster.topics import (
     ErasureBound,
     TopicNames,
     TopicSpec,
@@ -26,6 +23,9 @@ from pipeline.kafka.topics import (
     pipeline_topics,
     remove_pipeline,
 )
+from pipeline.kafka.errors import LocalBrokerError, TopicConflictError
+from pipeline.kafka.local import local_broker
+from pipeline.kafka.local.local_broker import free_cluster_port
 from pipeline.services.cluster import private_cluster
 from tests.kafka_support import unique_prefix
 from tests.processes import dpm_cli

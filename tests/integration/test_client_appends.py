@@ -24,9 +24,9 @@ from pipeline.client import (
 )
 from pipeline.config.settings import Settings
 from pipeline.core.events import CaseRef
-from pipeline.kafka.partitioning import case_partition
-from pipeline.kafka.range_reads import read_topic
-from pipeline.kafka.topics import TopicNames
+from pipeline.kafka.cluster.partitioning import case_partition
+from pipeline.kafka.cluster.topics import TopicNames
+from pipeline.kafka.reading.range_reads import read_topic
 from pipeline.keys.store import CaseKeys
 from pipeline.wire.event import EventRecord
 from pipeline.wire.sealing import open_body

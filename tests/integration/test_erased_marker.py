@@ -9,9 +9,9 @@ import pytest
 
 from pipeline.client import CaseErasedError, DecisionMemory
 from pipeline.core.events import CaseRef
-from pipeline.kafka.keystore import KafkaKeyTopic
-from pipeline.kafka.range_reads import read_topic
-from pipeline.kafka.topics import TopicNames
+from pipeline.kafka.cluster.topics import TopicNames
+from pipeline.kafka.keytopic.keystore import KafkaKeyTopic
+from pipeline.kafka.reading.range_reads import read_topic
 from pipeline.keys.store import CaseKeys
 from pipeline.wire.key import KeyErased, decode_key_value
 from tests.integration.test_client_appends import case_log, client_settings

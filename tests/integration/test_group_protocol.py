@@ -11,10 +11,10 @@ import pytest
 from pipeline.config.settings import Settings
 from pipeline.core.memory_log import InMemoryEventLog
 from pipeline.core.task import Architecture
-from pipeline.kafka.broker_runtime import KafkaRelease
-from pipeline.kafka.producer import EventProducer
-from pipeline.kafka.topics import TopicNames
-from pipeline.kafka.transactions import LoopConfig, TransactionalLoop
+from pipeline.kafka.cluster.topics import TopicNames
+from pipeline.kafka.local.broker_runtime import KafkaRelease
+from pipeline.kafka.processing.transactions import LoopConfig, TransactionalLoop
+from pipeline.kafka.writing.producer import EventProducer
 from pipeline.llm.extractive.backend import ExtractiveBackend
 from pipeline.wire.trigger import DecisionRequest
 from pipeline.workers.projection.handler import ProjectionHandler

@@ -8,11 +8,11 @@ import pytest
 from confluent_kafka import Producer
 
 from pipeline.core.events import LogPosition
-from pipeline.kafka.admin import admin_client
-from pipeline.kafka.once import OncePublisher
-from pipeline.kafka.steps import Output
-from pipeline.kafka.topics import TopicSpec, ensure_topics
-from pipeline.kafka.txn_producer import TransientPublishError
+from pipeline.kafka.cluster.admin import admin_client
+from pipeline.kafka.cluster.topics import TopicSpec, ensure_topics
+from pipeline.kafka.processing.once import OncePublisher
+from pipeline.kafka.processing.steps import Output
+from pipeline.kafka.writing.txn_producer import TransientPublishError
 from pipeline.wire.ledger import PublishedLedger
 from tests.pipeline_support import committed_records
 

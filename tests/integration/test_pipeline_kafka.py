@@ -9,11 +9,11 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from pipeline.core.event_log import ReadDeadlineError
 from pipeline.core.events import CaseRef, Event, InvalidEventError, LogPosition
+from pipeline.kafka.cluster.partitioning import case_partition
+from pipeline.kafka.cluster.topics import TopicNames
 from pipeline.kafka.errors import KafkaAdapterError
-from pipeline.kafka.partitioning import case_partition
-from pipeline.kafka.producer import EventProducer
-from pipeline.kafka.reader import KafkaEventLog
-from pipeline.kafka.topics import TopicNames
+from pipeline.kafka.reading.reader import KafkaEventLog
+from pipeline.kafka.writing.producer import EventProducer
 from pipeline.wire.headers import TENANT_HEADER
 from pipeline.wire.validation import SchemaError
 from tests.pipeline_support import create_topics

@@ -26,14 +26,14 @@ from mcp.client.streamable_http import streamable_http_client
 from pipeline.client import DecisionMemory
 from pipeline.config.settings import Settings, keys_folder
 from pipeline.core.task import Architecture
-from pipeline.kafka.acl_plan import Role, plan
-from pipeline.kafka.acls import apply_grants
-from pipeline.kafka.admin import admin_client, fetch_metadata
+from pipeline.kafka.cluster.acl_plan import Role, plan
+from pipeline.kafka.cluster.acls import apply_grants
+from pipeline.kafka.cluster.admin import admin_client, fetch_metadata
+from pipeline.kafka.cluster.topics import TopicNames
 from pipeline.kafka.errors import BrokerUnavailableError, KafkaAdapterError, NotAuthorizedError
-from pipeline.kafka.keystore import kafka_case_keys
-from pipeline.kafka.producer import EventProducer
-from pipeline.kafka.range_reads import read_topic
-from pipeline.kafka.topics import TopicNames
+from pipeline.kafka.keytopic.keystore import kafka_case_keys
+from pipeline.kafka.reading.range_reads import read_topic
+from pipeline.kafka.writing.producer import EventProducer
 from pipeline.keys.providers import LocalFileKeyProvider
 from pipeline.services.api_keys import ApiKeys
 from pipeline.services.cluster import pipeline_processes

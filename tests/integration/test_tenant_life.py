@@ -23,15 +23,15 @@ from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, Producer, 
 from pipeline.config.settings import keys_folder, read_properties
 from pipeline.core.events import CaseRef, Event
 from pipeline.core.task import Architecture
-from pipeline.kafka.acl_plan import Role, plan, tenant_principal
-from pipeline.kafka.acls import apply_grants, cluster_grants
-from pipeline.kafka.admin import admin_client, fetch_metadata
+from pipeline.kafka.cluster.acl_plan import Role, plan, tenant_principal
+from pipeline.kafka.cluster.acls import apply_grants, cluster_grants
+from pipeline.kafka.cluster.admin import admin_client, fetch_metadata
+from pipeline.kafka.cluster.partitioning import case_partition
+from pipeline.kafka.cluster.topics import TopicNames, create_pipeline_topics, existing_topics
 from pipeline.kafka.errors import KafkaAdapterError
-from pipeline.kafka.keystore import kafka_case_keys
-from pipeline.kafka.partitioning import case_partition
-from pipeline.kafka.producer import EventProducer
-from pipeline.kafka.range_reads import read_topic
-from pipeline.kafka.topics import TopicNames, create_pipeline_topics, existing_topics
+from pipeline.kafka.keytopic.keystore import kafka_case_keys
+from pipeline.kafka.reading.range_reads import read_topic
+from pipeline.kafka.writing.producer import EventProducer
 from pipeline.keys.providers import LocalFileKeyProvider
 from pipeline.services.api_keys import ApiKeys
 from pipeline.services.cluster import pipeline_processes

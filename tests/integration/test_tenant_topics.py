@@ -24,13 +24,13 @@ from confluent_kafka import KafkaError
 from pipeline.client import DecisionMemory, TopicsRefusedError
 from pipeline.config.settings import Settings, keys_folder
 from pipeline.core.task import Architecture
-from pipeline.kafka.acl_plan import Role, plan, tenant_principal
-from pipeline.kafka.acls import apply_grants
+from pipeline.kafka.cluster.acl_plan import Role, plan, tenant_principal
+from pipeline.kafka.cluster.acls import apply_grants
+from pipeline.kafka.cluster.topics import TopicNames
 from pipeline.kafka.errors import NotAuthorizedError
-from pipeline.kafka.keystore import kafka_case_keys
-from pipeline.kafka.producer import EventProducer
-from pipeline.kafka.range_reads import read_topic
-from pipeline.kafka.topics import TopicNames
+from pipeline.kafka.keytopic.keystore import kafka_case_keys
+from pipeline.kafka.reading.range_reads import read_topic
+from pipeline.kafka.writing.producer import EventProducer
 from pipeline.keys.providers import LocalFileKeyProvider
 from pipeline.keys.store import CaseKeys
 from pipeline.services.cluster import pipeline_processes

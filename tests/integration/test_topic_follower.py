@@ -7,8 +7,8 @@ import uuid
 
 from confluent_kafka import Producer
 
-from pipeline.kafka.follow import TopicFollower
-from pipeline.kafka.topics import TopicNames
+from pipeline.kafka.cluster.topics import TopicNames
+from pipeline.kafka.reading.follow import TopicFollower
 from tests.pipeline_support import create_topics
 
 

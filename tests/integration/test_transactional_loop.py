@@ -20,14 +20,14 @@ from pipeline.core.events import LogPosition
 from pipeline.core.memory_log import InMemoryEventLog
 from pipeline.core.model import ModelBackend, ModelBackendError, ModelRequest, ModelResponse
 from pipeline.core.task import Architecture
-from pipeline.kafka import txn_producer
+from pipeline.kafka.cluster.topics import TopicNames
 from pipeline.kafka.errors import KafkaAdapterError
-from pipeline.kafka.producer import EventProducer
-from pipeline.kafka.range_reads import read_topic
-from pipeline.kafka.steps import Deferred, Output, Step
-from pipeline.kafka.topics import TopicNames
-from pipeline.kafka.transactions import LoopConfig, TransactionalLoop
-from pipeline.kafka.txn_producer import PublishFailedError
+from pipeline.kafka.processing.steps import Deferred, Output, Step
+from pipeline.kafka.processing.transactions import LoopConfig, TransactionalLoop
+from pipeline.kafka.reading.range_reads import read_topic
+from pipeline.kafka.writing import txn_producer
+from pipeline.kafka.writing.producer import EventProducer
+from pipeline.kafka.writing.txn_producer import PublishFailedError
 from pipeline.llm.extractive.backend import ExtractiveBackend
 from pipeline.llm.latency import LatencyBackend
 from pipeline.wire.event import append_events

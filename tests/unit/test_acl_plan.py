@@ -6,7 +6,7 @@ import shlex
 
 import yaml
 
-from pipeline.kafka.acl_plan import (
+from pipeline.kafka.cluster.acl_plan import (
     Grant,
     Pattern,
     Resource,
@@ -18,9 +18,9 @@ from pipeline.kafka.acl_plan import (
     strimzi_yaml,
     tenant_principal,
 )
-from pipeline.kafka.admin import READER_GROUP_PREFIX
-from pipeline.kafka.grant_checks import kept_for_live_topics, on_live_topics, revocable, single_operations
-from pipeline.kafka.topics import TopicNames, pipeline_topics
+from pipeline.kafka.cluster.admin import READER_GROUP_PREFIX
+from pipeline.kafka.cluster.grant_checks import kept_for_live_topics, on_live_topics, revocable, single_operations
+from pipeline.kafka.cluster.topics import TopicNames, pipeline_topics
 
 NAMES = TopicNames("bank")
 

@@ -12,7 +12,7 @@ from pipeline.core.event_log import RawRecord
 from pipeline.core.events import LogPosition
 from pipeline.core.run import run_dpm
 from pipeline.core.task import Budget
-from pipeline.kafka.topics import TopicNames
+from pipeline.kafka.cluster.topics import TopicNames
 from pipeline.keys.providers import LocalFileKeyProvider
 from pipeline.keys.ring import KeyRing
 from pipeline.keys.store import CaseKeys, MemoryKeyTopic

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.kafka.broker_runtime import ensure_broker_jars
+from pipeline.kafka.local.broker_runtime import ensure_broker_jars
 
 # Stands in for Maven: copies one 2 MB "jar" to the -DoutputDirectory it is given.
 FAKE_MVN = """#!/bin/sh

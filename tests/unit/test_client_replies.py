@@ -14,8 +14,8 @@ from pipeline.core.event_log import RawRecord
 from pipeline.core.events import CaseRef, LogPosition
 from pipeline.core.memory_log import InMemoryEventLog
 from pipeline.core.task import Architecture
-from pipeline.kafka.steps import Output
-from pipeline.kafka.topics import TopicNames
+from pipeline.kafka.cluster.topics import TopicNames
+from pipeline.kafka.processing.steps import Output
 from pipeline.llm.extractive.backend import ExtractiveBackend
 from pipeline.wire.event import append_events
 from pipeline.wire.trigger import DecisionId, DecisionRequest

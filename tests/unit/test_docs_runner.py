@@ -123,6 +123,6 @@ def test_a_local_broker_the_page_did_not_stop_is_reported(tmp_path: Path) -> Non
     state.parent.mkdir(parents=True)
     state.write_bytes(orjson.dumps({"nodes": 1, "port": 1, "bootstrap": "127.0.0.1:1", "pids": [os.getpid()],
                                     "root": str(tmp_path / "home" / "dpm" / "broker" / "kraft-1")}))  # fmt: skip
-    with mock.patch("pipeline.kafka.local_broker.process_alive", return_value=True):  # as a live broker's pid
+    with mock.patch("pipeline.kafka.local.local_broker.process_alive", return_value=True):  # as a live broker's pid
         assert session.left_running() == [f"a broker under {tmp_path / 'home' / 'dpm'}"]
     assert session.left_running() == []  # this process is no broker

@@ -1,4 +1,7 @@
-"""The erasure watch (kafka/erasures.py) without a broker: tombstones and erased markers both say a case is erased."""
+"""The erasure watch (kafka/keytopic/erasures.py) without a broker.
+
+Tombstones and erased markers both say a case is erased.
+"""
 
 from __future__ import annotations
 
@@ -9,8 +12,8 @@ import pytest
 
 from pipeline.core.event_log import RawRecord
 from pipeline.core.events import CaseRef, LogPosition
-from pipeline.kafka import erasures
-from pipeline.kafka.erasures import ErasureWatch
+from pipeline.kafka.keytopic import erasures
+from pipeline.kafka.keytopic.erasures import ErasureWatch
 from pipeline.wire.key import KeyErased, KeyRecord
 
 GONE, LIVE, BACK = CaseRef("acme", "gone"), CaseRef("acme", "live"), CaseRef("acme", "back")

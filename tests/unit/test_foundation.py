@@ -13,8 +13,8 @@ import pytest
 import yaml
 
 from pipeline.config.settings import Settings, SettingsError, read_properties
-from pipeline.kafka.local_broker import ClusterLayout, _write_node_config
-from pipeline.kafka.topics import TopicNames, pipeline_topics
+from pipeline.kafka.cluster.topics import TopicNames, pipeline_topics
+from pipeline.kafka.local.local_broker import ClusterLayout, _write_node_config
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -127,10 +127,10 @@ def test_the_layer_contracts_hold_and_catch_an_import_pointing_outward(tmp_path:
     shutil.copytree(REPO / "pipeline", tmp_path / "pipeline", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(REPO / "pyproject.toml", tmp_path)
     with (tmp_path / "pipeline" / "wire" / "limits.py").open("a") as module:
-        module.write("from pipeline.kafka.topics import TopicNames  # noqa\n")
+        module.write("from pipeline.kafka.cluster.topics import TopicNames  # noqa\n")
     broken = _lint_imports(tmp_path)
     assert broken.returncode != 0
-    assert "pipeline.wire.limits -> pipeline.kafka.topics" in broken.stdout
+    assert "pipeline.wire.limits -> pipeline.kafka.cluster.topics" in broken.stdout
 
 
 def test_lint_allows_the_same_imports_outside_core() -> None:

@@ -8,7 +8,7 @@ import urllib.request
 
 import pytest
 
-from pipeline.kafka.local_broker import free_cluster_port
+from pipeline.kafka.local.local_broker import free_cluster_port
 from pipeline.observability.metrics import Liveness, PipelineMetrics
 
 

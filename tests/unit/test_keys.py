@@ -14,8 +14,8 @@ from pipeline.core.event_log import RawRecord
 from pipeline.core.events import CaseRef, Event, LogPosition
 from pipeline.core.memory_log import InMemoryEventLog
 from pipeline.core.task import Architecture
-from pipeline.kafka.keystore import case_keys_from, checked_key_record
-from pipeline.kafka.topics import TopicNames
+from pipeline.kafka.cluster.topics import TopicNames
+from pipeline.kafka.keytopic.keystore import case_keys_from, checked_key_record
 from pipeline.keys.envelope import DataKey, TamperedError
 from pipeline.keys.providers import KeyDestroyedError, LocalFileKeyProvider
 from pipeline.keys.ring import KeyRing

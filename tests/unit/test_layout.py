@@ -7,8 +7,8 @@ import datetime as dt
 import pytest
 
 from pipeline.core.events import CaseRef
-from pipeline.kafka.partitioning import case_partition, key_partition
-from pipeline.kafka.topics import TopicNames
+from pipeline.kafka.cluster.partitioning import case_partition, key_partition
+from pipeline.kafka.cluster.topics import TopicNames
 from pipeline.wire.layout import Layout, Retired, partition_problems
 from pipeline.wire.rejection import RejectedError
 from pipeline.wire.validation import SchemaError

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.kafka.local_broker import ClusterLayout, free_cluster_port, port_problem
+from pipeline.kafka.local.local_broker import ClusterLayout, free_cluster_port, port_problem
 from tests.processes import dpm_cli
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from cryptography import x509
 from cryptography.hazmat.primitives.serialization import pkcs12
 
-from pipeline.kafka.local_tls import NODE_SUBJECT, ensure_node_tls
+from pipeline.kafka.local.local_tls import NODE_SUBJECT, ensure_node_tls
 
 
 def test_the_node_certificate_is_signed_by_the_ca_for_loopback_and_kept_private(tmp_path: Path) -> None:

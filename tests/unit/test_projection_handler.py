@@ -19,8 +19,8 @@ from pipeline.core.model import ModelBackendError, ModelRequest, ModelResponse
 from pipeline.core.prompt import PromptLayout, prompt_layout
 from pipeline.core.task import Architecture
 from pipeline.core.window import Window
-from pipeline.kafka.steps import Output
-from pipeline.kafka.topics import TopicNames
+from pipeline.kafka.cluster.topics import TopicNames
+from pipeline.kafka.processing.steps import Output
 from pipeline.keys.providers import LocalFileKeyProvider
 from pipeline.keys.ring import KeyRing
 from pipeline.keys.store import CaseKeys, MemoryKeyTopic

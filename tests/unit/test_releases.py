@@ -58,7 +58,7 @@ def test_each_release_is_a_commit_of_main_with_its_version_and_its_schemas_locke
 _READS_THE_MARKER = """
 import sys, orjson
 from pipeline.core.events import CaseRef
-from pipeline.kafka.keystore import KafkaKeyTopic
+from pipeline.kafka.keystore import KafkaKeyTopic  # the module path of release 0.1.0, which runs this
 from pipeline.keys.providers import LocalFileKeyProvider
 from pipeline.keys.ring import KeyRing
 ring, case = KeyRing(LocalFileKeyProvider(sys.argv[1])), CaseRef("acme", "gone")

@@ -14,12 +14,12 @@ from pipeline.core.errors import DpmError
 from pipeline.core.event_log import RawRecord, ReadResult
 from pipeline.core.events import CaseRef, Event, InvalidEventError, LogPosition
 from pipeline.core.memory_log import InMemoryEventLog
-from pipeline.kafka.acl_plan import Grant, Pattern, Resource, Role, plan, tenant_principal
-from pipeline.kafka.credentials import credentials_dir
-from pipeline.kafka.grant_checks import colliding_tenant, overlaps, revocable, single_operations
-from pipeline.kafka.keystore import checked_key_record
-from pipeline.kafka.local_broker import ClusterLayout, _private
-from pipeline.kafka.topics import TenantNameError, TopicNames, TopicReport, check_topic_tenant, pipeline_topics
+from pipeline.kafka.cluster.acl_plan import Grant, Pattern, Resource, Role, plan, tenant_principal
+from pipeline.kafka.cluster.credentials import credentials_dir
+from pipeline.kafka.cluster.grant_checks import colliding_tenant, overlaps, revocable, single_operations
+from pipeline.kafka.cluster.topics import TenantNameError, TopicNames, TopicReport, check_topic_tenant, pipeline_topics
+from pipeline.kafka.keytopic.keystore import checked_key_record
+from pipeline.kafka.local.local_broker import ClusterLayout, _private
 from pipeline.keys.providers import KeyDestroyedError, LocalFileKeyProvider, WrappedKey
 from pipeline.keys.ring import KeyRing
 from pipeline.keys.store import CaseKeys, MemoryKeyTopic

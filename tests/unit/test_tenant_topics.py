@@ -14,8 +14,8 @@ from pipeline.core.event_log import RawRecord
 from pipeline.core.events import CaseRef, LogPosition
 from pipeline.core.memory_log import InMemoryEventLog
 from pipeline.core.task import Architecture
-from pipeline.kafka.acl_plan import Resource, Role, plan, tenant_principal
-from pipeline.kafka.topics import TenantNameError, TopicNames, pipeline_topics
+from pipeline.kafka.cluster.acl_plan import Resource, Role, plan, tenant_principal
+from pipeline.kafka.cluster.topics import TenantNameError, TopicNames, pipeline_topics
 from pipeline.keys.providers import LocalFileKeyProvider
 from pipeline.keys.ring import KeyRing
 from pipeline.keys.store import CaseKeys, MemoryKeyTopic, TenantCaseKeys

@@ -12,8 +12,8 @@ from pipeline.core.event_log import RawRecord
 from pipeline.core.events import LogPosition
 from pipeline.core.memory_log import InMemoryEventLog
 from pipeline.core.task import Architecture
-from pipeline.kafka.steps import Deferred
-from pipeline.kafka.topics import TopicNames
+from pipeline.kafka.cluster.topics import TopicNames
+from pipeline.kafka.processing.steps import Deferred
 from pipeline.llm.extractive.backend import ExtractiveBackend
 from pipeline.observability.otel import OpenTelemetryTracing
 from pipeline.observability.tracing import tracing_from

@@ -6,8 +6,8 @@ from __future__ import annotations
 from concurrent.futures import Future
 
 from pipeline.core.events import LogPosition
-from pipeline.kafka.steps import Output
-from pipeline.kafka.trigger_sender import TriggerSender
+from pipeline.kafka.processing.steps import Output
+from pipeline.kafka.writing.trigger_sender import TriggerSender
 
 MOCK = {"bootstrap.servers": "", "test.mock.num.brokers": "1"}  # librdkafka's in-process mock cluster
 

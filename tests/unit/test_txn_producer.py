@@ -9,8 +9,8 @@ from collections.abc import Callable
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-from pipeline.kafka.steps import Output, oversized
-from pipeline.kafka.txn_producer import (
+from pipeline.kafka.processing.steps import Output, oversized
+from pipeline.kafka.writing.txn_producer import (
     CommitOutcomeUnknownError,
     OutputsRefusedError,
     ProducerFencedError,

@@ -21,8 +21,8 @@ from pipeline.core.task import Architecture, Budget
 from pipeline.core.verification import ReplayReport, verify_replay
 from pipeline.core.view import Fact, MemoryView
 from pipeline.core.window import Window
+from pipeline.kafka.cluster.topics import TopicNames
 from pipeline.kafka.errors import KafkaAdapterError
-from pipeline.kafka.topics import TopicNames
 from pipeline.llm.extractive.backend import ExtractiveBackend
 from pipeline.services.audit_index import DecisionFilter, DecisionIndex, ErasedDecision, IndexedDecision
 from pipeline.services.auditor import CaseEvents

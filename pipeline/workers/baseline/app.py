@@ -9,7 +9,7 @@ audit records to the same output topics as the projection workers.
 
 faust delivers records at least once and commits their offsets itself; what a record produces
 (a decision, a dead letter) is published exactly once through a ledger kept in the same
-transactions (pipeline.kafka.once). The event loop never waits on Kafka: sealing, opening and
+transactions (pipeline.kafka.processing.once). The event loop never waits on Kafka: sealing, opening and
 publishing run on one I/O thread, model calls on their own pool.
 """
 
@@ -38,11 +38,11 @@ from pipeline.core.model import ModelBackend, ModelBackendError
 from pipeline.core.run import SummVariant
 from pipeline.core.task import Architecture
 from pipeline.core.window import Window
+from pipeline.kafka.cluster.partitioning import case_partition
 from pipeline.kafka.errors import KafkaAdapterError
-from pipeline.kafka.once import OncePublisher
-from pipeline.kafka.partitioning import case_partition
-from pipeline.kafka.steps import Output, oversized
-from pipeline.kafka.txn_producer import OutputsRefusedError, PublishFailedError
+from pipeline.kafka.processing.once import OncePublisher
+from pipeline.kafka.processing.steps import Output, oversized
+from pipeline.kafka.writing.txn_producer import OutputsRefusedError, PublishFailedError
 from pipeline.observability.metrics import PipelineMetrics
 from pipeline.wire.headers import header_pairs
 from pipeline.wire.key import erases

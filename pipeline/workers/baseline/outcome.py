@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from pipeline.kafka.steps import Output
+from pipeline.kafka.processing.steps import Output
 
 
 @dataclass(frozen=True)

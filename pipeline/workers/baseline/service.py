@@ -16,11 +16,11 @@ import faust
 from pipeline.config.settings import BASELINE_METRICS_PORT, Settings
 from pipeline.core.errors import DpmError
 from pipeline.core.run import SummVariant
-from pipeline.kafka.admin import admin_client, topic_partitions, topic_replication
-from pipeline.kafka.keystore import case_keys_from, tenant_case_keys
-from pipeline.kafka.layout import LayoutWatch, pipeline_names
-from pipeline.kafka.steps import max_record_bytes
-from pipeline.kafka.topics import BaselineTopics, ErasureBound, ensure_topics, partition_counts
+from pipeline.kafka.cluster.admin import admin_client, topic_partitions, topic_replication
+from pipeline.kafka.cluster.layout import LayoutWatch, pipeline_names
+from pipeline.kafka.cluster.topics import BaselineTopics, ErasureBound, ensure_topics, partition_counts
+from pipeline.kafka.keytopic.keystore import case_keys_from, tenant_case_keys
+from pipeline.kafka.processing.steps import max_record_bytes
 from pipeline.llm.registry import make_backend
 from pipeline.llm.windows import context_window
 from pipeline.observability.logs import json_logging_config

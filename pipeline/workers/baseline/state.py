@@ -25,7 +25,7 @@ class HandledTriggers:
     """A case's last triggers, decided or refused as duplicates, and where each was read.
 
     A new record whose trigger id was decided is a duplicate. (A record delivered again is told by
-    the published ledger, pipeline.kafka.once.) Stored as [[trigger id, [partition, offset],
+    the published ledger, pipeline.kafka.processing.once.) Stored as [[trigger id, [partition, offset],
     refused], ...], newest last.
     """
 

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-from pipeline.kafka.topics import TopicNames
+from pipeline.kafka.cluster.topics import TopicNames
 
 REFRESH_S = 10.0  # how often the cluster's topics are listed for tenants onboarded or removed
 Kind = Literal["events", "triggers", "keys"]

@@ -1,10 +1,10 @@
 """faust's aiokafka transport reading committed records only: the baseline's brokers are `dpm://` URLs.
 
 Registered as a faust transport in pyproject.toml (entry point group `faust.transports`). Agents
-append through transactions (pipeline/kafka/case_writer.py): a batch left open by a writer that
+append through transactions (pipeline/kafka/writing/case_writer.py): a batch left open by a writer that
 died, or aborted because another writer of the case fenced it, must never be folded. faust reads
 committed records only under its exactly-once guarantee, which would also have it publish through
-transactions of its own; the baseline publishes through its own (kafka/once.py), so only the
+transactions of its own; the baseline publishes through its own (kafka/processing/once.py), so only the
 consumer's isolation level changes.
 """
 

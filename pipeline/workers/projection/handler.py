@@ -26,10 +26,10 @@ from pipeline.core.prompt import PromptLayout
 from pipeline.core.run import RunResult, run_dpm
 from pipeline.core.task import Architecture, Budget
 from pipeline.core.window import Window, WindowTooSmallError
+from pipeline.kafka.cluster.topics import TopicNames
 from pipeline.kafka.errors import KafkaAdapterError
-from pipeline.kafka.segment_views import SegmentViews
-from pipeline.kafka.steps import Deferred, Output, Step, run_inline
-from pipeline.kafka.topics import TopicNames
+from pipeline.kafka.processing.segment_views import SegmentViews
+from pipeline.kafka.processing.steps import Deferred, Output, Step, run_inline
 from pipeline.observability.metrics import PipelineMetrics
 from pipeline.observability.tracing import PassThroughTracing, Tracing
 from pipeline.wire.decision import PositionsSource, Provenance

@@ -10,13 +10,13 @@ from dataclasses import dataclass
 from pipeline.config.settings import WORKER_METRICS_PORT, Settings
 from pipeline.core.memory_log import InMemoryEventLog
 from pipeline.core.task import Architecture
-from pipeline.kafka.keystore import case_keys_from
-from pipeline.kafka.lag import LagProbe
-from pipeline.kafka.layout import LayoutError, LayoutWatch, pipeline_names
-from pipeline.kafka.reader import KafkaEventLog
-from pipeline.kafka.segment_views import SegmentViews
-from pipeline.kafka.topics import TopicNames
-from pipeline.kafka.transactions import LoopConfig, TransactionalLoop
+from pipeline.kafka.cluster.layout import LayoutError, LayoutWatch, pipeline_names
+from pipeline.kafka.cluster.topics import TopicNames
+from pipeline.kafka.keytopic.keystore import case_keys_from
+from pipeline.kafka.processing.lag import LagProbe
+from pipeline.kafka.processing.segment_views import SegmentViews
+from pipeline.kafka.processing.transactions import LoopConfig, TransactionalLoop
+from pipeline.kafka.reading.reader import KafkaEventLog
 from pipeline.llm.registry import make_backend
 from pipeline.llm.windows import context_window
 from pipeline.observability.metrics import Liveness, PipelineMetrics

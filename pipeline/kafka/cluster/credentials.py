@@ -22,9 +22,9 @@ from confluent_kafka.admin import (
 )
 
 from pipeline.config.settings import read_properties
-from pipeline.kafka.acl_plan import Role
-from pipeline.kafka.admin import admin_request
-from pipeline.kafka.local_broker import ADMIN_USER, ClusterLayout
+from pipeline.kafka.cluster.acl_plan import Role
+from pipeline.kafka.cluster.admin import admin_request
+from pipeline.kafka.local.local_broker import ADMIN_USER, ClusterLayout
 
 _ITERATIONS = 8192  # SCRAM-SHA-512 iterations (Kafka's minimum is 4096)
 _TIMEOUT_S = 30.0

@@ -9,9 +9,9 @@ from collections.abc import Iterator
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from pipeline.core.event_log import RawRecord
-from pipeline.kafka.admin import reader_group, topic_partitions
+from pipeline.kafka.cluster.admin import reader_group, topic_partitions
 from pipeline.kafka.errors import KafkaAdapterError
-from pipeline.kafka.range_reads import read_range, renewed
+from pipeline.kafka.reading.range_reads import read_range, renewed
 
 _LOG = logging.getLogger("pipeline.kafka.librdkafka")
 _NO_LEADER_YET = (KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE)

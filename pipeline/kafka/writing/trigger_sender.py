@@ -17,7 +17,7 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from pipeline.core.events import LogPosition
 from pipeline.kafka.errors import BrokerUnavailableError, KafkaAdapterError
-from pipeline.kafka.steps import Output
+from pipeline.kafka.processing.steps import Output
 
 _LOG = logging.getLogger("pipeline.kafka.librdkafka")
 _POLL_S = 0.05

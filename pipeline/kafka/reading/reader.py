@@ -15,10 +15,10 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from pipeline.core.event_log import PositionOutOfRangeError, RawRecord, ReadDeadlineError, ReadResult
 from pipeline.core.events import CaseRef, LogPosition
-from pipeline.kafka.admin import reader_group, topic_partitions
+from pipeline.kafka.cluster.admin import reader_group, topic_partitions
+from pipeline.kafka.cluster.partitioning import case_partition
 from pipeline.kafka.errors import KafkaAdapterError
-from pipeline.kafka.partitioning import case_partition
-from pipeline.kafka.range_reads import read_points, read_range, renewed
+from pipeline.kafka.reading.range_reads import read_points, read_range, renewed
 
 _LOG = logging.getLogger("pipeline.kafka.librdkafka")
 # Offsets at most this far apart are read through as one run; farther ones are read by seeking. Here

@@ -9,7 +9,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Topic
 
 from pipeline.core.event_log import RawRecord
 from pipeline.core.events import LogPosition
-from pipeline.kafka.admin import reader_group, usable_topic
+from pipeline.kafka.cluster.admin import reader_group, usable_topic
 from pipeline.kafka.errors import KafkaAdapterError
 from pipeline.wire.headers import header_pairs
 

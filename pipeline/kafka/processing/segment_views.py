@@ -24,18 +24,18 @@ from cachetools import LRUCache
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from pipeline.core.events import CaseRef
-from pipeline.kafka.admin import reader_group, topic_partitions
+from pipeline.kafka.cluster.admin import reader_group, topic_partitions
+from pipeline.kafka.cluster.partitioning import case_partition
 from pipeline.kafka.errors import KafkaAdapterError
-from pipeline.kafka.partitioning import case_partition
-from pipeline.kafka.range_reads import read_range, renewed
-from pipeline.kafka.steps import Output
+from pipeline.kafka.processing.steps import Output
+from pipeline.kafka.reading.range_reads import read_range, renewed
 from pipeline.wire.headers import standard_headers
 from pipeline.wire.rejection import RejectedError
 from pipeline.wire.schema_ids import SchemaId
 from pipeline.wire.sealing import CaseCipher
 from pipeline.wire.segment import SegmentViewRecord
 
-_LOG = logging.getLogger("pipeline.kafka.segment_views")
+_LOG = logging.getLogger("pipeline.kafka.processing.segment_views")
 _LIB_LOG = logging.getLogger("pipeline.kafka.librdkafka")
 DEFAULT_CACHE_CHARS = 64_000_000  # about 12,000 views at the default budget
 

@@ -20,10 +20,10 @@ from confluent_kafka import (
 )
 
 from pipeline.core.event_log import RawRecord
-from pipeline.kafka.admin import admin_client, reader_group
+from pipeline.kafka.cluster.admin import admin_client, reader_group
+from pipeline.kafka.cluster.partitioning import key_partition
 from pipeline.kafka.errors import KafkaAdapterError
-from pipeline.kafka.partitioning import key_partition
-from pipeline.kafka.range_reads import read_topic
+from pipeline.kafka.reading.range_reads import read_topic
 
 Progress = Callable[[str], None]
 _LIB_LOG = logging.getLogger("pipeline.kafka.librdkafka")

@@ -23,10 +23,10 @@ from pathlib import Path
 import orjson
 
 from pipeline.config.settings import KAFKA_VERSION
-from pipeline.kafka.admin import ClusterInfo, fetch_metadata, wait_for_brokers
-from pipeline.kafka.broker_runtime import KafkaRelease, ensure_broker_jars, java_executable
+from pipeline.kafka.cluster.admin import ClusterInfo, fetch_metadata, wait_for_brokers
 from pipeline.kafka.errors import BrokerUnavailableError, LocalBrokerError
-from pipeline.kafka.local_tls import NODE_SUBJECT, NodeTls, ensure_node_tls
+from pipeline.kafka.local.broker_runtime import KafkaRelease, ensure_broker_jars, java_executable
+from pipeline.kafka.local.local_tls import NODE_SUBJECT, NodeTls, ensure_node_tls
 from pipeline.runtime.processes import process_alive, terminate
 from pipeline.wire.resources import kafka_deploy_dir
 

@@ -10,11 +10,11 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from pipeline.core.events import Event, LogPosition
-from pipeline.kafka.admin import topic_partitions
+from pipeline.kafka.cluster.admin import topic_partitions
+from pipeline.kafka.cluster.layout import current_names
+from pipeline.kafka.cluster.partitioning import case_partition
+from pipeline.kafka.cluster.topics import TopicNames
 from pipeline.kafka.errors import KafkaAdapterError
-from pipeline.kafka.layout import current_names
-from pipeline.kafka.partitioning import case_partition
-from pipeline.kafka.topics import TopicNames
 from pipeline.wire.event import CaseOpening, sealed_values
 from pipeline.wire.headers import Headers, standard_headers
 from pipeline.wire.schema_ids import SchemaId

@@ -15,9 +15,9 @@ from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
 from pipeline.core.event_log import RawRecord, RecordId
 from pipeline.core.model import ModelBackendError
 from pipeline.kafka.errors import KafkaAdapterError
-from pipeline.kafka.range_reads import raw_record
-from pipeline.kafka.steps import Deferred, Handler, Output, max_record_bytes, oversized
-from pipeline.kafka.txn_producer import (
+from pipeline.kafka.processing.steps import Deferred, Handler, Output, max_record_bytes, oversized
+from pipeline.kafka.reading.range_reads import raw_record
+from pipeline.kafka.writing.txn_producer import (
     OutputsRefusedError,
     PublishFailedError,
     TransactionalProducer,
@@ -25,7 +25,7 @@ from pipeline.kafka.txn_producer import (
 )
 from pipeline.wire.rejection import Rejection
 
-_LOG = logging.getLogger("pipeline.kafka.transactions")
+_LOG = logging.getLogger("pipeline.kafka.processing.transactions")
 _LIB_LOG = logging.getLogger("pipeline.kafka.librdkafka")
 # Attempts to publish a record's outputs, then its dead letter, before it is committed with nothing.
 PUBLISH_ATTEMPTS = 3

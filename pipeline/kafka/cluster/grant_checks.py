@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
-from pipeline.kafka.acl_plan import Grant, Pattern, Resource, Role, plan, principal
-from pipeline.kafka.admin import READER_GROUP_PREFIX
-from pipeline.kafka.topics import TopicNames
+from pipeline.kafka.cluster.acl_plan import Grant, Pattern, Resource, Role, plan, principal
+from pipeline.kafka.cluster.admin import READER_GROUP_PREFIX
+from pipeline.kafka.cluster.topics import TopicNames
 
 ADMIN_PRINCIPAL = "User:admin"
 SERVICES = frozenset({principal(r) for r in (Role.WORKER, Role.BASELINE, Role.AUDITOR, Role.OPERATOR)}

@@ -24,17 +24,17 @@ from dataclasses import dataclass, field
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from pipeline.core.events import LogPosition
-from pipeline.kafka.admin import reader_group
+from pipeline.kafka.cluster.admin import reader_group
 from pipeline.kafka.errors import KafkaAdapterError
-from pipeline.kafka.range_reads import read_range, renewed
-from pipeline.kafka.steps import Output
-from pipeline.kafka.txn_producer import TransactionalProducer
+from pipeline.kafka.processing.steps import Output
+from pipeline.kafka.reading.range_reads import read_range, renewed
+from pipeline.kafka.writing.txn_producer import TransactionalProducer
 from pipeline.wire.headers import standard_headers
 from pipeline.wire.ledger import PublishedLedger
 from pipeline.wire.rejection import RejectedError
 from pipeline.wire.schema_ids import SchemaId
 
-_LOG = logging.getLogger("pipeline.kafka.once")
+_LOG = logging.getLogger("pipeline.kafka.processing.once")
 _LIB_LOG = logging.getLogger("pipeline.kafka.librdkafka")
 
 

@@ -31,9 +31,9 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer, Topic
 
 from pipeline.core.events import LogPosition
 from pipeline.kafka.errors import KafkaAdapterError
-from pipeline.kafka.steps import Output
+from pipeline.kafka.processing.steps import Output
 
-_LOG = logging.getLogger("pipeline.kafka.transactions")
+_LOG = logging.getLogger("pipeline.kafka.processing.transactions")
 _LIB_LOG = logging.getLogger("pipeline.kafka.librdkafka")
 _T = TypeVar("_T")
 
@@ -92,7 +92,7 @@ class ProducerFencedError(TransientPublishError):
     """Nothing was committed: a newer producer registered the same transactional id (it fenced this one).
 
     Transient for a worker (it is replaced, and the next registration fences the newer one in its
-    turn); a writer that owns what it writes (kafka/case_writer.py) learns that another took over.
+    turn); a writer that owns what it writes (kafka/writing/case_writer.py) learns that another took over.
     """
 
 

@@ -12,7 +12,7 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
 
 from pipeline.core.errors import DpmError
-from pipeline.kafka.admin import admin_client, admin_request, fetch_metadata
+from pipeline.kafka.cluster.admin import admin_client, admin_request, fetch_metadata
 from pipeline.kafka.errors import KafkaAdapterError, TopicConflictError
 
 _KEEP_FOREVER = "-1"
@@ -137,7 +137,10 @@ class TopicNames:
         return _of_any_generation(topic, self.of_generation(1).triggers)
 
     def writer_id(self, case_key: str) -> str:
-        """The transactional id of a case's one writer (kafka/case_writer.py): `<scope>writer.<tenant>/<case>`."""
+        """The transactional id of a case's one writer (kafka/writing/case_writer.py).
+
+        `<scope>writer.<tenant>/<case>`.
+        """
         return f"{self.writer_prefix}{case_key}"
 
     @property
@@ -244,7 +247,7 @@ class BaselineTopics:
 
     @property
     def ledger(self) -> str:
-        """The published ledger: input offsets whose outputs are committed (pipeline.kafka.once)."""
+        """The published ledger: input offsets whose outputs are committed (pipeline.kafka.processing.once)."""
         return f"{self.app_id}-published"
 
     def specs(self, partitions: int, erasure: ErasureBound | None = None) -> tuple[TopicSpec, ...]:

@@ -18,9 +18,9 @@ from dataclasses import replace
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from pipeline.core.event_log import RawRecord
-from pipeline.kafka.admin import reader_group, topic_partitions
+from pipeline.kafka.cluster.admin import reader_group, topic_partitions
 from pipeline.kafka.errors import BrokerUnavailableError, KafkaAdapterError, wrapped
-from pipeline.kafka.range_reads import raw_record
+from pipeline.kafka.reading.range_reads import raw_record
 
 _LOG = logging.getLogger("pipeline.kafka.librdkafka")
 _POLL_S = 0.2

@@ -9,11 +9,11 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from pipeline.config.settings import Settings, SettingsError
 from pipeline.core.events import CaseRef, InvalidEventError
+from pipeline.kafka.cluster.layout import current_generation
+from pipeline.kafka.cluster.partitioning import case_partition
+from pipeline.kafka.cluster.topics import TopicNames
 from pipeline.kafka.errors import KafkaAdapterError
-from pipeline.kafka.follow import TopicFollower
-from pipeline.kafka.layout import current_generation
-from pipeline.kafka.partitioning import case_partition
-from pipeline.kafka.topics import TopicNames
+from pipeline.kafka.reading.follow import TopicFollower
 from pipeline.keys.providers import KeyProvider, LocalFileKeyProvider, shared_layout
 from pipeline.keys.ring import KeyRing
 from pipeline.keys.store import CaseKeys, TenantCaseKeys
@@ -23,7 +23,7 @@ from pipeline.wire.rejection import RejectedError, Rejection
 from pipeline.wire.schema_ids import SchemaId
 
 _LOG = logging.getLogger("pipeline.kafka.librdkafka")
-_APP_LOG = logging.getLogger("pipeline.kafka.keystore")
+_APP_LOG = logging.getLogger("pipeline.kafka.keytopic.keystore")
 
 
 class KafkaKeyTopic:

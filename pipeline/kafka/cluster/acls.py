@@ -14,8 +14,8 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
-from pipeline.kafka.acl_plan import CLUSTER_NAME, Grant, Pattern, Resource
-from pipeline.kafka.admin import admin_client, admin_request, require_cluster_operation
+from pipeline.kafka.cluster.acl_plan import CLUSTER_NAME, Grant, Pattern, Resource
+from pipeline.kafka.cluster.admin import admin_client, admin_request, require_cluster_operation
 from pipeline.kafka.errors import KafkaAdapterError
 
 _TIMEOUT_S = 30.0

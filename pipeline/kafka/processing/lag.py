@@ -14,10 +14,10 @@ from collections.abc import Callable, Mapping
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
-from pipeline.kafka.admin import reader_group
-from pipeline.kafka.range_reads import renewed
+from pipeline.kafka.cluster.admin import reader_group
+from pipeline.kafka.reading.range_reads import renewed
 
-_LOG = logging.getLogger("pipeline.kafka.lag")
+_LOG = logging.getLogger("pipeline.kafka.processing.lag")
 _LIB_LOG = logging.getLogger("pipeline.kafka.librdkafka")
 
 

@@ -11,7 +11,7 @@ from confluent_kafka.admin import (
     UserScramCredentialDeletion,
 )
 
-from pipeline.kafka.admin import admin_client, require_cluster_operation
+from pipeline.kafka.cluster.admin import admin_client, require_cluster_operation
 from pipeline.kafka.errors import KafkaAdapterError
 
 _TIMEOUT_S = 30.0

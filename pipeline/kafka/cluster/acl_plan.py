@@ -4,10 +4,10 @@ A role is one kind of process with one principal (`User:<role>` on the secured l
 agents' producer, the projection workers, the Summ-only baseline, the auditor (UI, replay,
 compare) and the operator (topics, erasure). The admin is a super user and needs no ACL. Each
 grant names exactly the topics, groups and transactional ids the role's code uses (see
-pipeline.kafka.topics and the workers' services); `tests/integration/test_secured_broker.py` runs
+pipeline.kafka.cluster.topics and the workers' services); `tests/integration/test_secured_broker.py` runs
 every role with only its grants.
 
-This module only describes; pipeline.kafka.acls applies a plan through the admin API.
+This module only describes; pipeline.kafka.cluster.acls applies a plan through the admin API.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from enum import StrEnum
 
 import yaml
 
-from pipeline.kafka.admin import READER_GROUP_PREFIX
-from pipeline.kafka.topics import TopicNames
+from pipeline.kafka.cluster.admin import READER_GROUP_PREFIX
+from pipeline.kafka.cluster.topics import TopicNames
 
 
 class Role(StrEnum):
@@ -140,7 +140,7 @@ def _generations(who: str, topics: Iterable[str], operations: tuple[str, ...]) -
 
 
 def _producer(names: TopicNames, who: str) -> list[Grant]:
-    """The agents: events and triggers written through one writer per case (kafka/case_writer.py).
+    """The agents: events and triggers written through one writer per case (kafka/writing/case_writer.py).
 
     The writer reads the case's partitions back (its last seq, the triggers sent); the agents wait
     for their decisions and dead letters, and replay them from their audit records (client library).
@@ -192,7 +192,9 @@ def _baseline(names: TopicNames, who: str) -> list[Grant]:
         # Its changelogs, ledger and faust's leader topic, all named after the app (checked, created if missing).
         Grant(who, Resource.TOPIC, f"{app_id}-", Pattern.PREFIXED, own),
         Grant(who, Resource.GROUP, app_id, Pattern.PREFIXED, ("Read",)),
-        Grant(who, Resource.TRANSACTIONAL_ID, app_id, Pattern.PREFIXED, _WRITE),  # `<app>-publish-...`: kafka/once.py
+        Grant(
+            who, Resource.TRANSACTIONAL_ID, app_id, Pattern.PREFIXED, _WRITE
+        ),  # `<app>-publish-...`: kafka/processing/once.py
     ]
 
 

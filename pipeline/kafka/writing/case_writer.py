@@ -19,7 +19,7 @@ Producers outside this library (`dpm produce`, another language's client) are no
 must be written through one or the other.
 
 Decision requests are not events: a case's triggers go through one idempotent producer the
-process's writers share (kafka/trigger_sender.py), listing the case's events as its writer knows
+process's writers share (kafka/writing/trigger_sender.py), listing the case's events as its writer knows
 them, or, for a case this process has no writer of, as committed when asked (read, not registered).
 
 Cost: registering a case reads the case's partition of the events and triggers topics once (the
@@ -44,14 +44,14 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 from pipeline.core.event_log import RawRecord, ReadResult
 from pipeline.core.events import CaseRef, Event, LogPosition
 from pipeline.core.idempotency import decision_fingerprint
-from pipeline.kafka.admin import reader_group, topic_partitions
+from pipeline.kafka.cluster.admin import reader_group, topic_partitions
+from pipeline.kafka.cluster.partitioning import case_partition
+from pipeline.kafka.cluster.topics import TopicNames
 from pipeline.kafka.errors import BrokerUnavailableError, KafkaAdapterError, wrapped
-from pipeline.kafka.partitioning import case_partition
-from pipeline.kafka.range_reads import read_range
-from pipeline.kafka.steps import Output, max_record_bytes, oversized
-from pipeline.kafka.topics import TopicNames
-from pipeline.kafka.trigger_sender import TriggerSender
-from pipeline.kafka.txn_producer import (
+from pipeline.kafka.processing.steps import Output, max_record_bytes, oversized
+from pipeline.kafka.reading.range_reads import read_range
+from pipeline.kafka.writing.trigger_sender import TriggerSender
+from pipeline.kafka.writing.txn_producer import (
     CommitOutcomeUnknownError,
     ProducerFencedError,
     TransactionalProducer,

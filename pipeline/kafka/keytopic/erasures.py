@@ -26,13 +26,13 @@ from cachetools import LRUCache
 
 from pipeline.core.events import CaseRef
 from pipeline.kafka.errors import BrokerUnavailableError, KafkaAdapterError
-from pipeline.kafka.follow import TopicFollower
-from pipeline.kafka.keystore import checked_key_record
+from pipeline.kafka.keytopic.keystore import checked_key_record
+from pipeline.kafka.reading.follow import TopicFollower
 from pipeline.keys.ring import ERASED_CASES
 from pipeline.wire.key import KeyErased
 from pipeline.wire.rejection import RejectedError
 
-_LOG = logging.getLogger("pipeline.kafka.erasures")
+_LOG = logging.getLogger("pipeline.kafka.keytopic.erasures")
 INTERVAL_S = 1.0  # how soon another process's erasure reaches this one's caches
 
 

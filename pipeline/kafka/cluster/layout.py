@@ -16,18 +16,18 @@ from collections.abc import Callable
 
 from pipeline.config.settings import Settings
 from pipeline.core.errors import DpmError
-from pipeline.kafka.admin import topic_exists
+from pipeline.kafka.cluster.admin import topic_exists
+from pipeline.kafka.cluster.topics import TopicNames, partition_counts
 from pipeline.kafka.errors import KafkaAdapterError, NotAuthorizedError
-from pipeline.kafka.one_record import produce_one
-from pipeline.kafka.range_reads import read_topic
-from pipeline.kafka.topics import TopicNames, partition_counts
+from pipeline.kafka.reading.range_reads import read_topic
+from pipeline.kafka.writing.one_record import produce_one
 from pipeline.wire.headers import standard_headers
 from pipeline.wire.layout import Layout, partition_problems
 from pipeline.wire.rejection import RejectedError
 from pipeline.wire.schema_ids import SchemaId
 from pipeline.wire.validation import SchemaError
 
-_LOG = logging.getLogger("pipeline.kafka.layout")
+_LOG = logging.getLogger("pipeline.kafka.cluster.layout")
 _LIB_LOG = logging.getLogger("pipeline.kafka.librdkafka")
 WATCH_INTERVAL_S = 15.0
 

@@ -1,0 +1,4 @@
+"""The workers' exactly-once consume-transform-produce loop.
+
+Transactions, the published ledger, steps, segment views, lag.
+"""
