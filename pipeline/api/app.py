@@ -55,6 +55,7 @@ from pipeline.client import (
     ReasonsUnavailableError,
     SeqMismatchError,
     TopicsMissingError,
+    TopicsRefusedError,
 )
 from pipeline.client.memory import DEFAULT_BUDGET_CHARS
 from pipeline.config.settings import ApiSettings
@@ -478,7 +479,7 @@ class _Routes:
                      idempotency_key: IdempotencyKey = None, if_match: IfMatch = None) -> Appended:  # fmt: skip
         """Appends the steps after the case's last, all or none; 201 with their seqs and positions.
 
-        The answer's ETag is the case's last seq after them (`"<seq>"`), the If-Match of the next append.
+        The answer's ETag is the seq of the last event written (`"<seq>"`), the If-Match of the next append.
         """
         door_checks.case_id(case_id)
         steps = door_checks.events((e.kind, e.text) for e in body.events)
@@ -649,8 +650,8 @@ def _client_problem(exc: Exception) -> Problem:
                              reason=exc.reason, decision_id=exc.decision_id)  # fmt: skip
     if isinstance(exc, CaseConflictError):
         return Problem(409, "case-conflict", "Conflict", str(exc))
-    if isinstance(exc, TopicsMissingError):  # names the topics and the command that makes them, nothing sent
-        return Problem(503, "topics-missing", "Service unavailable", str(exc), {"Retry-After": "30"})
+    if isinstance(exc, TopicsMissingError | TopicsRefusedError):  # the operator's to fix; nothing sent
+        return _topics_problem(exc)
     if not isinstance(exc, ClusterUnavailableError):
         _LOG.error("a client call failed: %s", type(exc).__name__)  # its message may hold a case's id
         return Problem(503, "request-failed", "Service unavailable", "the cluster could not complete the request; "
@@ -659,6 +660,15 @@ def _client_problem(exc: Exception) -> Problem:
     return Problem(503, "cluster-unavailable", "Service unavailable", "the cluster did not answer in time; nothing "
                    "was written, unless its commit was sent and its answer lost: retry with the same "
                    "Idempotency-Key, which never writes twice", {"Retry-After": "5"})  # fmt: skip
+
+
+def _topics_problem(exc: ClientError) -> Problem:
+    """503 for a tenant whose topics are missing (named, with the command that makes them) or refused to the door."""
+    if isinstance(exc, TopicsMissingError):
+        return Problem(503, "topics-missing", "Service unavailable", str(exc), {"Retry-After": "30"})
+    _LOG.error("the cluster refuses the door's principal a tenant's topics: %s", exc)
+    return Problem(503, "topics-refused", "Service unavailable", "the cluster refuses this door the tenant's topics: "
+                   "its operator must grant them (`dpm acl apply`) or create them", {"Retry-After": "30"})  # fmt: skip
 
 
 def _caller(request: Request, keys: ApiKeys) -> _Caller:

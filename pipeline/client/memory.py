@@ -147,7 +147,8 @@ class DecisionMemory:
 
         Raises CaseConflictError when another writer took the case over (nothing written; appending
         again continues after its events), ClusterUnavailableError after `timeout` seconds without
-        the broker (nothing written), InvalidEventError for an event that is not valid,
+        the broker (nothing written, unless its message says the commit was sent and not answered:
+        retry with the same idempotency key), InvalidEventError for an event that is not valid,
         EventTooLargeError for one too large for a record (nothing written).
         """
         return self.append_many(case_id, [(kind, text)], idempotency_key=idempotency_key, expected_seq=expected_seq,
@@ -613,7 +614,8 @@ def _connected(settings: Settings, config: dict[str, str], tenant: str, timeout_
     if refused:
         raise TopicsRefusedError(f"the cluster refuses the principal of DPM_KAFKA_CONFIG the tenant {tenant!r}'s "
                                  f"topics ({', '.join(refused)}): use that tenant's own credentials, or grant them "
-                                 f"with `dpm acl apply`")  # fmt: skip
+                                 f"with `dpm acl apply` (a cluster refuses topics that do not exist alike: "
+                                 f"`dpm tenants add {tenant}` makes them)")  # fmt: skip
     if missing:
         fix = f"`dpm tenants add {tenant}`" if names.tenant else "`dpm topics create`"
         raise TopicsMissingError(f"the pipeline's topics do not exist ({', '.join(missing)}): create them with {fix} "

@@ -23,6 +23,7 @@ from pipeline.client import (
     IdempotencyKeyReusedError,
     SeqMismatchError,
     TopicsMissingError,
+    TopicsRefusedError,
 )
 from pipeline.config.settings import ApiSettings
 from pipeline.core.events import ID_PATTERN, LogPosition
@@ -466,4 +467,22 @@ def test_a_tenants_first_request_without_the_pipelines_topics_answers_503_naming
     response = client.post("/v1/cases/c/events", json=_STEP, headers=_auth(key))
     body = _problem(response, 503)
     assert "dpm topics create" in str(body["detail"])
+    assert response.headers["retry-after"]
+
+
+def test_a_tenants_topics_the_cluster_refuses_the_door_answer_503_topics_refused_naming_no_topic(
+    tmp_path: Path,
+) -> None:
+    keys = ApiKeys(tmp_path / "api-keys.json")
+    _, key = keys.add("acme")
+
+    async def memory_for(tenant: str) -> AsyncDecisionMemory:
+        raise TopicsRefusedError("the cluster refuses the principal of DPM_KAFKA_CONFIG the tenant 'acme''s topics "
+                                 "(dpm.acme.events)")  # fmt: skip
+
+    client = TestClient(create_api(memory_for, keys, ApiSettings.model_validate({})))
+    response = client.post("/v1/cases/c/events", json=_STEP, headers=_auth(key))
+    body = _problem(response, 503)
+    assert str(body["type"]).endswith("topics-refused")
+    assert "dpm.acme.events" not in str(body["detail"])  # the agent is told to wait, not the cluster's layout
     assert response.headers["retry-after"]

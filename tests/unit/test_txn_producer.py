@@ -135,9 +135,13 @@ def test_only_a_commit_left_unanswered_has_an_unknown_outcome(fails_at: str, unk
             return fake
 
     producer = _Producer({"transactional.id": "t"}, call_timeout_s=1)
+    generation = producer.ready()
     with pytest.raises(TransientPublishError) as failed:
         producer.publish([Output("topic", b"k", b"v", ())])
     assert isinstance(failed.value, CommitOutcomeUnknownError) is unknown
+    # An unknown outcome replaces the producer even when its abort succeeded: the next registration is a
+    # new generation, so a case writer reads its head again before numbering anything after it.
+    assert (producer.ready() != generation) is unknown
 
 
 class _FencedAtCommit(_Unanswered):

@@ -202,7 +202,8 @@ class CaseWriter:
         BatchReusedError. `expected_seq`: the case's last seq the caller saw (0: no events yet);
         another raises SeqMismatchError, checked after the batch id (a retry gets its first answer).
         Raises CaseWriterConflictError when another writer fenced this one, BrokerUnavailableError
-        when the broker did not take the batch within `timeout_s` (nothing of it written either way),
+        when the broker did not take the batch within `timeout_s` (nothing of it written either way,
+        unless its message says the commit was sent and not answered),
         InvalidEventError or SchemaError for an event that is not valid, EventTooLargeError for one
         too large to send (nothing sent).
         """

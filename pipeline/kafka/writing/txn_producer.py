@@ -58,7 +58,10 @@ _REFUSED_CODES = frozenset(
 
 
 class TransientPublishError(KafkaAdapterError):
-    """Nothing was committed, for a reason that passes (a broker away, a coordinator moving, a hung call)."""
+    """Not committed, for a reason that passes (a broker away, a coordinator moving, a hung call).
+
+    Nothing was committed, except for CommitOutcomeUnknownError: its commit was sent and not answered.
+    """
 
 
 class CommitOutcomeUnknownError(TransientPublishError):
@@ -146,6 +149,7 @@ class TransactionalProducer:
     def _abandon(self, what: str, waited_s: float) -> None:
         _LOG.error("transactional producer hung in %s for %.0f s: abandoned, a new one takes its place", what, waited_s)
         self._abandoned.append(self._producer)
+        self._zombie_possible = True
         self.stats.abandoned += 1
         self._hung_in_a_row += 1
         if self._hung_in_a_row >= MAX_ABANDONED:
@@ -156,7 +160,9 @@ class TransactionalProducer:
         """A new producer with the same transactional id, started on first use: its init fences the old one."""
         _LOG.warning("transactional producer replaced: %s", reason)
         self.stats.replaced += 1
-        self._zombie_possible = True
+        # Only a producer that may still be registering can fence its successor later: one replaced before
+        # its init_transactions returned (librdkafka goes on with it in the background), or left hung.
+        self._zombie_possible = self._zombie_possible or not self._ready
         self._suspect = None
         self._producer, self._ready = self._new(), False
 
@@ -206,8 +212,10 @@ class TransactionalProducer:
         (TransientPublishError) to publish on a producer registered since. Raises
         TransientPublishError, OutputsRefusedError or PublishFailedError (ProducerFencedError when
         a newer producer of the id fenced this one); nothing is committed then, and no transaction
-        is left open. `call_timeout_s` bounds each transactional call (default: the producer's): a
-        caller with a deadline of its own (an agent's append) is not held past it by a commit.
+        is left open, except after CommitOutcomeUnknownError (the commit was sent and not answered:
+        the producer is replaced, so the next registration settles it and the generation changes).
+        `call_timeout_s` bounds each transactional call (default: the producer's): a caller with a
+        deadline of its own (an agent's append) is not held past it by a commit.
         """
         # With a caller's time, each call gets what is left of it (a second at least), so a commit and
         # the abort after it together stay within the caller's bound; else each its own full timeout.
@@ -236,21 +244,33 @@ class TransactionalProducer:
             committing = True
             self._call("commit_transaction", lambda: producer.commit_transaction(commit_s), commit_s)
         except KafkaException as exc:
-            zombie_possible = self._zombie_possible  # before _end_failed, whose replacement would set it
-            self._end_failed(producer, exc.args[0], left())
-            error = self._own_fence(_classified(exc.args[0], failures), zombie_possible)
             # librdkafka sends EndTxn only once every record is delivered (the commit's flush): before, nothing
             # can have been committed; after, the coordinator may have committed without its answer arriving.
-            committing = committing and len(positions) == len(outputs)
-            if committing and type(error) is TransientPublishError:
-                raise CommitOutcomeUnknownError(f"{error}; the commit was sent, its outcome is unknown") from exc
+            # Counted before the abort, which may deliver what was left.
+            end_txn_sent = committing and len(positions) == len(outputs)
+            zombie_possible = self._zombie_possible  # before _end_failed, whose replacement may set it
+            self._end_failed(producer, exc.args[0], left())
+            error = self._own_fence(_classified(exc.args[0], failures), zombie_possible)
+            if end_txn_sent and type(error) is TransientPublishError:
+                raise self._unknown(exc.args[0].str()) from exc
             raise error from exc
-        except TransientPublishError as exc:  # a call that hung; in the commit, its outcome is unknown
-            if committing and len(positions) == len(outputs):
-                raise CommitOutcomeUnknownError(f"{exc}; the commit was sent, its outcome is unknown") from exc
+        except TransientPublishError as exc:  # a call that hung (and was abandoned)
+            if committing:  # its thread may still deliver the records and send EndTxn
+                raise self._unknown(str(exc)) from exc
             raise
         self._zombie_possible = False
         return [positions[index] for index in range(len(outputs))]
+
+    def _unknown(self, why: str) -> CommitOutcomeUnknownError:
+        """What a commit sent and not answered raises; the producer is replaced, so its owner reads its state again.
+
+        A new registration (its init_transactions) completes whatever the coordinator began, and a
+        new generation tells whoever keeps state beside the transactions to read it again before
+        numbering anything after it.
+        """
+        if self._ready:
+            self._replace("its commit was not answered")
+        return CommitOutcomeUnknownError(f"the commit was sent and not answered ({why}); its outcome is unknown")
 
     def _own_fence(self, error: KafkaAdapterError, zombie_possible: bool) -> KafkaAdapterError:
         """A fence by a producer this object replaced is no other writer's: registering again ends it."""
