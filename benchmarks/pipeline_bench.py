@@ -27,7 +27,7 @@ from typing import Any
 
 import orjson
 
-from benchmarks import api_bench, contest_bench, local_cache_bench, long_horizon, prompt_cache_bench
+from benchmarks import api_bench, contest_bench, local_cache_bench, long_horizon, prompt_cache_bench, writes_bench
 from benchmarks.runs import (
     SMALL_CASES,
     RunSpec,
@@ -66,6 +66,7 @@ TARGETS = {
     "startup": {"help_s": 1.0, "broker_status_s": 1.5},
     "long_horizon": long_horizon.TARGETS,
     "api": api_bench.TARGETS,
+    "writes": writes_bench.TARGETS,
     "prompt_cache": {f"{name}/cache_share_of_nocache": share for name, share in prompt_cache_bench.TARGETS.items()},
 }
 LONG_HORIZON_PLOT = Path("docs/long-horizon.png")  # the long-cases page's plot, drawn from the figures file
@@ -180,6 +181,7 @@ MEASURE: dict[str, Callable[[str, Path], dict[str, Any]]] = {
     "rss_mb": _rss,
     "ui": _ui,
     "api": api_bench.measure,
+    "writes": writes_bench.measure,
     "long_horizon": lambda _bootstrap, _work: long_horizon.measure(),
     "contest": lambda _bootstrap, _work: contest_bench.measure(),
     "prompt_cache": lambda _bootstrap, _work: prompt_cache_bench.with_local(

@@ -39,7 +39,6 @@ from pipeline.api.problems import (
 )
 from pipeline.client import (
     AsyncDecisionMemory,
-    CaseConflictError,
     CaseErasedError,
     ClientError,
     ClusterUnavailableError,
@@ -258,8 +257,8 @@ _MEANINGS = {400: "a body or parameter that does not parse or validate (the fiel
              401: "no API key, or an unknown or removed one", 403: "a tenant's key where an admin key is needed, or "
              "the other way round", 404: "no such decision for this key's tenant (another tenant's too), or, with "
              "tenancy by topic, no topics of the key's tenant on this cluster",
-             409: "another writer took the case over (case-conflict), or a request with the same Idempotency-Key is "
-             "still being written (idempotency-key-in-flight): nothing was written",
+             409: "a request with the same Idempotency-Key is still being written (idempotency-key-in-flight): "
+             "nothing was written",
              410: "the case was erased (case-erased): its decisions are gone and it takes no more events",
              411: "a body without Content-Length", 412: "an If-Match naming another seq than the case's last "
              "(seq-mismatch, with current_seq and the case's ETag): nothing was written",
@@ -648,8 +647,6 @@ def _client_problem(exc: Exception) -> Problem:
         why = f": {exc.detail}" if exc.reason == Rejection.MODEL_ERROR.value and exc.detail else ""
         return unprocessable("decision-refused", f"the worker refused the request: {exc.reason}{why}",
                              reason=exc.reason, decision_id=exc.decision_id)  # fmt: skip
-    if isinstance(exc, CaseConflictError):
-        return Problem(409, "case-conflict", "Conflict", str(exc))
     if isinstance(exc, TopicsMissingError | TopicsRefusedError):  # the operator's to fix; nothing sent
         return _topics_problem(exc)
     if not isinstance(exc, ClusterUnavailableError):

@@ -8,7 +8,6 @@ decision = memory.decide("case-7", domain="loan")
 
 from pipeline.client.aio import AsyncDecisionMemory
 from pipeline.client.errors import (
-    CaseConflictError,
     CaseErasedError,
     ClientError,
     ClusterUnavailableError,
@@ -32,7 +31,6 @@ from pipeline.core.idempotency import InvalidIdempotencyKeyError
 __all__ = [
     "DEFAULT_BUDGET_CHARS",
     "AsyncDecisionMemory",
-    "CaseConflictError",
     "CaseErasedError",
     "CitedEvent",
     "ClientError",

@@ -32,9 +32,9 @@ THREADS = 32  # blocking calls (appends, reads) a client runs side by side
 class AsyncDecisionMemory:
     """DecisionMemory's calls as coroutines; see DecisionMemory for what each does and raises."""
 
-    def __init__(self, tenant: str, *, settings: Settings | None = None, max_writers: int = 64,
+    def __init__(self, tenant: str, *, settings: Settings | None = None,
                  threads: int = THREADS, connect_timeout: float = CONNECT_TIMEOUT_S) -> None:  # fmt: skip
-        self.sync = DecisionMemory(tenant, settings=settings, max_writers=max_writers, connect_timeout=connect_timeout)
+        self.sync = DecisionMemory(tenant, settings=settings, connect_timeout=connect_timeout)
         self.tenant = tenant
         self._threads = ThreadPoolExecutor(threads, thread_name_prefix=f"dpm-client-{tenant}")
 
@@ -73,13 +73,10 @@ class AsyncDecisionMemory:
                       budget: int = DEFAULT_BUDGET_CHARS, architecture: str = "dpm",
                       idempotency_key: str | None = None, timeout: float = 60.0) -> str:  # fmt: skip
         with self.sync.requesting(case_id, idempotency_key):
-            prepared = self.sync.prepare_request_now(case_id, domain=domain, task=task, budget=budget,
-                                                     architecture=architecture,
-                                                     idempotency_key=idempotency_key)  # fmt: skip
-            if prepared is None:  # the case (or where the replies end) must be read first: on a thread
-                prepared = await self._run(self.sync.prepare_request, case_id, domain=domain, task=task,
-                                           budget=budget, architecture=architecture,
-                                           idempotency_key=idempotency_key, timeout=timeout)  # fmt: skip
+            # The case's head is read first (its partition's sequencer folds what it gained): on a thread.
+            prepared = await self._run(self.sync.prepare_request, case_id, domain=domain, task=task, budget=budget,
+                                       architecture=architecture, idempotency_key=idempotency_key,
+                                       timeout=timeout)  # fmt: skip
             if prepared.request is None:  # sent before: the decision (or the refusal) may be published already
                 await self._run(self.sync.look_up, prepared.decision_id)
                 return str(prepared.decision_id)

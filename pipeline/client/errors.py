@@ -17,10 +17,6 @@ class TopicsRefusedError(ClientError):
     """The cluster refuses this principal the tenant's topics: DPM_KAFKA_CONFIG names another tenant's, or no grant."""
 
 
-class CaseConflictError(ClientError):
-    """Another writer took the case over (another process, or another client of this one): nothing was written."""
-
-
 class ClusterUnavailableError(ClientError):
     """The cluster did not answer within the time given: nothing of the call was written, unless the message says so.
 

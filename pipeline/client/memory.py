@@ -22,7 +22,6 @@ from types import TracebackType
 from typing import Literal, overload
 
 from pipeline.client.errors import (
-    CaseConflictError,
     CaseErasedError,
     ClientError,
     ClusterUnavailableError,
@@ -57,15 +56,10 @@ from pipeline.kafka.keytopic.keystore import case_keys_from
 from pipeline.kafka.reading.range_reads import read_topic
 from pipeline.kafka.reading.reader import KafkaEventLog, PooledLog
 from pipeline.kafka.reading.replies import START_TIMEOUT_S, ReplyReader
-from pipeline.kafka.writing.case_writer import (
-    BatchReusedError,
-    CaseWriter,
-    CaseWriterConflictError,
-    CaseWriters,
-    KnownCase,
-)
-from pipeline.kafka.writing.case_writer import EventTooLargeError as WriterEventTooLargeError
-from pipeline.kafka.writing.case_writer import SeqMismatchError as WriterSeqMismatchError
+from pipeline.kafka.writing.case_writer import READ_TIMEOUT_S, CaseWriters
+from pipeline.kafka.writing.sequencer import BatchReusedError, GroupCommit
+from pipeline.kafka.writing.sequencer import EventTooLargeError as WriterEventTooLargeError
+from pipeline.kafka.writing.sequencer import SeqMismatchError as WriterSeqMismatchError
 from pipeline.keys.store import CaseKeys
 from pipeline.services.cluster import cluster_settings
 from pipeline.services.contest import DEFAULT_MAX_CALLS, ContestRefusedError, Found, contest_reasons, contested_of
@@ -103,11 +97,10 @@ class DecisionMemory:
     A context manager; `close()` stops its replies reader and its writers.
     """
 
-    def __init__(self, tenant: str, *, settings: Settings | None = None, max_writers: int = 64,
+    def __init__(self, tenant: str, *, settings: Settings | None = None,
                  connect_timeout: float = CONNECT_TIMEOUT_S) -> None:  # fmt: skip
         """A client for `tenant`, connected as every `dpm` command is (settings default: DPM_* variables).
 
-        `max_writers`: cases whose writers this client keeps registered (least recently used closed first).
         Raises ClusterUnavailableError when no broker answers within `connect_timeout` seconds, and
         TopicsMissingError when the pipeline's topics do not exist: each says what to run.
         """
@@ -119,7 +112,8 @@ class DecisionMemory:
         self._names = _connected(settings, self._config, tenant, connect_timeout)
         self._keys: CaseKeys = case_keys_from(settings, names=self._names)
         sealing = self._keys if settings.keys.encryption else None
-        self._writers = CaseWriters(self._config, self._names, sealing, capacity=max_writers)
+        commit = GroupCommit(settings.kafka.write_linger_ms / 1000, settings.kafka.write_max_records)
+        self._writers = CaseWriters(self._config, self._names, sealing, settings.paths.home, commit)
         self._waiters = Waiters(self._names, tenant, self._keys)
         names = self._names
         self._replies = ReplyReader(self._config, (names.decisions, names.views, names.dlq), self._waiters.route)
@@ -145,8 +139,7 @@ class DecisionMemory:
                expected_seq: int | None = None, timeout: float = 60.0) -> EventPosition:  # fmt: skip
         """Appends one event after the case's last; returns its seq and position once the broker has it (acks=all).
 
-        Raises CaseConflictError when another writer took the case over (nothing written; appending
-        again continues after its events), ClusterUnavailableError after `timeout` seconds without
+        Raises ClusterUnavailableError after `timeout` seconds without
         the broker (nothing written, unless its message says the commit was sent and not answered:
         retry with the same idempotency key), InvalidEventError for an event that is not valid,
         EventTooLargeError for one too large for a record (nothing written).
@@ -181,14 +174,12 @@ class DecisionMemory:
         try:
             self._refuse_erased(case, timeout)
             with self._in_flight.hold(("append", case, idempotency_key)):
-                done = self._writer(case).append(items, batch_id=batch, fingerprint=fingerprint,
-                                                 expected_seq=expected_seq, timeout_s=timeout)  # fmt: skip
+                done = self._writers.append(case, items, batch_id=batch, fingerprint=fingerprint,
+                                            expected_seq=expected_seq, timeout_s=timeout)  # fmt: skip
         except BatchReusedError as exc:
             raise IdempotencyKeyReusedError(str(exc)) from exc
         except WriterSeqMismatchError as exc:
             raise SeqMismatchError(str(exc), current_seq=exc.current) from exc
-        except CaseWriterConflictError as exc:
-            raise CaseConflictError(str(exc)) from exc
         except BrokerUnavailableError as exc:
             raise ClusterUnavailableError(str(exc)) from exc
         except WriterEventTooLargeError as exc:
@@ -202,9 +193,6 @@ class DecisionMemory:
                                                   for i, (p, (kind, text)) in enumerate(zip(done.positions, items,
                                                                                             strict=True))))  # fmt: skip
         return [EventPosition(case_id, done.first_seq + i, p) for i, p in enumerate(done.positions)]
-
-    def _writer(self, case: CaseRef) -> CaseWriter:
-        return self._writers(case)
 
     # Erasure
 
@@ -282,44 +270,16 @@ class DecisionMemory:
     def prepare_request(self, case_id: str, *, domain: str | None = None, task: TaskSpec | None = None,
                         budget: int = DEFAULT_BUDGET_CHARS, architecture: str = "dpm",
                         idempotency_key: str | None = None, timeout: float = 60.0) -> PreparedRequest:  # fmt: skip
-        """The first half of `request` (blocking: the case may be read): the request, or None if sent before."""
-        return self._prepared(case_id, domain=domain, task=task, budget=budget, architecture=architecture,
-                              idempotency_key=idempotency_key, timeout=timeout, read=True)  # fmt: skip
-
-    def prepare_request_now(self, case_id: str, *, domain: str | None = None, task: TaskSpec | None = None,
-                            budget: int = DEFAULT_BUDGET_CHARS, architecture: str = "dpm",
-                            idempotency_key: str | None = None) -> PreparedRequest | None:  # fmt: skip
-        """`prepare_request` if it needs no broker (a case this client writes, replies read already), else None.
-
-        For an event loop: most requests of an agent are prepared without a thread.
-        """
-        return self._prepared(case_id, domain=domain, task=task, budget=budget, architecture=architecture,
-                              idempotency_key=idempotency_key, timeout=0.0, read=False)  # fmt: skip
-
-    @overload
-    def _prepared(self, case_id: str, *, domain: str | None, task: TaskSpec | None, budget: int, architecture: str,
-                  idempotency_key: str | None, timeout: float, read: Literal[True]) -> PreparedRequest: ...  # fmt: skip
-
-    @overload
-    def _prepared(self, case_id: str, *, domain: str | None, task: TaskSpec | None, budget: int, architecture: str,
-                  idempotency_key: str | None, timeout: float,
-                  read: Literal[False]) -> PreparedRequest | None: ...  # fmt: skip
-
-    def _prepared(self, case_id: str, *, domain: str | None, task: TaskSpec | None, budget: int, architecture: str,
-                  idempotency_key: str | None, timeout: float, read: bool) -> PreparedRequest | None:  # fmt: skip
+        """The first half of `request` (blocking: the case's head is read): the request, or None if sent before."""
         spec = _task(domain, task)
         arch = Architecture(architecture)
         case = CaseRef(self.tenant, case_id)
         if idempotency_key is not None:
             check_idempotency_key(idempotency_key)
-        if not read and not self._erasures.ready:
-            return None
         self._refuse_erased(case, timeout)
-        known = self._writers.known_here(case)
-        if known is None or not self._replies.started:
-            if not read:
-                return None
-            known = self._known(case)
+        with _reading("the case's events (nothing was requested)"):
+            known = self._writers.known(case, timeout_s=min(timeout, READ_TIMEOUT_S))
+        if not self._replies.started:
             # at the replies' ends before the request is sent: no reply can be missed
             with _reading("where the replies end (nothing was requested)"):
                 self._replies.start(timeout_s=min(timeout, START_TIMEOUT_S))
@@ -328,12 +288,6 @@ class DecisionMemory:
         trigger_id = _trigger_id(case, idempotency_key)
         decision_id = DecisionId(trigger_id, arch)
         sent = known.triggers.get(trigger_id)
-        if sent is None and idempotency_key is not None:
-            # Decision requests are not fenced: another process (a replica of the door, the MCP server) may
-            # have sent one under this key, which this writer's head does not know. The log does.
-            if not read:
-                return None
-            sent = self._committed(case).triggers.get(trigger_id)
         if sent is not None and sent.fingerprint != decision_fingerprint(spec, budget, (arch,)):
             raise IdempotencyKeyReusedError(f"case {case.key}: this idempotency key was used before for another "
                                             "decision request (task, budget or architecture); nothing was requested."
@@ -345,22 +299,6 @@ class DecisionMemory:
         listed = positions if len(positions) <= self._max_positions else None  # else the worker scans
         return PreparedRequest(decision_id, DecisionRequest(trigger_id, case, spec, budget, (arch,), listed,
                                                             len(positions)))  # fmt: skip
-
-    def _committed(self, case: CaseRef) -> KnownCase:
-        try:
-            return self._writers.committed(case)
-        except BrokerUnavailableError as exc:
-            raise ClusterUnavailableError(str(exc)) from exc
-        except KafkaAdapterError as exc:
-            raise ClientError(str(exc)) from exc
-
-    def _known(self, case: CaseRef) -> KnownCase:
-        try:
-            return self._writers.known(case)
-        except BrokerUnavailableError as exc:
-            raise ClusterUnavailableError(str(exc)) from exc
-        except KafkaAdapterError as exc:
-            raise ClientError(str(exc)) from exc
 
     def send_request(self, request: DecisionRequest) -> Future[LogPosition]:
         """The second half of `request`: sends it (not blocking); the future completes when the broker has it."""
@@ -640,8 +578,8 @@ class InFlight:
 
     The draft's 409: a retry sent while the first attempt is still being written would otherwise
     wait for it and then answer with its result, which a caller cannot tell from a fresh write.
-    Unkeyed requests are never in flight to each other. Per client (process); across processes the
-    case's writer fences the other (CaseConflictError).
+    Unkeyed requests are never in flight to each other. Per client; across processes the case's
+    partition sequencer answers a keyed retry from the case's head once the first is committed.
     """
 
     def __init__(self) -> None:

@@ -111,6 +111,19 @@ class KafkaSettings(_Group):
         pattern=r"^(classic|consumer)$",
         description="the projection workers' consumer group protocol: classic, or consumer (KIP-848; Kafka 4.x)",
     )
+    write_linger_ms: float = Field(
+        2.0,
+        ge=0,
+        le=1_000,
+        validation_alias="DPM_WRITE_LINGER_MS",
+        description="group commit: how long a partition's sequencer waits for more appends to share a transaction",
+    )
+    write_max_records: int = Field(
+        1_000,
+        ge=1,
+        validation_alias="DPM_WRITE_MAX_RECORDS",
+        description="group commit: most events one transaction of a partition's sequencer holds",
+    )
 
     @model_validator(mode="before")
     @classmethod

@@ -256,3 +256,15 @@ def group_members(client_config: dict[str, str], group: str, timeout_s: float = 
     except (KafkaException, TimeoutError, ValueError):
         return None
     return len(described.members)
+
+
+def topic_id(client_config: dict[str, str], topic: str, timeout_s: float = 10.0) -> str:
+    """The cluster's id of `topic` (a topic deleted and made again under its name has another)."""
+    admin = AdminClient(client_config, logger=_PROBE_LOG)  # type: ignore[arg-type]
+    try:
+        future = admin.describe_topics(TopicCollection([topic]), request_timeout=timeout_s)[topic]
+        return str(future.result(timeout=timeout_s + 1).topic_id)
+    except KafkaException as exc:
+        raise wrapped(exc, f"describing {topic} failed") from exc
+    except TimeoutError as exc:
+        raise BrokerUnavailableError(f"describing {topic}: no answer in {timeout_s:g} s") from exc

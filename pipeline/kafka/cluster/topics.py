@@ -136,16 +136,16 @@ class TopicNames:
         """Whether `topic` is this scope's triggers topic in any generation."""
         return _of_any_generation(topic, self.of_generation(1).triggers)
 
-    def writer_id(self, case_key: str) -> str:
-        """The transactional id of a case's one writer (kafka/writing/case_writer.py).
+    def sequencer_id(self, partition: int) -> str:
+        """The transactional id of the one sequencer of an events partition (kafka/writing/sequencer.py).
 
-        `<scope>writer.<tenant>/<case>`.
+        `<scope>writer.<events topic>.p<N>`: one per partition of each generation, however many cases.
         """
-        return f"{self.writer_prefix}{case_key}"
+        return f"{self.writer_prefix}{self.events.removeprefix(self.scope)}.p{partition}"
 
     @property
     def writer_prefix(self) -> str:
-        """What the transactional ids of this scope's case writers start with (the ACL plan grants it)."""
+        """What the transactional ids of this scope's sequencers start with (the ACL plan grants it)."""
         return f"{self.scope}writer."
 
     def case_partitioned(self) -> tuple[str, str, str, str]:

@@ -1,0 +1,90 @@
+"""Group commit on a real broker: appends that arrive together share a transaction, each checked alone."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from pathlib import Path
+
+import pytest
+
+from pipeline.core.events import CaseRef, InvalidEventError
+from pipeline.kafka.cluster.topics import TopicNames
+from pipeline.kafka.reading.range_reads import read_topic
+from pipeline.kafka.writing.case_writer import CaseWriters
+from pipeline.kafka.writing.sequencer import Appended, GroupCommit, SeqMismatchError
+from tests.pipeline_support import create_topics
+
+pytestmark = pytest.mark.integration
+
+
+def _events_by_case(config: dict[str, str], names: TopicNames) -> dict[str, list[int]]:
+    """Each case's seqs as committed, in log order."""
+    found: dict[str, list[int]] = {}
+    for record in read_topic({**config, "isolation.level": "read_committed"}, names.events):
+        case, _, seq = (record.key or b"").decode().rpartition("/")
+        found.setdefault(case, []).append(int(seq))
+    return found
+
+
+def test_appends_of_many_cases_at_once_share_transactions_and_every_case_is_numbered_1_to_n(
+    kafka_config: dict[str, str], topic_names: TopicNames, tmp_path: Path
+) -> None:
+    create_topics(kafka_config, topic_names, partitions=2)
+    writers = CaseWriters(kafka_config, topic_names, None, tmp_path, GroupCommit(linger_s=0.02, max_records=500))
+    cases = [CaseRef("acme", f"case-{n}") for n in range(40)]
+    errors: list[BaseException] = []
+
+    def agent(case: CaseRef) -> None:
+        try:
+            for step in range(3):
+                writers.append(case, [("tool", f"{case.case_id} step {step}")], batch_id=uuid.uuid4().hex,
+                               fingerprint=None)  # fmt: skip
+        except BaseException as exc:  # noqa: BLE001 - reported by the test
+            errors.append(exc)
+
+    threads = [threading.Thread(target=agent, args=(case,)) for case in cases]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    stats = writers.stats()
+    writers.close()
+    assert errors == []
+    assert _events_by_case(kafka_config, topic_names) == {case.key: [1, 2, 3] for case in cases}
+    assert stats.appends == 120
+    assert stats.transactions < stats.appends / 2  # 40 agents at once: their appends were grouped
+
+
+def test_an_append_refused_in_a_group_fails_alone_and_its_neighbours_are_written(
+    kafka_config: dict[str, str], topic_names: TopicNames, tmp_path: Path
+) -> None:
+    create_topics(kafka_config, topic_names, partitions=1)
+    writers = CaseWriters(kafka_config, topic_names, None, tmp_path, GroupCommit(linger_s=0.2, max_records=500))
+    case = CaseRef("acme", "case-1")
+    writers.append(case, [("tool", "first")], batch_id="b0", fingerprint=None)
+    outcomes: dict[str, Appended | BaseException] = {}
+
+    def append(name: str, items: list[tuple[str, str]], expected: int | None) -> None:
+        try:
+            outcomes[name] = writers.append(CaseRef("acme", name if name != "stale" else "case-1"), items,
+                                            batch_id=name, fingerprint=None, expected_seq=expected)  # fmt: skip
+        except BaseException as exc:  # noqa: BLE001 - the outcome under test
+            outcomes[name] = exc
+
+    calls = [("case-2", [("tool", "fine")], None), ("stale", [("tool", "refused")], 0),
+             ("case-3", [("bad kind\u0001", "refused")], None), ("case-4", [("tool", "fine too")], None)]  # fmt: skip
+    threads = [threading.Thread(target=append, args=call) for call in calls]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    stats = writers.stats()
+    writers.close()
+    assert isinstance(outcomes["stale"], SeqMismatchError)
+    assert outcomes["stale"].current == 1
+    assert isinstance(outcomes["case-3"], InvalidEventError)
+    assert isinstance(outcomes["case-2"], Appended)
+    assert isinstance(outcomes["case-4"], Appended)
+    assert _events_by_case(kafka_config, topic_names) == {"acme/case-1": [1], "acme/case-2": [1], "acme/case-4": [1]}
+    assert stats.transactions == 2  # the first append, then one for both that passed
