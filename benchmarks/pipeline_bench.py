@@ -281,10 +281,47 @@ def rows(figures: dict[str, Any]) -> list[tuple[str, str]]:
             ("HTTP appends, 8 agents one step at a time", f"{_f(api['http_appends_per_s'])} per second"),
             ("resident memory of 1,000 waiting decide calls", f"{_f(api['waiters_1000_rss_mb'], 2)} MB"),
         ]
-    sections = {"long_horizon": _long_horizon_rows, "contest": _contest_rows, "prompt_cache": _prompt_cache_rows}
+    sections = {"writes": _writes_rows, "long_horizon": _long_horizon_rows, "contest": _contest_rows,
+                "prompt_cache": _prompt_cache_rows}  # fmt: skip
     for name, section_rows in sections.items():
         if section := figures.get(name):
             out += section_rows(section)
+    return out
+
+
+def _writes_rows(writes: dict[str, Any]) -> list[tuple[str, str]]:
+    """Appends at the door: a new case's first, paced fleets, closed loops, replicas, the ceiling, transactional ids."""
+    empty, filled = writes["first_append_empty"], writes["first_append_1m"]
+    loop, plain, tids = writes["closed_loop"], writes["plain_producer"], writes["transactional_ids"]
+    out = [
+        ("a new case's first append over HTTP, p50 / p99: empty topics / "
+         f"{filled['filler_events']:,} events of other cases in the topic",
+         f"{_f(empty['p50_ms'])} / {_f(empty['p99_ms'])} ms; {_f(filled['p50_ms'])} / {_f(filled['p99_ms'])} ms "
+         f"(x{_f(filled['ratio_to_empty'], 2)}; targets p50 50 ms, x1.5); folding them: warm door "
+         f"{_f(filled['fold_warm_s'], 2)} s, a door on an empty store {_f(filled['restore_cold_s'], 2)} s"),
+    ]  # fmt: skip
+    out += [(f"append latency, {r['agents']:,} agents each on its own case, a step every 2 s (p50 / p99)",
+             f"{_f(r['p50_ms'])} / {_f(r['p99_ms'])} ms ({r['appends']:,} appends)")
+            for r in writes["paced"]]  # fmt: skip
+    out += [(f"decision overhead with group commit, {r['path']}, {r['waiters']:,} asked at once (p50 / p99)",
+             f"{_f(r['overhead_p50_ms'])} / {_f(r['overhead_p99_ms'])} ms") for r in writes["decisions"]]  # fmt: skip
+    out += [
+        (f"closed loop, {loop['agents']} agents appending back to back: HTTP / client library",
+         f"{_f(loop['http_appends_per_s'])} / {_f(loop['client_appends_per_s'])} appends/s; the door's CPU "
+         f"{_f(loop['door_cpu_ms_per_append'], 3)} ms per append (targets 1,500/s, 1 ms)"),
+        ("the same records from one plain idempotent producer (the ceiling)",
+         f"{_f(plain['records_per_s'])} records/s; HTTP appends are {writes['shares']['http_of_plain_producer']:.1%}"),
+    ]  # fmt: skip
+    out += [(f"{r['processes']} door process(es), 64 agents closed loop over HTTP",
+             f"{_f(r['http_appends_per_s'])} appends/s, CPU {_f(r['door_cpu_ms_per_append'], 3)} ms per append, "
+             f"{r['answers_409_or_412']} answers 409 or 412") for r in writes["replicas"]]  # fmt: skip
+    out.append(
+        (
+            f"transactional ids on the broker after {tids['cases']:,} cases",
+            f"{tids['ids']} ({tids['partitions']} partitions; target at most 2 x partitions x replicas)",
+        )
+    )
+    out.append(("writes targets met", str(writes["targets_met"]).lower()))
     return out
 
 

@@ -116,13 +116,18 @@ def test_a_client_during_outages_fails_clearly_or_waits_and_loses_no_acknowledge
             with pytest.raises(ClusterUnavailableError, match="nothing was requested"):
                 memory.decide("case-1", task=case.task, budget=BUDGET, timeout=5)
             restart()
-            with pipeline_processes([["worker"]], worker_env(running.bootstrap, names, tmp_path), tmp_path / "logs"):
+            logs = tmp_path / "logs"
+            with pipeline_processes([["worker"]], worker_env(running.bootstrap, names, tmp_path), logs) as procs:
                 first = memory.decide("case-1", task=case.task, budget=BUDGET, timeout=120)
                 local_broker.stop(home)
                 with pytest.raises(DecisionTimeoutError, match="may still arrive") as unconfirmed:
                     memory.decide("case-1", task=case.task, budget=BUDGET, timeout=5)
                 restart()
-                late = memory.wait(unconfirmed.value.decision_id, timeout=120)
+                try:
+                    late = memory.wait(unconfirmed.value.decision_id, timeout=120)
+                except DecisionTimeoutError as exc:  # say whether the worker exited or never came back to its group
+                    tail = (logs / "worker-0.log").read_text(errors="replace")[-4000:]
+                    raise AssertionError(f"worker exit code {procs[0].poll()}; its log ends:\n{tail}") from exc
             keys = kafka_case_keys(config, names.keys, LocalFileKeyProvider(keys_folder(keys_dir, names.prefix)))
             log = case_log(config, names, CaseRef("acme", "case-1"), keys)
             keys.close()

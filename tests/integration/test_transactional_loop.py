@@ -12,7 +12,7 @@ from typing import Any
 
 import orjson
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from pipeline.core.case import Case
 from pipeline.core.event_log import RawRecord
@@ -343,3 +343,41 @@ def test_the_loop_keeps_turning_while_it_waits_for_the_model(
     gaps = [b - a for a, b in itertools.pairwise(turns)]
     assert len(turns) >= 5  # two 2.5 s model calls: a turn at least every second while they run
     assert max(gaps) < 1.6, gaps
+
+
+class _RefusesFirstSeek:
+    """A consumer whose first seek raises as librdkafka does for a partition revoked or lost since the read."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner, self.refused = inner, 0
+
+    def seek(self, partition: TopicPartition) -> None:
+        if not self.refused:
+            self.refused += 1
+            raise KafkaException(KafkaError(KafkaError._STATE, "Failed to seek to offset 1: Local: Erroneous state"))
+        self._inner.seek(partition)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+def test_a_rewind_librdkafka_refuses_neither_stops_the_loop_nor_skips_a_trigger(
+    kafka_config: dict[str, str], topic_names: TopicNames
+) -> None:
+    """A rebalance between a read and its rewind made seek raise out of the loop: the worker left its group."""
+    log, case, positions = _logged_fixture(kafka_config, topic_names)
+    for n in range(3):
+        _trigger(kafka_config, topic_names, f"s{n}", case, positions)
+    config = LoopConfig(group_id=f"g-{uuid.uuid4().hex}", input_topic=topic_names.triggers,
+                        transactional_id=f"tx-{uuid.uuid4().hex}", batch_size=1, retry_backoff_s=0.1)  # fmt: skip
+    loop = TransactionalLoop(kafka_config, config, _FailsOnce(topic_names, log, ExtractiveBackend(), "w"))
+    consumer = loop._consumer = _RefusesFirstSeek(loop._consumer)  # type: ignore[assignment]
+    loop.start()
+    committed = 0
+    for _ in range(60):
+        committed += loop.run_once(timeout_s=1.0)
+        if committed == 3:
+            break
+    loop.close()
+    assert consumer.refused == 1
+    assert sorted(_decisions(kafka_config, topic_names, 3)) == ["s0:dpm", "s1:dpm", "s2:dpm"]

@@ -10,7 +10,7 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from pipeline.core.event_log import RawRecord, RecordId
 from pipeline.core.model import ModelBackendError
@@ -167,10 +167,19 @@ class TransactionalLoop:
         self._model_attempts[record.where] = self._model_attempts.get(record.where, 0) + 1
 
     def _rewind(self, batch: Sequence[Message], to: dict[_Part, int] | None = None) -> None:
-        """Seeks each partition of `batch` back to its first record there (or to the offset `to` names)."""
+        """Seeks each partition of `batch` back to its first record there (or to the offset `to` names).
+
+        The rewind is noted first, so a seek that fails is made again when the partition's records
+        come (_rewinds_took). librdkafka refuses (_STATE) a seek on a partition revoked or lost since
+        the batch was read: its next owner starts from the committed offset, nothing to rewind.
+        """
         for (topic, partition), offset in {**_firsts(batch), **(to or {})}.items():
-            self._consumer.seek(TopicPartition(topic, partition, offset))
             self._rewound[topic, partition] = offset
+            try:
+                self._consumer.seek(TopicPartition(topic, partition, offset))
+            except KafkaException as exc:
+                _LOG.warning("rewinding %s[%d] to %d failed, left to its next records or owner: %s", topic,
+                             partition, offset, exc)  # fmt: skip
 
     def _rewinds_took(self, batch: list[Message]) -> bool:
         """False, and the batch rewound again, when a partition's records resume past where a rewind sought.
@@ -344,10 +353,20 @@ class TransactionalLoop:
 
     def _next_batch(self, timeout_s: float) -> list[Message]:
         """The first record when one comes and whatever else has arrived: a batch never waits to fill."""
-        first = self._consumer.poll(timeout_s)
-        if first is None:
+        first: Message | None = None
+        try:
+            first = self._consumer.poll(timeout_s)
+            if first is None:
+                return []
+            rest = self._consumer.consume(self._config.batch_size - 1, 0) if self._config.batch_size > 1 else []
+        except KafkaException as exc:  # the library's own state (a rebalance's assignment), not a record's fault
+            if exc.args and isinstance(exc.args[0], KafkaError) and exc.args[0].fatal():
+                raise  # this consumer can never go on: the process ends, to be started again
+            _LOG.warning("polling failed, trying again: %s", exc)
+            if first is not None and self._usable(first):
+                self._rewind([first])  # taken from the local queue: read again, never skipped
+            self._pause()
             return []
-        rest = self._consumer.consume(self._config.batch_size - 1, 0) if self._config.batch_size > 1 else []
         batch = [m for m in (first, *rest) if self._usable(m)]
         if not batch or not self._rewinds_took(batch):
             return []
