@@ -55,7 +55,7 @@ def measure(bootstrap: str, workdir: Path) -> dict[str, Any]:
     create_pipeline_topics(config, names, PARTITIONS, replication=1)
     env = child_env(bootstrap, names.prefix, DPM_HOME=str(workdir), DPM_BACKEND="extractive",
                     DPM_KEYS_DIR=str(workdir / "keys"), DPM_API_KEYS_FILE=str(workdir / "api-keys.json"),
-                    DPM_API_RATE_PER_S="100000")  # fmt: skip
+                    DPM_API_RATE_PER_S="100000", DPM_API_MAX_WAIT_S="300")  # fmt: skip
     settings = Settings.from_env(env)
     key = ApiKeys(workdir / "api-keys.json").add("bench")[1]
     port = free_cluster_port(1)

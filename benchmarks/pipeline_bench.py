@@ -52,6 +52,7 @@ SECTIONS = (
     "rss_mb",
     "ui",
     "api",
+    "writes",
     "long_horizon",
     "contest",
     "prompt_cache",

@@ -76,17 +76,18 @@ def opened(events: Iterable[Event], opening: CaseOpening | None) -> list[EventRe
     return [EventRecord(e, opening if e.seq == 1 else None) for e in events]
 
 
-def sealed_values(events: Iterable[Event], opening: CaseOpening | None,
-                  cipher: CaseCipher | None) -> list[tuple[Event, bytes]]:  # fmt: skip
+def sealed_values(events: Iterable[Event], opening: CaseOpening | None, cipher: CaseCipher | None, *,
+                  synced: bool = False) -> list[tuple[Event, bytes]]:  # fmt: skip
     """Each event with the bytes a producer writes: validated first (all or nothing), sealed with `cipher`.
 
     Raises SchemaError before anything is sealed when one event is not a valid dpm.event.v1.
+    `synced`: the caller synced the cipher just before (a sequencer does once for a whole transaction).
     """
     records = opened(events, opening)
     values = [r.to_wire() for r in records]
     for value in values:
         validate(SchemaId.EVENT, value)  # nothing is sent unless every event is valid
-    if cipher is not None:
+    if cipher is not None and not synced:
         cipher.sync()  # a case erased since the last append starts again under a new key
     return [(r.event, orjson.dumps(seal_body(v, cipher))) for r, v in zip(records, values, strict=True)]
 

@@ -63,6 +63,11 @@ class CaseHead:
         """Where seq 1..n are, in order."""
         return tuple(LogPosition(self.partition, first + i) for first, count in self.runs for i in range(count))
 
+    def copy(self) -> CaseHead:
+        """A copy whose changes leave this head as it is."""
+        return CaseHead(self.partition, [list(run) for run in self.runs], OrderedDict(self.batches),
+                        OrderedDict(self.triggers), self.broken)  # fmt: skip
+
     def offset_of(self, seq: int) -> int | None:
         """The offset of event `seq`, None beyond the head."""
         passed = 0

@@ -62,7 +62,9 @@ SOURCE = "/dpm/client"  # the CloudEvents source of what the client library writ
 BATCH_HEADER = "dpm_batch"  # the append (batch) a record was written by
 REQUEST_HEADER = "dpm_request"  # the fingerprint of the keyed append a record was written by
 _FOLD_CHUNK = 5_000  # records folded per store transaction while catching up a long partition
+_SYNC_EVERY_S = 1.0  # how often a cipher learns the key topic's news (keys made, erasures) before sealing
 _READ_FOLD_S = 2.0  # how long a read waits for its fold before it is answered from the heads as last folded
+_CACHED_HEADS = 100_000  # heads a sequencer keeps in memory (then it starts again from the store)
 
 
 @dataclass(frozen=True)
@@ -175,6 +177,11 @@ class PartitionSequencer:
         self._max_bytes = max_record_bytes(client_config)
         self._jobs: queue.Queue[_Job | None] = queue.Queue()
         self.stats = SequencerStats()
+        # Heads as this sequencer last stored them, valid while the store's folded offsets are the ones it left.
+        self._cache: dict[str, CaseHead] = {}
+        self._cached_at: dict[str, int] = {}
+        self._own_tail: int | None = None  # the folded offset, when it was moved past this process's last commit
+        self._synced_at: dict[int, float] = {}  # by id of a cipher: when it last learned the key topic's news
         self._thread = threading.Thread(target=self._run, name=f"sequencer-{names.events}-{partition}", daemon=True)
         self._thread.start()
 
@@ -242,7 +249,7 @@ class PartitionSequencer:
             appends = [j for j in appends if not j.answer.done() and not _expired(j)]
             try:
                 generation = self._producer.ready(_left(appends)) if appends else None
-                self._fold(time.monotonic() + _left(appends))
+                self._fold(time.monotonic() + _left(appends), triggers=False)  # appends need no requests
                 self._write(appends, generation)
             except ProducerFencedError as exc:  # another process took the partition: take it back, after its events
                 _LOG.info("%s[%d]: fenced (%s); registering again", self._names.events, self.partition, exc)
@@ -275,13 +282,13 @@ class PartitionSequencer:
         except BrokerUnavailableError as exc:
             _LOG.info("%s[%d]: reading heads as last folded (%s)", self._names.events, self.partition, exc)
             for read in reads:
-                if self._store.head(self._names.events, read.case.key) is None:
+                if self._stored(read.case.key) is None:
                     _fail(read, BrokerUnavailableError(f"case {read.case.key}: the broker did not answer ({exc})"))
         for read in reads:
             _answer_read(read, self._known)
 
     def _known(self, case: CaseRef) -> KnownCase:
-        head = self._store.head(self._names.events, case.key)
+        head = self._stored(case.key)
         if head is None:
             return KnownCase((), {})
         if head.broken is not None:
@@ -290,6 +297,7 @@ class PartitionSequencer:
 
     def _write(self, appends: list[_Append], generation: int | None) -> None:
         """Numbers each append after its case's head (each checked alone), then commits them all at once."""
+        self._sync({id(job.cipher): job.cipher for job in appends if job.cipher is not None})
         heads: dict[CaseRef, CaseHead] = {}
         planned: list[tuple[_Append, int, list[Output]]] = []  # (append, first seq, its outputs)
         pending: dict[tuple[CaseRef, str], _Append] = {}  # batch ids numbered in this group
@@ -304,8 +312,8 @@ class PartitionSequencer:
                 continue
             head = heads.get(job.case)
             if head is None:
-                head = heads[job.case] = (self._store.head(self._names.events, job.case.key)
-                                          or CaseHead(self.partition))  # fmt: skip
+                stored = self._stored(job.case.key)  # copied: numbering marks it, and a failed commit drops it
+                head = heads[job.case] = stored.copy() if stored is not None else CaseHead(self.partition)
             try:
                 outputs = self._planned(job, head)
             except DpmError as exc:
@@ -337,21 +345,47 @@ class PartitionSequencer:
             repeat.answer.set_result(Appended(done.positions, done.first_seq, written=False))
 
     def _keep_own(self, planned: list[tuple[_Append, int, list[Output]]], positions: list[LogPosition]) -> None:
-        """Folds this commit's own events into the stored heads now (the next fold reads them again: no change).
+        """Folds this commit's own events into the stored heads now, so the next fold need not read them back.
 
-        So a read answered from the heads as last folded, while the broker is away, knows them.
-        The folded offset stays: records another producer wrote between them are folded then.
+        When they follow the folded offset with nothing between (no other producer wrote meanwhile), the
+        folded offset moves past them; the commit's marker after them is then all the partition gained,
+        and the next fold reads nothing. Else the offset stays, and the next fold reads them again (no
+        change) with what came between. A read answered from the heads as last folded, while the
+        broker is away, knows them either way.
         """
         events, at = self._names.events, 0
         heads: dict[str, CaseHead | None] = {}
         for job, first, outs in planned:
-            head = heads.get(job.case.key) or self._store.head(events, job.case.key) or CaseHead(self.partition)
+            head = heads.get(job.case.key) or self._stored(job.case.key) or CaseHead(self.partition)
             for i, position in enumerate(positions[at : at + len(outs)]):
                 if first + i == head.last_seq + 1:  # else another process's fold is behind: the next fold catches up
                     head.fold_event(first + i, position.offset, (job.batch_id, job.fingerprint))
             heads[job.case.key] = head
             at += len(outs)
-        self._store.save(events, heads)
+        offsets = sorted(p.offset for p in positions)
+        start = self._store.next_offset(events, self.partition)
+        moved = Folded(events, self.partition, start, offsets[-1] + 1)
+        if offsets == list(range(start, start + len(offsets))) and self._saved(heads, moved):
+            self._own_tail = moved.end
+            return
+        self._saved(heads, None)
+
+    def _sync(self, ciphers: dict[int, CaseCipher]) -> None:
+        """Each cipher learns the keys created and destroyed since, at most every _SYNC_EVERY_S.
+
+        Syncing reads the key topic's ends (a round trip per partition, under the key ring's lock):
+        per append it capped the whole process's appends. Keys another process created are found
+        when a case has none here (CaseKeys syncs on a miss), and erasures reach the client's
+        erasure watch within about a second, which refuses the case before it reaches a sequencer.
+        """
+        now = time.monotonic()
+        try:
+            for key, cipher in ciphers.items():
+                if now - self._synced_at.get(key, 0.0) >= _SYNC_EVERY_S:
+                    cipher.sync()
+                    self._synced_at[key] = now
+        except KafkaAdapterError as exc:  # the key topic not read now: tried again, like the transaction
+            raise BrokerUnavailableError(f"reading the key topic failed: {exc}") from exc
 
     def _planned(self, job: _Append, head: CaseHead) -> list[Output] | None:
         """The append's outputs numbered after `head`; None when the head shows it written (its answer is set)."""
@@ -374,7 +408,7 @@ class PartitionSequencer:
         outputs = [Output(self._names.events, e.key.encode(), value,
                           (*standard_headers(SchemaId.EVENT, source=SOURCE, event_id=e.key, tenant=e.case.tenant),
                            *marks), self.partition)
-                   for e, value in sealed_values(events, job.opening, job.cipher)]  # fmt: skip
+                   for e, value in sealed_values(events, job.opening, job.cipher, synced=True)]  # fmt: skip
         too_large = oversized(outputs, self._max_bytes)
         if too_large is not None:
             index, size = outputs.index(too_large), too_large.size()
@@ -400,23 +434,56 @@ class PartitionSequencer:
 
     # Folding the partition's new records into the heads
 
-    def _fold(self, deadline: float) -> None:
-        """Folds the partition's events and decision requests committed since the store last folded them."""
-        for topic, fold in ((self._names.events, _fold_event), (self._names.triggers, _fold_trigger)):
+    def _fold(self, deadline: float, *, triggers: bool = True) -> None:
+        """Folds the partition's events (and decision requests) committed since the store last folded them."""
+        topics: list[tuple[str, _Folder]] = [(self._names.events, _fold_event)]
+        if triggers:
+            topics.append((self._names.triggers, _fold_trigger))
+        for topic, fold in topics:
             while not self._fold_some(topic, fold, deadline):
                 pass
 
     def _fold_some(self, topic: str, fold: _Folder, deadline: float) -> bool:
         """Folds up to a chunk of `topic`'s new records; True once the partition's end was reached."""
         start = self._store.next_offset(topic, self.partition)
+        if self._cached_at.get(topic) != start:  # another process on the store folded past this one's cache
+            self._cache.clear()
+            self._cached_at.clear()
         records, end = self._read(topic, start, deadline)
+        if not records and end == start:
+            return True
         heads: dict[str, CaseHead | None] = {}
-        events = self._names.events
         for msg in records:
-            fold(msg, heads, lambda key: self._store.head(events, key), self.partition)
-        if not self._store.save(events, heads, Folded(topic, self.partition, start, end)):
+            fold(msg, heads, self._stored, self.partition)
+        if not self._saved(heads, Folded(topic, self.partition, start, end)):
             return False  # another process on the store folded it meanwhile: go on from where it stopped
         return len(records) < _FOLD_CHUNK
+
+    def _stored(self, case_key: str) -> CaseHead | None:
+        """A case's head as last folded: from this sequencer's cache, else from the store."""
+        head = self._cache.get(case_key)
+        if head is None:
+            head = self._store.head(self._names.events, case_key)
+            if head is not None:
+                if len(self._cache) >= _CACHED_HEADS:
+                    self._cache.clear()
+                self._cache[case_key] = head
+        return head
+
+    def _saved(self, heads: dict[str, CaseHead | None], folded: Folded | None) -> bool:
+        """Stores `heads` (and the fold) and caches them; False, the cache dropped, when another folded first."""
+        if not self._store.save(self._names.events, heads, folded):
+            self._cache.clear()
+            self._cached_at.clear()
+            return False
+        for key, head in heads.items():
+            if head is None:
+                self._cache.pop(key, None)
+            else:
+                self._cache[key] = head
+        if folded is not None:
+            self._cached_at[folded.topic] = folded.end
+        return True
 
     def _read(self, topic: str, start: int, deadline: float) -> tuple[list[Message], int]:
         """Up to a chunk of committed records of `topic`[partition] from `start`, and the offset to go on from."""
@@ -427,8 +494,9 @@ class PartitionSequencer:
             _, high = self._consumer.get_watermark_offsets(part, timeout=max(1.0, until - time.monotonic()))
         except KafkaException as exc:
             raise BrokerUnavailableError(f"reading {topic}[{self.partition}]'s end failed: {exc}") from exc
-        if start >= high:
-            return records, start  # nothing new: no fetch at all
+        if start >= high or (start == self._own_tail and high == start + 1 and topic == self._names.events):
+            return records, start  # nothing new, or only the marker of this process's last commit: no fetch
+        self._own_tail = None
         self._consumer.assign([part])
         try:
             while len(records) < _FOLD_CHUNK:
