@@ -6,9 +6,9 @@ import itertools
 import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 import pytest
@@ -35,6 +35,8 @@ from pipeline.wire.trigger import DecisionRequest
 from pipeline.workers.projection.handler import ProjectionHandler
 from tests.cases import load_fixture
 from tests.pipeline_support import committed_records, create_topics
+
+_W = TypeVar("_W")  # a consumer wrapped by a test
 
 
 class _Overloaded(ExtractiveBackend):
@@ -206,13 +208,23 @@ class _FailsOnce(ProjectionHandler):
 def test_a_rewind_that_does_not_take_is_made_again_and_no_trigger_is_skipped(
     kafka_config: dict[str, str], topic_names: TopicNames
 ) -> None:
+    loop, consumer = _three_decided_through(kafka_config, topic_names, _LosesFirstSeek)
+    assert consumer.lost == 1
+    assert loop.stats.reseeks == 1  # offset 2 came after the lost rewind to 1: sought again, not committed
+    assert sorted(_decisions(kafka_config, topic_names, 3)) == ["s0:dpm", "s1:dpm", "s2:dpm"]
+
+
+def _three_decided_through(kafka_config: dict[str, str], topic_names: TopicNames,
+                           wrapper: Callable[[Any], _W]) -> tuple[TransactionalLoop, _W]:  # fmt: skip
+    """Three triggers of one case (offsets 0, 1, 2; the one at 1 fails once), decided through a wrapped consumer."""
     log, case, positions = _logged_fixture(kafka_config, topic_names)
-    for n in range(3):  # one case: one partition, offsets 0, 1, 2
+    for n in range(3):
         _trigger(kafka_config, topic_names, f"s{n}", case, positions)
     config = LoopConfig(group_id=f"g-{uuid.uuid4().hex}", input_topic=topic_names.triggers,
                         transactional_id=f"tx-{uuid.uuid4().hex}", batch_size=1, retry_backoff_s=0.1)  # fmt: skip
     loop = TransactionalLoop(kafka_config, config, _FailsOnce(topic_names, log, ExtractiveBackend(), "w"))
-    consumer = loop._consumer = _LosesFirstSeek(loop._consumer)  # type: ignore[assignment]
+    consumer = wrapper(loop._consumer)
+    loop._consumer = consumer  # type: ignore[assignment]
     loop.start()
     committed = 0
     for _ in range(60):
@@ -220,9 +232,7 @@ def test_a_rewind_that_does_not_take_is_made_again_and_no_trigger_is_skipped(
         if committed == 3:
             break
     loop.close()
-    assert consumer.lost == 1
-    assert loop.stats.reseeks == 1  # offset 2 came after the lost rewind to 1: sought again, not committed
-    assert sorted(_decisions(kafka_config, topic_names, 3)) == ["s0:dpm", "s1:dpm", "s2:dpm"]
+    return loop, consumer
 
 
 def _loop(kafka_config: dict[str, str], topic_names: TopicNames, handler: ProjectionHandler, **config: Any
@@ -365,19 +375,6 @@ def test_a_rewind_librdkafka_refuses_neither_stops_the_loop_nor_skips_a_trigger(
     kafka_config: dict[str, str], topic_names: TopicNames
 ) -> None:
     """A rebalance between a read and its rewind made seek raise out of the loop: the worker left its group."""
-    log, case, positions = _logged_fixture(kafka_config, topic_names)
-    for n in range(3):
-        _trigger(kafka_config, topic_names, f"s{n}", case, positions)
-    config = LoopConfig(group_id=f"g-{uuid.uuid4().hex}", input_topic=topic_names.triggers,
-                        transactional_id=f"tx-{uuid.uuid4().hex}", batch_size=1, retry_backoff_s=0.1)  # fmt: skip
-    loop = TransactionalLoop(kafka_config, config, _FailsOnce(topic_names, log, ExtractiveBackend(), "w"))
-    consumer = loop._consumer = _RefusesFirstSeek(loop._consumer)  # type: ignore[assignment]
-    loop.start()
-    committed = 0
-    for _ in range(60):
-        committed += loop.run_once(timeout_s=1.0)
-        if committed == 3:
-            break
-    loop.close()
+    _, consumer = _three_decided_through(kafka_config, topic_names, _RefusesFirstSeek)
     assert consumer.refused == 1
     assert sorted(_decisions(kafka_config, topic_names, 3)) == ["s0:dpm", "s1:dpm", "s2:dpm"]
