@@ -88,3 +88,23 @@ def test_an_append_refused_in_a_group_fails_alone_and_its_neighbours_are_written
     assert isinstance(outcomes["case-4"], Appended)
     assert _events_by_case(kafka_config, topic_names) == {"acme/case-1": [1], "acme/case-2": [1], "acme/case-4": [1]}
     assert stats.transactions == 2  # the first append, then one for both that passed
+
+
+def test_two_sequencers_sharing_one_head_store_alternate_on_a_case_without_a_gap_or_a_fork(
+    kafka_config: dict[str, str], topic_names: TopicNames, tmp_path: Path
+) -> None:
+    """Two door processes of one host: one store file, each its own sequencer, fencing each other in turn."""
+    create_topics(kafka_config, topic_names, partitions=1)
+    one = CaseWriters({**kafka_config, "client.id": "door-1"}, topic_names, None, tmp_path)
+    two = CaseWriters({**kafka_config, "client.id": "door-2"}, topic_names, None, tmp_path)
+    case = CaseRef("acme", "case-1")
+    seqs = [(one, two)[n % 2].append(case, [("tool", f"turn {n}")], batch_id=f"b{n}", fingerprint=None).first_seq
+            for n in range(12)]  # fmt: skip
+    retried = one.append(case, [("tool", "turn 11")], batch_id="b11", fingerprint=None)  # two wrote it: one knows
+    known = two.known(case)
+    one.close()
+    two.close()
+    assert seqs == list(range(1, 13))
+    assert (retried.first_seq, retried.written) == (12, False)
+    assert len(known.positions) == 12
+    assert _events_by_case(kafka_config, topic_names) == {case.key: list(range(1, 13))}

@@ -124,8 +124,11 @@ class CaseWriters:
     def _head_store(self) -> HeadStore:
         if self._store is None:
             events = self._names.events
-            store = _Shared.store(self._state_dir / "heads" / f"{events}.sqlite")
-            store.adopt(events, topic_id(self._config, events), related=(self._names.triggers,))
+            # One file per topic incarnation (its id): another cluster's topic of the same name, or the topic
+            # made again, has a file of its own, never rows folded from another log.
+            identity = topic_id(self._config, events)
+            store = _Shared.store(self._state_dir / "heads" / f"{events}-{identity}.sqlite")
+            store.adopt(events, identity, related=(self._names.triggers,))
             self._store = store
         return self._store
 
@@ -146,6 +149,7 @@ class CaseWriters:
         with self._lock:
             store = self._head_store()
         store.forget(self._names.events, case.key)
+        store.forget(self._names.triggers, case.key)
 
     def stats(self) -> SequencerStats:
         """What the sequencers this client uses have done (shared with the process's other clients of its topics)."""

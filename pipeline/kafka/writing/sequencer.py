@@ -28,7 +28,9 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
@@ -42,6 +44,7 @@ from pipeline.kafka.processing.steps import Output, max_record_bytes, oversized
 from pipeline.kafka.writing.case_heads import CaseHead, SentTrigger
 from pipeline.kafka.writing.head_store import Folded, HeadStore
 from pipeline.kafka.writing.txn_producer import (
+    GRACE_S,
     CommitOutcomeUnknownError,
     OutputsRefusedError,
     ProducerFencedError,
@@ -57,6 +60,7 @@ from pipeline.wire.sealing import CaseCipher
 from pipeline.wire.trigger import DecisionRequest
 
 _LOG = logging.getLogger("pipeline.kafka.writing.sequencer")
+_T = TypeVar("_T")
 _LIB_LOG = logging.getLogger("pipeline.kafka.librdkafka")
 SOURCE = "/dpm/client"  # the CloudEvents source of what the client library writes
 BATCH_HEADER = "dpm_batch"  # the append (batch) a record was written by
@@ -64,6 +68,9 @@ REQUEST_HEADER = "dpm_request"  # the fingerprint of the keyed append a record w
 _FOLD_CHUNK = 5_000  # records folded per store transaction while catching up a long partition
 _SYNC_EVERY_S = 1.0  # how often a cipher learns the key topic's news (keys made, erasures) before sealing
 _READ_FOLD_S = 2.0  # how long a read waits for its fold before it is answered from the heads as last folded
+# How long past its own timeout a caller waits for its answer: a transactional call left hung is
+# given up on after its timeout and a grace (kafka/writing/txn_producer.py), an abort after it too.
+_ANSWER_GRACE_S = 2 * GRACE_S + 5.0
 _CACHED_HEADS = 100_000  # heads a sequencer keeps in memory (then it starts again from the store)
 
 
@@ -173,10 +180,12 @@ class PartitionSequencer:
         # A fetch at the partition's end returns after fetch.wait.max.ms: short, since a fold waits for it.
         self._consumer = Consumer({**client_config, "group.id": reader_group("sequencer"), "enable.auto.commit": False,
                                    "enable.partition.eof": True, "isolation.level": "read_committed",
+                                   "auto.offset.reset": "earliest",  # a triggers topic's start is deleted in time
                                    "fetch.wait.max.ms": 10}, logger=_LIB_LOG)  # fmt: skip
         self._max_bytes = max_record_bytes(client_config)
         self._jobs: queue.Queue[_Job | None] = queue.Queue()
         self.stats = SequencerStats()
+        self._closed = False
         # Heads as this sequencer last stored them, valid while the store's folded offsets are the ones it left.
         self._cache: dict[str, CaseHead] = {}
         self._cached_at: dict[str, int] = {}
@@ -192,16 +201,27 @@ class PartitionSequencer:
                timeout_s: float) -> Appended:  # fmt: skip
         """Numbers and writes `items` after the case's last event; returns their positions once committed."""
         job = _Append(case, items, batch_id, fingerprint, opening, expected_seq, cipher, time.monotonic() + timeout_s)
-        self._jobs.put(job)
-        return job.answer.result()
+        return self._answered(job, job.answer, timeout_s)
 
     def known(self, case: CaseRef, timeout_s: float) -> KnownCase:
         """The case's events and decision requests as committed now (folded first; nothing registered or fenced)."""
         job = _Read(case, time.monotonic() + timeout_s)
+        return self._answered(job, job.answer, timeout_s)
+
+    def _answered(self, job: _Append | _Read, answer: Future[_T], timeout_s: float) -> _T:
+        """Queues `job` and waits for its answer; a sequencer that never answers is not waited for forever."""
+        if self._closed:
+            raise KafkaAdapterError(f"case {job.case.key}: this client was closed; nothing was written")
         self._jobs.put(job)
-        return job.answer.result()
+        try:
+            return answer.result(timeout=timeout_s + _ANSWER_GRACE_S)
+        except FutureTimeout:
+            raise BrokerUnavailableError(f"case {job.case.key}: no answer within {timeout_s:g} s; an append may have "
+                                         "been written: retry it with the same idempotency key, which never writes "
+                                         "it twice") from None  # fmt: skip
 
     def close(self) -> None:
+        self._closed = True
         self._jobs.put(None)
         self._thread.join(30)
         self._producer.close()
@@ -288,12 +308,13 @@ class PartitionSequencer:
             _answer_read(read, self._known)
 
     def _known(self, case: CaseRef) -> KnownCase:
+        """The case's events (its events row) and decision requests (its triggers row: each topic folds its own)."""
         head = self._stored(case.key)
-        if head is None:
-            return KnownCase((), {})
-        if head.broken is not None:
+        if head is not None and head.broken is not None:
             raise KafkaAdapterError(f"case {case.key}: {head.broken}")
-        return KnownCase(head.positions(), dict(head.triggers))
+        requests = self._store.head(self._names.triggers, case.key)
+        return KnownCase(head.positions() if head is not None else (),
+                         dict(requests.triggers) if requests is not None else {})  # fmt: skip
 
     def _write(self, appends: list[_Append], generation: int | None) -> None:
         """Numbers each append after its case's head (each checked alone), then commits them all at once."""
@@ -332,10 +353,16 @@ class PartitionSequencer:
             positions = self._producer.publish(outputs, generation=generation, call_timeout_s=_left(appends))
         except OutputsRefusedError as exc:
             self._refused(planned, exc)
+            for repeat, _ in repeats:  # asked again next time: the append it repeats is written, or refused
+                self._jobs.put(repeat)
             return
+        self._committed(planned, repeats, positions)
+
+    def _committed(self, planned: list[tuple[_Append, int, list[Output]]], repeats: list[tuple[_Append, _Append]],
+                   positions: list[LogPosition]) -> None:  # fmt: skip
+        """Answers every append of a committed transaction, then keeps its heads (best effort: it is committed)."""
         self.stats.transactions += 1
         self.stats.appends += len(planned)
-        self._keep_own(planned, positions)
         at = 0
         for job, first, outs in planned:
             job.answer.set_result(Appended(tuple(positions[at : at + len(outs)]), first, written=True))
@@ -343,6 +370,13 @@ class PartitionSequencer:
         for repeat, earlier in repeats:
             done = earlier.answer.result()
             repeat.answer.set_result(Appended(done.positions, done.first_seq, written=False))
+        try:
+            self._keep_own(planned, positions)
+        except Exception:  # noqa: BLE001 - committed and answered: the next fold reads them instead
+            _LOG.exception("%s[%d]: keeping the commit's heads failed", self._names.events, self.partition)
+            self._cache.clear()
+            self._cached_at.clear()
+            self._own_tail = None
 
     def _keep_own(self, planned: list[tuple[_Append, int, list[Output]]], positions: list[LogPosition]) -> None:
         """Folds this commit's own events into the stored heads now, so the next fold need not read them back.
@@ -350,8 +384,7 @@ class PartitionSequencer:
         When they follow the folded offset with nothing between (no other producer wrote meanwhile), the
         folded offset moves past them; the commit's marker after them is then all the partition gained,
         and the next fold reads nothing. Else the offset stays, and the next fold reads them again (no
-        change) with what came between. A read answered from the heads as last folded, while the
-        broker is away, knows them either way.
+        change) with what came between.
         """
         events, at = self._names.events, 0
         heads: dict[str, CaseHead | None] = {}
@@ -365,10 +398,10 @@ class PartitionSequencer:
         offsets = sorted(p.offset for p in positions)
         start = self._store.next_offset(events, self.partition)
         moved = Folded(events, self.partition, start, offsets[-1] + 1)
+        # Only with the offset check: heads stored without it could overwrite what another process on the
+        # store folded since. When the check fails, or others wrote between, the next fold reads them.
         if offsets == list(range(start, start + len(offsets))) and self._saved(heads, moved):
             self._own_tail = moved.end
-            return
-        self._saved(heads, None)
 
     def _sync(self, ciphers: dict[int, CaseCipher]) -> None:
         """Each cipher learns the keys created and destroyed since, at most every _SYNC_EVERY_S.
@@ -446,18 +479,24 @@ class PartitionSequencer:
     def _fold_some(self, topic: str, fold: _Folder, deadline: float) -> bool:
         """Folds up to a chunk of `topic`'s new records; True once the partition's end was reached."""
         start = self._store.next_offset(topic, self.partition)
-        if self._cached_at.get(topic) != start:  # another process on the store folded past this one's cache
-            self._cache.clear()
+        if topic == self._names.events and self._cached_at.get(topic) != start:
+            self._cache.clear()  # another process on the store folded past what this one cached
             self._cached_at.clear()
         records, end = self._read(topic, start, deadline)
         if not records and end == start:
             return True
         heads: dict[str, CaseHead | None] = {}
-        for msg in records:
-            fold(msg, heads, self._stored, self.partition)
-        if not self._saved(heads, Folded(topic, self.partition, start, end)):
-            return False  # another process on the store folded it meanwhile: go on from where it stopped
-        return len(records) < _FOLD_CHUNK
+        # Each topic folds rows of its own (a case's events, a case's requests), so that two processes folding
+        # the two topics at once never write over each other's: each row is guarded by its topic's offset.
+        if topic == self._names.events:
+            for msg in records:
+                fold(msg, heads, self._stored, self.partition)
+            saved = self._saved(heads, Folded(topic, self.partition, start, end))
+        else:
+            for msg in records:
+                fold(msg, heads, lambda key: self._store.head(topic, key), self.partition)
+            saved = self._store.save(topic, heads, Folded(topic, self.partition, start, end))
+        return saved and len(records) < _FOLD_CHUNK  # not saved: another process folded it; go on from its offset
 
     def _stored(self, case_key: str) -> CaseHead | None:
         """A case's head as last folded: from this sequencer's cache, else from the store."""
@@ -602,8 +641,7 @@ def _records(job: _Job) -> int:
 def _expired(job: _Job) -> bool:
     if time.monotonic() <= job.deadline:
         return False
-    _fail(job, BrokerUnavailableError(f"case {job.case.key}: the broker did not answer in time; nothing of it was "
-                                      "written"))  # fmt: skip
+    _fail(job, _unavailable(job, "no answer in time"))
     return True
 
 
@@ -617,7 +655,7 @@ def _fail(job: _Job, error: BaseException) -> None:
         job.answer.set_exception(error)
 
 
-def _unavailable(job: _Job, exc: BaseException) -> BrokerUnavailableError:
+def _unavailable(job: _Job, exc: BaseException | str) -> BrokerUnavailableError:
     """What an append the broker did not confirm in time tells its caller: written or not, and what to do."""
     said = f"case {job.case.key}: the broker did not take the write in time ({exc})"
     if isinstance(job, _Append) and job.maybe_written:
