@@ -41,7 +41,7 @@ from pipeline.kafka.cluster.admin import reader_group
 from pipeline.kafka.cluster.topics import TopicNames
 from pipeline.kafka.errors import BrokerUnavailableError, KafkaAdapterError
 from pipeline.kafka.processing.steps import Output, max_record_bytes, oversized
-from pipeline.kafka.writing.case_heads import CaseHead, SentTrigger
+from pipeline.kafka.writing.case_heads import Batch, CaseHead, SentTrigger
 from pipeline.kafka.writing.head_store import Folded, HeadStore
 from pipeline.kafka.writing.txn_producer import (
     GRACE_S,
@@ -629,9 +629,8 @@ def _answer_read(read: _Read, known: Callable[[CaseRef], KnownCase]) -> None:
 
 
 def _same_request(one: _Append, other: _Append) -> bool:
-    if one.fingerprint is not None and other.fingerprint is not None:
-        return one.fingerprint == other.fingerprint
-    return len(one.items) == len(other.items)
+    """Whether `other` asks again what `one` asked: by the rule a committed batch answers a retry with."""
+    return Batch(0, len(one.items), one.fingerprint).answers(len(other.items), other.fingerprint)
 
 
 def _records(job: _Job) -> int:
