@@ -64,6 +64,7 @@ from pipeline.core.events import ID_PATTERN, KIND_PATTERN, MAX_KIND_CHARS, MAX_T
 from pipeline.core.idempotency import InvalidIdempotencyKeyError, header_key
 from pipeline.core.task import TaskSpec
 from pipeline.services.api_keys import ApiKey, ApiKeys
+from pipeline.services.door_routes import VIA, Doors, ForwardFailedError, was_forwarded
 from pipeline.services.tenant_gate import TenantNotOnClusterError
 from pipeline.wire import door_checks
 from pipeline.wire.contest import reasons_outcome
@@ -268,7 +269,8 @@ _MEANINGS = {400: "a body or parameter that does not parse or validate (the fiel
              "nothing was written", 429: "this key's rate is exceeded "
              "(Retry-After)", 503: "the cluster did not answer within DPM_API_BROKER_WAIT_S, or the pipeline's topics "
              "do not exist (topics-missing): nothing was written, unless an append's commit was sent and its "
-             "answer lost (retry with the same Idempotency-Key) (Retry-After)"}  # fmt: skip
+             "answer lost (retry with the same Idempotency-Key), as when the door that owns the case took it and "
+             "did not answer (owner-unanswered) (Retry-After)"}  # fmt: skip
 
 
 def _problems(*statuses: int) -> dict[int | str, dict[str, Any]]:
@@ -311,14 +313,19 @@ class _Caller:
 
 
 def create_api(memory_for: MemoryFor, keys: ApiKeys, settings: ApiSettings,
-               erase: Callable[[str, str], Awaitable[int]] | None = None) -> FastAPI:  # fmt: skip
-    """The API's application: `memory_for(tenant)` is the tenant's client, `erase(tenant, case)` erases a case."""
+               erase: Callable[[str, str], Awaitable[int]] | None = None,
+               doors: Doors | None = None) -> FastAPI:  # fmt: skip
+    """The API's application: `memory_for(tenant)` is the tenant's client, `erase(tenant, case)` erases a case.
+
+    `doors`: this door's place among the door replicas; an append for a case whose partition another
+    door owns is forwarded to it (services/door_routes.py). None: every append is made here.
+    """
     app = FastAPI(title="dpm", version=VERSION, description=__doc__, openapi_url="/openapi.json", docs_url=None,
                   redoc_url=None)  # fmt: skip
     _answer_problems(app)
     app.add_middleware(_Guard, keys=keys, limits=RateLimit(settings.rate_per_s),
                        max_body_bytes=settings.max_body_bytes)  # fmt: skip
-    routes = _Routes(memory_for, settings, erase)
+    routes = _Routes(memory_for, settings, erase, doors)
     written = (400, 401, 403, 404, 409, 410, 411, 413, 415, 422, 429, 503)
     app.add_api_route(f"/{VERSION}/cases/{{case_id}}/events", routes.append, methods=["POST"], status_code=201,
                       response_model=Appended, responses=_problems(*written, 412),
@@ -462,8 +469,8 @@ IfMatch = Annotated[str | None, Header(description='the case\'s last seq as the 
 
 class _Routes:
     def __init__(self, memory_for: MemoryFor, settings: ApiSettings,
-                 erase: Callable[[str, str], Awaitable[int]] | None) -> None:  # fmt: skip
-        self._memory_for, self._settings, self._erase = memory_for, settings, erase
+                 erase: Callable[[str, str], Awaitable[int]] | None, doors: Doors | None) -> None:  # fmt: skip
+        self._memory_for, self._settings, self._erase, self._doors = memory_for, settings, erase, doors
 
     async def _memory(self, request: Request) -> AsyncDecisionMemory:
         caller: _Caller = request.state.caller
@@ -475,16 +482,21 @@ class _Routes:
             raise _client_problem(exc) from exc
 
     async def append(self, request: Request, response: Response, case_id: CaseId, body: AppendIn, *,
-                     idempotency_key: IdempotencyKey = None, if_match: IfMatch = None) -> Appended:  # fmt: skip
+                     idempotency_key: IdempotencyKey = None,
+                     if_match: IfMatch = None) -> Appended | Response:  # fmt: skip
         """Appends the steps after the case's last, all or none; 201 with their seqs and positions.
 
         The answer's ETag is the seq of the last event written (`"<seq>"`), the If-Match of the next append.
+        An append for a case another door replica owns is that door's answer (with a `Via` header).
         """
         door_checks.case_id(case_id)
         steps = door_checks.events((e.kind, e.text) for e in body.events)
         key = _idempotency_key(idempotency_key)
         expected = door_checks.if_match_seq(if_match)
         memory = await self._memory(request)
+        forwarded = await self._forwarded(request, memory, case_id)
+        if forwarded is not None:
+            return forwarded
         try:
             done = await memory.append_many(case_id, steps, idempotency_key=key, expected_seq=expected,
                                             timeout=self._settings.broker_wait_s)  # fmt: skip
@@ -503,6 +515,24 @@ class _Routes:
             response.headers["ETag"] = f'"{done[-1].seq}"'
         return Appended(case_id=case_id, events=[Position(seq=a.seq, partition=a.position.partition,
                                                           offset=a.position.offset) for a in done])  # fmt: skip
+
+    async def _forwarded(self, request: Request, memory: AsyncDecisionMemory, case_id: str) -> Response | None:
+        """The owning door's answer to this append, when another door owns the case's partition; else None."""
+        if self._doors is None or was_forwarded(request.headers):
+            return None
+        try:
+            owner = await self._doors.owner(*await memory.partition_of(case_id))
+            if owner is None:
+                return None
+            path = f"/{VERSION}/cases/{quote(case_id, safe='')}/events"
+            answer = await self._doors.forward(owner, path, await request.body(), request.headers)
+        except ClientError as exc:
+            raise _client_problem(exc) from exc
+        except ForwardFailedError as exc:
+            raise Problem(503, "owner-unanswered", "Service unavailable", str(exc), {"Retry-After": "1"}) from exc
+        if answer is None:
+            return None  # the owner is gone: appended here, taking its partition over
+        return Response(answer.body, status_code=answer.status, headers={**answer.headers, "via": VIA})
 
     async def decide(self, request: Request, case_id: CaseId, body: DecideIn,
                      idempotency_key: IdempotencyKey = None) -> Response:  # fmt: skip

@@ -19,7 +19,9 @@ def mcp(
     settings = broker_settings()
     if stdio_tenant is None:
         typer.echo(f"dpm mcp: http://{addr}:{port}/mcp (Authorization: Bearer <API key>; Ctrl-C stops)", err=True)
-        serve_http(settings, addr, port)
+        from pipeline.api.server import door_api
+
+        serve_http(settings, addr, port, lambda memories, doors: door_api(settings, memories, doors))
         return
     serve_stdio(settings, stdio_tenant)
 

@@ -62,6 +62,9 @@ class AsyncDecisionMemory:
         return await self._run(self.sync.append_many, case_id, items, idempotency_key=idempotency_key,
                                expected_seq=expected_seq, timeout=timeout)  # fmt: skip
 
+    async def partition_of(self, case_id: str) -> tuple[str, int]:
+        return await self._run(self.sync.partition_of, case_id)
+
     async def decide(self, case_id: str, *, domain: str | None = None, task: TaskSpec | None = None,
                      budget: int = DEFAULT_BUDGET_CHARS, architecture: str = "dpm", timeout: float = 60.0,
                      idempotency_key: str | None = None) -> Decision:  # fmt: skip

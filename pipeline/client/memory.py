@@ -194,6 +194,15 @@ class DecisionMemory:
                                                                                             strict=True))))  # fmt: skip
         return [EventPosition(case_id, done.first_seq + i, p) for i, p in enumerate(done.positions)]
 
+    def partition_of(self, case_id: str) -> tuple[str, int]:
+        """The events topic and partition the case's steps go to (a door forwards an append to its owner by it)."""
+        try:
+            return self._writers.partition_of(CaseRef(self.tenant, case_id))
+        except BrokerUnavailableError as exc:
+            raise ClusterUnavailableError(str(exc)) from exc
+        except KafkaAdapterError as exc:
+            raise ClientError(f"the partitions of {self._names.events} could not be read: {exc}") from exc
+
     # Erasure
 
     def _refuse_erased(self, case: CaseRef, timeout: float) -> None:

@@ -477,6 +477,27 @@ class ApiSettings(_Group):
         description="how long a door (the HTTP API, the MCP tools) waits for the cluster to take a write, or to "
         "answer a tenant's first request, before it answers 503 with Retry-After (nothing written)",
     )
+    door_group: bool = Field(
+        True,
+        validation_alias="DPM_DOOR_GROUP",
+        description="the doors divide the events partitions through the consumer group `<prefix>-doors` and forward "
+        "an append to the door that owns its case (docs/concepts/writes.md); off, every door sequences each case it "
+        "is asked for, handing partitions over between doors",
+    )
+    door_url: str | None = Field(
+        None,
+        validation_alias="DPM_DOOR_URL",
+        description="the base URL other doors forward appends to this one at (e.g. http://10.0.0.7:8088); default "
+        "http://<bind address>:<port>, with the host's address when bound to every interface (0.0.0.0)",
+    )
+    door_session_timeout_ms: int = Field(
+        10_000,
+        ge=3_000,
+        le=300_000,
+        validation_alias="DPM_DOOR_SESSION_TIMEOUT_MS",
+        description="how long a door that stopped answering keeps its partitions in the doors' group (a door that "
+        "stops cleanly gives them up at once)",
+    )
     max_wait_s: float = Field(
         60.0,
         gt=0,

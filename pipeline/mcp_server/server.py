@@ -12,7 +12,9 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
+from urllib.parse import quote
 
+import orjson
 from mcp.server.auth.middleware.auth_context import get_access_token
 from mcp.server.auth.provider import AccessToken
 from mcp.server.auth.settings import AuthSettings
@@ -30,6 +32,7 @@ from pipeline.client import (
 from pipeline.core.contest import NOT_ADVICE
 from pipeline.core.idempotency import InvalidIdempotencyKeyError
 from pipeline.services.api_keys import ApiKeys
+from pipeline.services.door_routes import Doors, ForwardFailedError
 from pipeline.services.tenant_gate import TenantNotOnClusterError
 from pipeline.wire import door_checks
 from pipeline.wire.contest import reasons_outcome
@@ -63,16 +66,20 @@ def _told() -> Iterator[None]:
     """A refused argument or a failed call as a tool error that says what is wrong (never a value sent)."""
     try:
         yield
-    except (RefusedArgumentError, TenantNotOnClusterError, ClientError, InvalidIdempotencyKeyError) as exc:
+    except (RefusedArgumentError, TenantNotOnClusterError, ClientError, InvalidIdempotencyKeyError,
+            ForwardFailedError) as exc:  # fmt: skip
         raise ToolError(str(exc)) from exc
 
 
 def build_server(memory_for: MemoryFor, tenant: str | None, *, max_wait_s: float, keys: ApiKeys | None = None,
-                 url: str = "http://127.0.0.1:8089", broker_wait_s: float = 10.0) -> MCPServer:  # fmt: skip
+                 url: str = "http://127.0.0.1:8089", broker_wait_s: float = 10.0,
+                 doors: Doors | None = None) -> MCPServer:  # fmt: skip
     """The server: for `tenant` (stdio), or for each request's key's tenant (`keys`, streamable HTTP at `url`).
 
     `max_wait_s` is the longest wait_s a tool takes (DPM_API_MAX_WAIT_S, as the HTTP API's); `broker_wait_s`
     how long a write waits for the cluster before the tool says it is not answering (DPM_API_BROKER_WAIT_S).
+    `doors` (streamable HTTP): this door among the door replicas; an append for a case another door
+    owns is forwarded to that door's HTTP API with the caller's key (services/door_routes.py).
     """
     auth = None
     if keys is not None:
@@ -88,13 +95,13 @@ def build_server(memory_for: MemoryFor, tenant: str | None, *, max_wait_s: float
             raise ToolError("no tenant: this server takes an API key (Authorization: Bearer <key>)")
         return await memory_for(caller)
 
-    _case_tools(server, memory, max_wait_s, broker_wait_s)
+    _case_tools(server, memory, max_wait_s, broker_wait_s, doors)
     _decision_tools(server, memory, max_wait_s)
     return server
 
 
 def _case_tools(server: MCPServer, memory: Callable[[], Awaitable[AsyncDecisionMemory]], max_wait_s: float,
-                broker_wait_s: float) -> None:  # fmt: skip
+                broker_wait_s: float, doors: Doors | None) -> None:  # fmt: skip
     """The tools and the resource an agent works a case with: its steps in, a decision asked for, its decisions."""
 
     @server.tool()
@@ -110,8 +117,15 @@ def _case_tools(server: MCPServer, memory: Callable[[], Awaitable[AsyncDecisionM
             door_checks.case_id(case_id)
             door_checks.event(kind, text)
             door_checks.expected_seq(expected_seq)
-            done = await (await memory()).append(case_id, kind=kind, text=text, idempotency_key=idempotency_key,
-                                                 expected_seq=expected_seq, timeout=broker_wait_s)  # fmt: skip
+            client = await memory()
+            if doors is not None:
+                forwarded = await _forwarded_append(
+                    doors, client, case_id, (kind, text), idempotency_key=idempotency_key, expected_seq=expected_seq
+                )
+                if forwarded is not None:
+                    return forwarded
+            done = await client.append(case_id, kind=kind, text=text, idempotency_key=idempotency_key,
+                                       expected_seq=expected_seq, timeout=broker_wait_s)  # fmt: skip
         return {"seq": done.seq, "partition": done.position.partition, "offset": done.position.offset}
 
     @server.tool()
@@ -143,6 +157,34 @@ def _case_tools(server: MCPServer, memory: Callable[[], Awaitable[AsyncDecisionM
         with _told():
             door_checks.case_id(case_id)
             return await (await memory()).decisions_of(case_id)
+
+
+async def _forwarded_append(
+    doors: Doors, client: AsyncDecisionMemory, case_id: str, event: tuple[str, str], *,
+    idempotency_key: str | None, expected_seq: int | None,
+) -> dict[str, int] | None:  # fmt: skip
+    """The owning door's answer when another door owns the case's partition (its HTTP API, the caller's key)."""
+    owner = await doors.owner(*await client.partition_of(case_id))
+    token = get_access_token()
+    if owner is None or token is None:
+        return None
+    headers = {"authorization": f"{_BEARER}{token.token}", "content-type": "application/json"}
+    if idempotency_key is not None:
+        headers["idempotency-key"] = idempotency_key
+    if expected_seq is not None:
+        headers["if-match"] = f'"{expected_seq}"'
+    body = orjson.dumps({"events": [{"kind": event[0], "text": event[1]}]})
+    answer = await doors.forward(owner, f"/v1/cases/{quote(case_id, safe='')}/events", body, headers)
+    if answer is None:
+        return None  # the owner is gone: appended here, taking its partition over
+    try:
+        document = orjson.loads(answer.body)
+    except orjson.JSONDecodeError:
+        document = {}
+    if answer.status != 201:
+        raise ToolError(str(document.get("detail") or f"the door owning the case answered {answer.status}"))
+    first = document["events"][0]
+    return {"seq": first["seq"], "partition": first["partition"], "offset": first["offset"]}
 
 
 def _decision_tools(server: MCPServer, memory: Callable[[], Awaitable[AsyncDecisionMemory]],

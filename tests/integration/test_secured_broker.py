@@ -28,11 +28,12 @@ from pipeline.config.settings import Settings, keys_folder
 from pipeline.core.task import Architecture
 from pipeline.kafka.cluster.acl_plan import Role, plan
 from pipeline.kafka.cluster.acls import apply_grants
-from pipeline.kafka.cluster.admin import admin_client, fetch_metadata
+from pipeline.kafka.cluster.admin import admin_client, fetch_metadata, topic_partitions
 from pipeline.kafka.cluster.topics import TopicNames
 from pipeline.kafka.errors import BrokerUnavailableError, KafkaAdapterError, NotAuthorizedError
 from pipeline.kafka.keytopic.keystore import kafka_case_keys
 from pipeline.kafka.reading.range_reads import read_topic
+from pipeline.kafka.writing.door_group import DoorGroup
 from pipeline.kafka.writing.producer import EventProducer
 from pipeline.keys.providers import LocalFileKeyProvider
 from pipeline.services.api_keys import ApiKeys
@@ -139,6 +140,26 @@ def test_each_role_is_refused_outside_its_grants(shared: Shared) -> None:
     with pytest.raises(KafkaException) as refused_create:
         created[f"{names.prefix}.extra"].result(timeout=15)
     assert refused_create.value.args[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+
+
+def test_the_doors_principal_joins_the_doors_group_and_learns_who_owns_each_partition(shared: Shared) -> None:
+    names = shared.names
+    doors = DoorGroup(shared.config(Role.PRODUCER.value), names.doors_group, names.doors_subscription(),
+                      "http://127.0.0.1:9")  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while not (doors.view().settled and doors.view().members == 1):
+            assert time.monotonic() < deadline, "the door never settled in its group"
+            time.sleep(0.2)
+        partitions = topic_partitions(shared.config(Role.PRODUCER.value), names.events)
+        assert doors.owned() == {(names.events, p) for p in range(partitions)}
+        assert set(doors.view().owners.values()) == {"http://127.0.0.1:9"}
+    finally:
+        doors.close()
+    # no other role may join it (a worker is a reader of events, not a door)
+    assert code(_read_error(shared.config(Role.WORKER.value), names.events, group=names.doors_group)) == (
+        KafkaError.GROUP_AUTHORIZATION_FAILED
+    )
 
 
 @pytest.mark.any_broker  # the shared mode's weakness is the plan's, shown once

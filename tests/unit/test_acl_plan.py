@@ -53,6 +53,10 @@ def test_the_producer_writes_inputs_through_case_writers_and_reads_its_replies()
     writers = [g for g in grants if g.resource is Resource.TRANSACTIONAL_ID]
     assert writers == [Grant("User:producer", Resource.TRANSACTIONAL_ID, "bank.writer.", Pattern.PREFIXED,
                              ("Write", "Describe"))]  # fmt: skip
+    # the doors join the doors' group, and describe it to learn where each partition's owner is
+    assert [g for g in grants if g.resource is Resource.GROUP and g.name == NAMES.doors_group] == [
+        Grant("User:producer", Resource.GROUP, "bank-doors", Pattern.LITERAL, ("Read", "Describe"))
+    ]
     assert not [g for g in grants if g.resource is Resource.CLUSTER]
 
 

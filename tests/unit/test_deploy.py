@@ -106,6 +106,16 @@ def _check_principals(kinds: dict[str, dict[str, Any]]) -> None:
         assert properties["ssl.ca.location"] == f"{mount['mountPath']}/ca.crt"
 
 
+def test_the_api_runs_as_three_doors_each_announcing_its_pod_s_address() -> None:
+    kinds = {f"{d['kind']}/{d['metadata']['name']}": d for d in _docs(K8S / "api-deployment.yaml")}
+    deployment = kinds["Deployment/dpm-api"]["spec"]
+    assert deployment["replicas"] == 3
+    env = {e["name"]: e for e in deployment["template"]["spec"]["containers"][0]["env"]}
+    assert env["POD_IP"]["valueFrom"] == {"fieldRef": {"fieldPath": "status.podIP"}}
+    assert env["DPM_DOOR_URL"]["value"] == "http://$(POD_IP):8088"  # the other replicas forward appends there
+    assert kinds["Service/dpm-api"]["spec"]["type"] == "ClusterIP"
+
+
 def _check_ui(kinds: dict[str, dict[str, Any]]) -> None:
     """The UI runs with no token unless one is filled in (it then refuses to start), inside the cluster only."""
     tokens = kinds["Secret/dpm-ui-tokens"]["stringData"]
@@ -133,7 +143,12 @@ def test_compose_uses_known_settings_and_wires_monitoring() -> None:
     api = compose["services"]["api"]
     assert api["command"] == ["api"]
     assert set(api["environment"]) <= set(ENVIRONMENT)
-    assert api["ports"] == ["127.0.0.1:8088:8088"]
+    assert "ports" not in api  # replicas (--scale api=N): the balancer publishes the port
+    doors = compose["services"]["doors"]
+    assert doors["ports"] == ["127.0.0.1:8088:8088"]
+    conf = (REPO / "deploy" / "nginx" / "doors.conf").read_text()
+    assert "proxy_pass $doors;" in conf  # resolved again: replicas scaled in take requests
+    assert "set $doors http://api:8088;" in conf
     volumes = " ".join(compose["services"]["prometheus"]["volumes"] + compose["services"]["grafana"]["volumes"])
     assert "deploy/prometheus" in volumes
     assert "deploy/grafana/dashboards" in volumes

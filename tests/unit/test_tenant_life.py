@@ -85,6 +85,7 @@ def test_the_check_names_each_grant_that_reaches_a_tenant_it_must_not() -> None:
     hand_made = [
         Grant(tenant_principal("acme"), Resource.TOPIC, "dpm.globex.decisions", Pattern.LITERAL, ("Read",)),
         Grant(tenant_principal("acme"), Resource.GROUP, "dpm-projection", Pattern.LITERAL, ("Read",)),
+        Grant(tenant_principal("acme"), Resource.GROUP, "dpm.globex.doors", Pattern.LITERAL, ("Read",)),
         Grant(tenant_principal("beta"), Resource.TOPIC, "dpm.beta.", Pattern.PREFIXED, ("Read",)),  # removed tenant
         Grant("User:someone", Resource.TOPIC, "*", Pattern.LITERAL, ("Read",)),
     ]
@@ -93,6 +94,8 @@ def test_the_check_names_each_grant_that_reaches_a_tenant_it_must_not() -> None:
     assert any(s.startswith("User:producer: topic 'dpm.keys'") and "'keystone'" in s for s in said)
     assert any("'dpm.globex.decisions'" in s and "tenant 'globex'" in s for s in said)
     assert any("'dpm-projection'" in s and "serves every tenant" in s for s in said)
+    assert any("'dpm.globex.doors'" in s and "tenant 'globex'" in s for s in said)  # another tenant's doors
+    assert not [s for s in said if "'dpm.acme.doors'" in s]  # its own doors' group is its own
     assert any(s.startswith("User:tenant-beta") and "has no topics" in s for s in said)
     assert {o.grant.principal for o in found if o.grant.name == "*"} == {"User:someone"}
     assert not [o for o in found if o.grant.principal in ("User:worker", "User:auditor", "User:operator")]

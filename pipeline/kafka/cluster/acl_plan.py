@@ -32,7 +32,8 @@ class Role(StrEnum):
 
 
 ROLE_PURPOSE = {
-    Role.PRODUCER: "agents and their doors (dpm api, dpm mcp): write events and triggers (one writer per case), "
+    Role.PRODUCER: "agents and their doors (dpm api, dpm mcp): write events and triggers (one sequencer per "
+    "partition; the doors divide the partitions in the group <prefix>-doors), "
     "seal them, read their decisions back, erase a case (tenancy by topic: User:tenant-<t>, per tenant)",
     Role.WORKER: "projection workers: read inputs, publish outputs in transactions",
     Role.BASELINE: "Summ-only baseline: reads inputs, keeps its tables, publishes outputs",
@@ -147,8 +148,11 @@ def _producer(names: TopicNames, who: str) -> list[Grant]:
     The doors (`dpm api`, `dpm mcp`) run as this principal and erase a case for an admin key
     (services/erase.py): its data key and events are already theirs to tombstone, and its segment
     views, found by their keys, need reading and writing the segments topic in every generation.
+    They divide the events partitions in the doors' group (kafka/writing/door_group.py), which they
+    join and describe.
     """
     return [*_generations(who, (names.events, names.triggers), _READ_WRITE),
+            Grant(who, Resource.GROUP, names.doors_group, Pattern.LITERAL, ("Read", "Describe")),
             *_generations(who, (names.keys, names.segments), _READ_WRITE), *_topics(who, (names.layout,), _READ),
             *_topics(who, (names.views, names.decisions, names.dlq, names.audit), _READ),
             Grant(who, Resource.TRANSACTIONAL_ID, names.writer_prefix, Pattern.PREFIXED, _WRITE)]  # fmt: skip

@@ -41,10 +41,13 @@ def tenant_of_principal(who: str) -> str | None:
 
 
 def reaches(grant: Grant, scope: str) -> bool:
-    """Whether `grant` allows something on a topic or transactional id whose name starts with `scope`.
+    """Whether `grant` allows something on a topic, transactional id or group whose name starts with `scope`.
 
-    A tenant's topics and its case writers' transactional ids all start with `<prefix>.<tenant>.`.
+    A tenant's topics, its sequencers' transactional ids and its doors' group all start with
+    `<prefix>.<tenant>.`.
     """
+    if grant.resource is Resource.GROUP:
+        return grant.name.startswith(scope)
     if grant.resource not in (Resource.TOPIC, Resource.TRANSACTIONAL_ID):
         return False
     if grant.name == "*":
@@ -75,7 +78,7 @@ def overlaps(grants: Iterable[Grant], names: TopicNames, tenants: Sequence[str])
         elif _scoped(grant) and not grant.name.startswith(scopes[own]):
             found.append(Overlap(grant, f"reaches a {grant.resource.value} outside tenant {own!r}'s own "
                                         f"({scopes[own]}*)"))  # fmt: skip
-        elif not _scoped(grant) and not _reader_groups(grant):
+        elif not _scoped(grant) and not _reader_groups(grant) and not grant.name.startswith(scopes[own]):
             found.append(Overlap(grant, "reaches a group that serves every tenant"))
     return found
 

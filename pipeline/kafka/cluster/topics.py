@@ -152,6 +152,19 @@ class TopicNames:
         """The topics whose partition is the case's: all must have the generation's partition count."""
         return (self.events, self.triggers, self.keys, self.segments)
 
+    @property
+    def doors_group(self) -> str:
+        """The consumer group the doors divide this scope's events partitions in (kafka/writing/door_group.py).
+
+        `<prefix>-doors` for the shared topics; a tenant's own (`<prefix>.<tenant>.doors`) with tenancy
+        by topic, under the tenant's prefix: its members' addresses and partitions are the tenant's only.
+        """
+        return f"{self.scope}doors" if self.tenant else f"{self.prefix}-doors"
+
+    def doors_subscription(self) -> str:
+        """A subscription (librdkafka regex) to this scope's events topic in every generation."""
+        return f"^{re.escape(self.of_generation(1).events)}(-g[0-9]+)?$"
+
     def tenant_triggers_pattern(self) -> str:
         """A subscription (librdkafka regex) to every tenant's own triggers topic under the prefix."""
         return f"^{re.escape(self.prefix)}\\.[A-Za-z0-9_-]+\\.triggers$"

@@ -112,6 +112,11 @@ class CaseWriters:
                                                                                self._names.triggers)}  # fmt: skip
         return self._partitions
 
+    def partition_of(self, case: CaseRef) -> tuple[str, int]:
+        """The events topic and partition of the case (the doors route its appends to the partition's owner)."""
+        with self._lock:
+            return self._names.events, case_partition(case, self._partition_counts()[self._names.events])
+
     def _sequencer(self, case: CaseRef) -> PartitionSequencer:
         with self._lock:
             partition = case_partition(case, self._partition_counts()[self._names.events])
