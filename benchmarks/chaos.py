@@ -13,6 +13,10 @@ Scenarios (loopback only, bounded in count and time):
   poison    a trigger listing 10,000 far-apart positions among valid ones
   oversize  a 500 KB event before a valid case, at the Summ-only baseline
   big-records  a 900 KB trigger that is not JSON, a 900 KB event, 900 KB and 1 MB trace headers
+  door-kill, door-outage, door-storm  agents appending keyed batches through door replicas while a
+            door is killed, the broker is away, or doors join and leave every few seconds
+            (benchmarks/chaos_doors.py: their "decided exactly once" counts acknowledged batches
+            written once at the seqs they were answered)
 
 It prints one table: injected, dead-lettered by reason, decided exactly once, lost, duplicated,
 crashes and seconds to recover; and exits 1 if anything was lost or duplicated or crashed.
@@ -54,7 +58,7 @@ from pipeline.core.events import CaseRef, Event, LogPosition
 from pipeline.core.task import Architecture
 from pipeline.kafka.cluster.acl_plan import plan
 from pipeline.kafka.cluster.acls import apply_grants
-from pipeline.kafka.cluster.credentials import credentials_dir, provision
+from pipeline.kafka.cluster.credentials import USERS, credentials_dir, provision
 from pipeline.kafka.cluster.partitioning import case_partition
 from pipeline.kafka.cluster.topics import BaselineTopics, TopicNames, create_pipeline_topics
 from pipeline.kafka.errors import KafkaAdapterError
@@ -106,10 +110,16 @@ class Stage:
     credentials: Path | None = None  # a secured cluster's users' properties files
 
     def env_for(self, command: list[str]) -> dict[str, str]:
-        """The environment of `python -m pipeline <command>`: on a secured cluster, as its role's user."""
+        """The environment of `python -m pipeline <command>`: on a secured cluster, as its role's user.
+
+        A door (`api`) runs as the agents' principal: the producer, or with tenancy by topic the tenant's.
+        """
         if self.credentials is None:
             return self.env
-        return {**self.env, "DPM_KAFKA_CONFIG": str(self.credentials / f"{command[0]}.properties")}
+        user = command[0]
+        if user == "api":
+            user = f"tenant-{TENANT}" if _TENANCY[0] == "topics" else "producer"
+        return {**self.env, "DPM_KAFKA_CONFIG": str(self.credentials / f"{user}.properties")}
 
 
 # Secured clusters (--secure) by bootstrap servers: where their users' properties files are.
@@ -128,7 +138,7 @@ def _cluster(settings: Settings, home: Path, nodes: int, *, secure: bool) -> Ite
 
 
 def _secure(running: local_broker.RunningCluster, home: Path) -> None:
-    provision(running.layout, home)
+    provision(running.layout, home, (*USERS, f"tenant-{TENANT}"))  # the tenant's: its doors, tenancy by topic
     _SECURED[running.bootstrap] = credentials_dir(home)
 
 
@@ -545,6 +555,8 @@ def _row(o: Outcome) -> str:
 
 def _scenarios(big: bool, secure: bool = False) -> dict[str, Callable[[str, Path], Outcome]]:
     """Every scenario by name; each takes the shared cluster's bootstrap servers (some start their own) and a folder."""
+    from benchmarks.chaos_doors import door_scenarios  # noqa: PLC0415 - it builds on this module's stages
+
     return {
         "fuzz": lambda b, w: fuzz(b, w, records=2_000 if big else 400, valid=20 if big else 10),
         "kills": lambda b, w: kills(b, w, triggers=200 if big else 60, kill_count=3 if big else 1),
@@ -556,6 +568,7 @@ def _scenarios(big: bool, secure: bool = False) -> dict[str, Callable[[str, Path
         "big-records": big_records,
         "node-loss": lambda _, w: node_loss(w, triggers=100 if big else 40, secure=secure),
         "outage": lambda _, w: outage(w, triggers=100 if big else 40, away_s=60 if big else 30, secure=secure),
+        **door_scenarios(big, secure),
     }
 
 

@@ -10,7 +10,8 @@ aiohttp sessions (or the client library in this process) on the same two cores:
   step every 2 s (an agent's pace: a model call between steps);
 - decision overhead at 500 and 2,000 decisions asked at once (as the `api` section measures it);
 - closed-loop throughput (64 agents appending back to back) over HTTP and through the client, and
-  the door's CPU time per append, with 1, 2 and 3 door processes;
+  the door's CPU time per append, with 1, 2 and 3 door replicas (one process each, dividing the
+  partitions in the doors' group, the agents spread over them);
 - the same records written by a plain idempotent producer: the ceiling, and our share of it;
 - the broker's transactional ids after 10,000 cases were appended to.
 """
@@ -24,7 +25,7 @@ import subprocess
 import time
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -59,10 +60,10 @@ TARGETS = {"first_append_p50_ms": 50.0, "first_append_1m_ratio": 1.5, "paced_500
 
 
 class Door:
-    """`dpm api` (with `processes` uvicorn workers) and two projection workers on a pipeline of its own."""
+    """`dpm api` and two projection workers on a pipeline of its own (a home of its own: one replica's volume)."""
 
-    def __init__(self, bootstrap: str, workdir: Path, names: TopicNames, processes: int = 1) -> None:
-        self.names, self.port, self.processes = names, free_cluster_port(1), processes
+    def __init__(self, bootstrap: str, workdir: Path, names: TopicNames) -> None:
+        self.names, self.port = names, free_cluster_port(1)
         self.home = workdir / f"home-{uuid.uuid4().hex[:6]}"
         self.env = child_env(bootstrap, names.prefix, DPM_HOME=str(self.home), DPM_BACKEND="extractive",
                              DPM_KEYS_DIR=str(workdir / "keys"), DPM_API_KEYS_FILE=str(workdir / "api-keys.json"),
@@ -73,7 +74,7 @@ class Door:
 
     @contextmanager
     def running(self, workers: int = 2) -> Iterator[Door]:
-        commands = [*[["worker"]] * workers, ["api", "--port", str(self.port), "--workers", str(self.processes)]]
+        commands = [*[["worker"]] * workers, ["api", "--port", str(self.port)]]
         with pipeline_processes(commands, self.env, self.logs) as procs:
             self.pid = procs[-1].pid
             _await_api(self.port)
@@ -180,15 +181,18 @@ async def _paced(door: Door, agents: int, steps: int = 5, pace_s: float = 2.0) -
 def _closed_loop(door: Door, settings: Settings, agents: int = 64, seconds: float = 8.0) -> dict[str, Any]:
     """Appends per second with `agents` appending back to back, over HTTP and through the client library."""
     before = door.cpu_s()
-    http_rate, http_done, errors = asyncio.run(_http_loop(door, agents, seconds))
+    http_rate, http_done, errors = asyncio.run(_http_loop([door.port], door.key, agents, seconds))
     cpu_ms = (door.cpu_s() - before) * 1000 / max(1, http_done)
     client_rate = asyncio.run(_client_loop(settings, agents, seconds))
     return {"agents": agents, "http_appends_per_s": http_rate, "client_appends_per_s": client_rate,
             "door_cpu_ms_per_append": round(cpu_ms, 3), "http_errors": errors}  # fmt: skip
 
 
-async def _http_loop(door: Door, agents: int, seconds: float) -> tuple[float, int, dict[str, int]]:
-    """Appends per second with `agents` back to back, how many were written, and the answers that were errors."""
+async def _http_loop(ports: list[int], key: str, agents: int, seconds: float) -> tuple[float, int, dict[str, int]]:
+    """Appends per second with `agents` back to back, how many were written, and the answers that were errors.
+
+    Agent n talks to the door on `ports[n % len(ports)]`, as a balancer spreading connections would.
+    """
     stop, done = time.monotonic() + seconds, 0
     errors: dict[str, int] = {}
     run = uuid.uuid4().hex[:6]
@@ -205,10 +209,14 @@ async def _http_loop(door: Door, agents: int, seconds: float) -> tuple[float, in
                 else:
                     errors[str(answer.status)] = errors.get(str(answer.status), 0) + 1
 
-    async with _http_session(door.port, door.key, agents) as http:
+    sessions = [_http_session(port, key, agents) for port in ports]
+    try:
         started = time.monotonic()
-        await asyncio.gather(*(agent(http, n) for n in range(agents)))
+        await asyncio.gather(*(agent(sessions[n % len(ports)], n) for n in range(agents)))
         return round(done / (time.monotonic() - started), 1), done, errors
+    finally:
+        for session in sessions:
+            await session.close()
 
 
 async def _client_loop(settings: Settings, agents: int, seconds: float) -> float:
@@ -251,15 +259,24 @@ def _decision_rows(door: Door, config: dict[str, str]) -> list[dict[str, Any]]:
 
 
 def _replica_row(bootstrap: str, workdir: Path, processes: int) -> dict[str, Any]:
-    """Closed-loop HTTP appends with `processes` door processes behind one port, and their CPU per append."""
+    """Closed-loop HTTP appends through `processes` door replicas (one process each, a port and a home of its own).
+
+    The replicas divide the partitions in the doors' group; the agents are spread over them, so an
+    append reaching a replica that does not own its case is forwarded to the one that does. Their
+    CPU per append counts both.
+    """
     names = TopicNames(f"bench-replicas-{uuid.uuid4().hex[:8]}")
     create_pipeline_topics({"bootstrap.servers": bootstrap}, names, PARTITIONS, replication=1)
-    door = Door(bootstrap, workdir, names, processes=processes)
-    with door.running(workers=0):
-        asyncio.run(_http_loop(door, 8, 1.0))  # every process's sequencers registered (not counted)
-        before = door.cpu_s()
-        rate, done, errors = asyncio.run(_http_loop(door, 64, 8.0))
-        cpu_ms = (door.cpu_s() - before) * 1000 / max(1, done)
+    doors = [Door(bootstrap, workdir, names) for _ in range(processes)]
+    with ExitStack() as running:
+        for door in doors:
+            running.enter_context(door.running(workers=0))
+        time.sleep(3)  # the doors' group settles
+        ports = [door.port for door in doors]
+        asyncio.run(_http_loop(ports, doors[0].key, 8, 1.0))  # every owner's sequencers registered (not counted)
+        before = sum(door.cpu_s() for door in doors)
+        rate, done, errors = asyncio.run(_http_loop(ports, doors[0].key, 64, 8.0))
+        cpu_ms = (sum(door.cpu_s() for door in doors) - before) * 1000 / max(1, done)
     return {"processes": processes, "http_appends_per_s": rate, "door_cpu_ms_per_append": round(cpu_ms, 3),
             "answers_409_or_412": errors.get("409", 0) + errors.get("412", 0), "http_errors": errors}  # fmt: skip
 

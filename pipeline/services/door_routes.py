@@ -37,7 +37,8 @@ VIA = "1.1 dpm-door"  # RFC 9110 Via: what a forwarding door adds, and how the o
 _FORWARDED_HEADERS = ("authorization", "content-type", "idempotency-key", "if-match")
 _ANSWER_HEADERS = ("content-type", "etag", "retry-after", "location")
 _SETTLE_POLL_S = 0.05
-SETTLE_WAIT_S = 1.0  # how long an append waits for its partition to be given an owner during a rebalance
+SETTLE_WAIT_S = 1.0
+WARN_EVERY_S = 30.0  # how long an append waits for its partition to be given an owner during a rebalance
 
 
 class ForwardFailedError(DpmError):
@@ -79,6 +80,7 @@ class DoorRoutes:
 
     def __init__(self, groups: DoorGroups, wait_s: float) -> None:
         self.groups = groups
+        self._warned: dict[str, float] = {}  # an unreachable owner's URL -> when that was last logged
         # the owner's append waits up to the same bound for the cluster, then answers: a little more here
         limits = httpx.Limits(max_connections=256, max_keepalive_connections=64)
         self._http = httpx.AsyncClient(timeout=httpx.Timeout(wait_s + 5.0, connect=2.0), limits=limits)
@@ -115,7 +117,9 @@ class DoorRoutes:
         try:
             answer = await self._http.post(f"{owner}{path}", content=body, headers=sent)
         except httpx.ConnectError:
-            _LOG.warning("the door owning a partition refused the connection; appending here")
+            if time.monotonic() - self._warned.get(owner, -WARN_EVERY_S) >= WARN_EVERY_S:  # once a while per owner
+                self._warned[owner] = time.monotonic()
+                _LOG.warning("the door at %s refused the connection; appending its partitions' cases here", owner)
             return None
         except httpx.HTTPError as exc:
             raise ForwardFailedError("the door that owns the case took the append and did not answer; it may have "

@@ -20,7 +20,9 @@ import logging
 import threading
 import time
 from collections.abc import Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, field
+from typing import Any
 
 from confluent_kafka import Consumer, ConsumerGroupState, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
@@ -32,6 +34,7 @@ CLIENT_ID_PREFIX = "dpm-door@"
 _LIB_LOG = logging.getLogger("pipeline.kafka.librdkafka")
 _LOG = logging.getLogger("pipeline.kafka.doors")
 DESCRIBE_EVERY_S = 2.0  # how stale another door's view of the group may get without a rebalance of its own
+_NO_TIMEOUT_S = 3600  # librdkafka's longest: a group description is waited for as long as the cluster takes (_ask)
 
 
 @dataclass(frozen=True)
@@ -105,24 +108,43 @@ class DoorGroup:
 
     def _run(self) -> None:
         described_at = 0.0
+        asked: Future[Any] | None = None
         while not self._stop.is_set():
             try:
                 self._consumer.poll(0.2)  # serves the group's callbacks and heartbeats; no record comes
             except KafkaException as exc:
                 _LOG.warning("the doors' group: %s", exc.args[0])
-            if self._changed or time.monotonic() - described_at >= DESCRIBE_EVERY_S:
+            if asked is not None and asked.done():
+                self._described(asked)
+                asked = None
+            if asked is None and (self._changed or time.monotonic() - described_at >= DESCRIBE_EVERY_S):
                 self._changed = False
                 described_at = time.monotonic()
-                self._describe()
+                asked = self._ask()
         try:
             self._consumer.close()  # leaves the group: the others take its partitions over at once
         except KafkaException as exc:
             _LOG.warning("leaving the doors' group: %s", exc.args[0])
 
-    def _describe(self) -> None:
+    def _ask(self) -> Future[Any] | None:
+        """Asks for the group's description; its answer is read when it comes (one request at a time).
+
+        Never with a timeout of its own: with librdkafka 2.16 a DescribeConsumerGroups request that
+        times out while its coordinator is being looked up (the broker away) aborts the process
+        once the broker is back (an assertion in rd_kafka_enq_once_del_source_return, reproduced
+        here). So a request waits as long as librdkafka allows (an hour: an outage longer than that
+        can still meet the bug), and no other is sent meanwhile.
+        """
         try:
-            described = self._admin.describe_consumer_groups([self._group_id], request_timeout=5)[self._group_id]
-            group = described.result(timeout=6)
+            return self._admin.describe_consumer_groups([self._group_id],
+                                                        request_timeout=_NO_TIMEOUT_S)[self._group_id]  # fmt: skip
+        except KafkaException as exc:
+            _LOG.warning("describing the doors' group: %s", exc.args[0])
+            return None
+
+    def _described(self, asked: Future[Any]) -> None:
+        try:
+            group = asked.result(timeout=0)
         except KafkaException as exc:
             _LOG.warning("describing the doors' group: %s", exc.args[0])
             return

@@ -8,8 +8,13 @@ here for minutes after a single-node broker came back; librdkafka issues 5456 an
   grace; the producer is then abandoned (kept referenced, since its threads may still be inside
   it) and a new one with the same transactional id takes its place: its init_transactions fences
   the old one and aborts whatever it left open;
-- a producer that has seen every broker go down is replaced before its next transaction, so the
-  stale coordinator is never asked at all.
+- a registered producer that has seen every broker go down is replaced before its next
+  transaction, so the stale coordinator is never asked at all (one not registered yet has none
+  to forget: its init_transactions is called again, as librdkafka allows after a timeout);
+- a replaced producer is kept referenced for a while (the last RETIRED_KEPT of them): one whose
+  transactional call timed out may still have that call queued inside librdkafka, and destroying
+  it then aborts the process (an assertion in rd_kafka_enq_once_del_source_return, seen here when
+  a door's broker came back after an outage).
 
 Publishing raises one of three errors, which say what the caller should do: TransientPublishError
 (try the same outputs again later), OutputsRefusedError (these outputs will never be accepted) and
@@ -21,6 +26,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -44,6 +50,7 @@ GRACE_S = 10.0
 # A process whose producers hang this many times in a row gives up: something is wrong that a new
 # producer does not fix, and an orchestrator restarting the process is the next remedy.
 MAX_ABANDONED = 5
+RETIRED_KEPT = 4  # replaced producers kept referenced: not destroyed while a timed-out call may be queued
 
 # Errors a record's content causes: the same outputs would be refused again however often sent.
 _REFUSED_CODES = frozenset(
@@ -120,6 +127,7 @@ class TransactionalProducer:
         self.generation = 0  # successful init_transactions so far: each fences every earlier producer of the id
         self._suspect: str | None = None  # why the producer should be replaced before its next use
         self._abandoned: list[Producer] = []  # hung in a call: kept so their threads can finish
+        self._retired: deque[Producer] = deque(maxlen=RETIRED_KEPT)
         self._hung_in_a_row = 0
         # A producer replaced or abandoned while registering may finish its init_transactions in librdkafka's
         # background once the broker is back, fencing the one that took its place: until a commit
@@ -164,6 +172,7 @@ class TransactionalProducer:
         # its init_transactions returned (librdkafka goes on with it in the background), or left hung.
         self._zombie_possible = self._zombie_possible or not self._ready
         self._suspect = None
+        self._retired.append(self._producer)
         self._producer, self._ready = self._new(), False
 
     def ready(self, call_timeout_s: float | None = None) -> int:
@@ -176,8 +185,9 @@ class TransactionalProducer:
         registration is final, since the registration aborted whatever was still open.
         """
         self.poll()
-        if self._suspect is not None:
+        if self._suspect is not None and self._ready:
             self._replace(self._suspect)
+        self._suspect = None  # one not registered yet knows no coordinator from before: it registers again
         if self._ready:
             return self.generation
         producer = self._producer
