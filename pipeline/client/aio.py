@@ -63,7 +63,8 @@ class AsyncDecisionMemory:
                                expected_seq=expected_seq, timeout=timeout)  # fmt: skip
 
     async def partition_of(self, case_id: str) -> tuple[str, int]:
-        return await self._run(self.sync.partition_of, case_id)
+        known = self.sync.known_partition_of(case_id)  # a door asks on every append: no thread hop when known
+        return known if known is not None else await self._run(self.sync.partition_of, case_id)
 
     async def decide(self, case_id: str, *, domain: str | None = None, task: TaskSpec | None = None,
                      budget: int = DEFAULT_BUDGET_CHARS, architecture: str = "dpm", timeout: float = 60.0,

@@ -203,6 +203,10 @@ class DecisionMemory:
         except KafkaAdapterError as exc:
             raise ClientError(f"the partitions of {self._names.events} could not be read: {exc}") from exc
 
+    def known_partition_of(self, case_id: str) -> tuple[str, int] | None:
+        """partition_of when it needs no broker (the partition counts read before); else None."""
+        return self._writers.known_partition_of(CaseRef(self.tenant, case_id))
+
     # Erasure
 
     def _refuse_erased(self, case: CaseRef, timeout: float) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -18,8 +18,8 @@ from pipeline.wire.sealing import CaseErasedError
 class KeyTopic(Protocol):
     """Where wrapped data keys live (the compacted `dpm.keys` topic, or memory in unit tests)."""
 
-    def publish(self, case: CaseRef, record: KeyValue | None) -> None:
-        """Writes the case's key record, erased marker or tombstone (None), and waits until it is stored."""
+    def publish(self, records: Sequence[tuple[CaseRef, KeyValue | None]]) -> None:
+        """Writes each case's key record, erased marker or tombstone (None), in order; waits until all are stored."""
         ...
 
     def sync(self, ring: KeyRing) -> None:
@@ -66,11 +66,27 @@ class CaseKeys:
             return key
         self._refuse_erased(case)
         fresh, record = self.ring.wrap_new(case)
-        self.topic.publish(case, record)
+        self.topic.publish([(case, record)])
         self.sync()
         self._refuse_erased(case)  # erased meanwhile: nothing is sealed under the key it destroyed
         # Two writers may create a key for a new case at once: both adopt the latest record read back.
         return self.ring.key(case) or fresh
+
+    def prepare(self, cases: Iterable[CaseRef]) -> None:
+        """Gives each case that has no data key one, published together; erased cases get none.
+
+        A group commit's new cases wait for one write and one read of the key topic, not one each
+        under this lock.
+        """
+        with self._lock:
+            new = [case for case in dict.fromkeys(cases) if self.ring.key(case) is None]
+            if not new:
+                return
+            self.sync()
+            new = [case for case in new if self.ring.key(case) is None and not self.ring.erased(case)]
+            if new:
+                self.topic.publish([(case, self.ring.wrap_new(case)[1]) for case in new])
+                self.sync()  # adopted as read back: a key another writer published first wins, as in _current
 
     def _refuse_erased(self, case: CaseRef) -> None:
         """CaseErasedError for an erased case: its marker stays the key's latest record (a new subject: a new case)."""
@@ -118,8 +134,7 @@ class CaseKeys:
 
     def _publish_erasure(self, case: CaseRef) -> None:
         # The tombstone first: a reader of a release before the marker acts on it and skips the marker.
-        self.topic.publish(case, None)
-        self.topic.publish(case, KeyErased(case, int(time.time() * 1000)))
+        self.topic.publish([(case, None), (case, KeyErased(case, int(time.time() * 1000)))])
 
     def erase_tenant(self, tenant: str) -> tuple[CaseRef, ...]:
         """Destroys the tenant's KEK (every version) and erases its cases' keys as erase_case does; returns them."""
@@ -156,8 +171,7 @@ class CaseKeys:
             fresh = [r for r in (self.ring.rewrapped(rec) for rec in stale) if r is not None]
             if not fresh:
                 break
-            for record in fresh:
-                self.topic.publish(record.case, record)
+            self.topic.publish([(record.case, record) for record in fresh])
             rewrapped += len(fresh)
         retired = tuple(provider.versions(tenant)[:-2])  # all but the current version and the one before it
         for old in retired:
@@ -175,8 +189,8 @@ class MemoryKeyTopic:
         self._log: list[tuple[CaseRef, KeyValue | None]] = []
         self._seen: dict[int, int] = {}
 
-    def publish(self, case: CaseRef, record: KeyValue | None) -> None:
-        self._log.append((case, record))
+    def publish(self, records: Sequence[tuple[CaseRef, KeyValue | None]]) -> None:
+        self._log.extend(records)
 
     def sync(self, ring: KeyRing) -> None:
         start = self._seen.get(id(ring), 0)
@@ -216,6 +230,13 @@ class TenantCaseKeys:
     def sync(self) -> None:
         with self._lock:
             self._stale = set(self._opened)
+
+    def prepare(self, cases: Iterable[CaseRef]) -> None:
+        by_tenant: dict[str, list[CaseRef]] = {}
+        for case in cases:
+            by_tenant.setdefault(case.tenant, []).append(case)
+        for tenant, theirs in by_tenant.items():
+            self._keys(tenant).prepare(theirs)
 
     def seal(self, case: CaseRef, plaintext: bytes, aad: bytes) -> dict[str, str]:
         return self._keys(case.tenant).seal(case, plaintext, aad)

@@ -108,10 +108,9 @@ def _destroy_retired_keys(settings: Settings, subject: CaseRef | str) -> int:
         found = records_of(config, names.keys, partial(_holds_key_of, subject))
         topic = KafkaKeyTopic(config, names.keys)
         try:
-            for key, _partition in found:
-                tenant, _, case_id = key.decode().partition("/")
-                topic.publish(CaseRef(tenant, case_id), None)
-                destroyed += 1
+            cases = [CaseRef(*key.decode().split("/", 1)) for key, _partition in found]
+            topic.publish([(case, None) for case in cases])
+            destroyed += len(cases)
         finally:
             topic.close()
     return destroyed

@@ -9,7 +9,7 @@ decision replays and verifies exactly as an unsealed one.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
 import orjson
@@ -54,6 +54,10 @@ class CaseCipher(Protocol):
 
     def sync(self) -> None:
         """Learns every key created or destroyed so far (an erasure takes effect from the next call)."""
+        ...
+
+    def prepare(self, cases: Iterable[CaseRef]) -> None:
+        """Creates the data keys the cases lack, all at once (a writer about to seal many new cases)."""
         ...
 
     def seal(self, case: CaseRef, plaintext: bytes, aad: bytes) -> dict[str, str]:

@@ -27,7 +27,7 @@ def test_a_new_client_refuses_a_case_whose_key_topic_holds_only_its_erased_marke
     create_topics(kafka_config, topic_names)
     gone = CaseRef("acme", "gone")
     topic = KafkaKeyTopic(kafka_config, topic_names.keys)
-    topic.publish(gone, KeyErased(gone, int(time.time() * 1000)))
+    topic.publish([(gone, KeyErased(gone, int(time.time() * 1000)))])
     topic.close()
     settings = client_settings(kafka_bootstrap, topic_names, tmp_path)
     with DecisionMemory("acme", settings=settings) as fresh:

@@ -56,6 +56,20 @@ def test_appends_of_many_cases_at_once_share_transactions_and_every_case_is_numb
     assert stats.transactions < stats.appends / 2  # 40 agents at once: their appends were grouped
 
 
+def test_a_sequencer_keeps_its_own_commits_without_reading_them_back(
+    kafka_config: dict[str, str], topic_names: TopicNames, tmp_path: Path
+) -> None:
+    create_topics(kafka_config, topic_names, partitions=1)
+    writers = CaseWriters(kafka_config, topic_names, None, tmp_path, GroupCommit(linger_s=0.0, max_records=500))
+    case = CaseRef("acme", "one-after-another")
+    for step in range(10):  # each its own transaction: the next follows the last one's commit marker
+        writers.append(case, [("tool", f"step {step}")], batch_id=uuid.uuid4().hex, fingerprint=None)
+    stats = writers.stats()
+    writers.close()
+    assert _events_by_case(kafka_config, topic_names) == {case.key: list(range(1, 11))}
+    assert (stats.transactions, stats.events_read) == (10, 0)
+
+
 def test_an_append_refused_in_a_group_fails_alone_and_its_neighbours_are_written(
     kafka_config: dict[str, str], topic_names: TopicNames, tmp_path: Path
 ) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import stat
+from collections.abc import Sequence
 from pathlib import Path
 
 import orjson
@@ -23,7 +24,7 @@ from pipeline.keys.store import CaseKeys, MemoryKeyTopic
 from pipeline.llm.extractive.backend import ExtractiveBackend
 from pipeline.wire.dead_letter import DeadLetterRecord
 from pipeline.wire.event import EventRecord
-from pipeline.wire.key import KeyErased, KeyRecord, decode_key_value, erases
+from pipeline.wire.key import KeyErased, KeyRecord, KeyValue, decode_key_value, erases
 from pipeline.wire.rejection import RejectedError, Rejection
 from pipeline.wire.sealing import CaseErasedError, open_body, open_state, seal_body, seal_state
 from pipeline.wire.trigger import DecisionRequest
@@ -109,7 +110,7 @@ def test_each_case_has_its_own_key_and_erasing_one_leaves_the_other(keys: CaseKe
 def _erased_only(case: CaseRef, erased_ms: int = 1_800_000_000_000) -> MemoryKeyTopic:
     """A key topic as compaction leaves it long after an erasure: the erased marker alone (tombstone and key gone)."""
     topic = MemoryKeyTopic()
-    topic.publish(case, KeyErased(case, erased_ms))
+    topic.publish([(case, KeyErased(case, erased_ms))])
     return topic
 
 
@@ -222,7 +223,7 @@ def test_a_data_key_published_while_a_rotation_runs_is_never_stranded(keys: Case
     _, late = keys.ring.wrap_new(CaseRef("bank-a", "late"))  # wrapped under v1, not yet published
     assert late.kek_id == "v1"
     keys.rotate("bank-a")
-    keys.topic.publish(late.case, late)  # the racing writer's record lands after the rotation
+    keys.topic.publish([(late.case, late)])  # the racing writer's record lands after the rotation
     sealed = seal_body(_event_body(CaseRef("bank-a", "late")), keys)
     assert MARKER in open_body(sealed, keys)["text"]
     second = keys.rotate("bank-a")  # the next rotation wraps it again before destroying v1
@@ -287,3 +288,30 @@ def test_keys_in_the_old_shared_layout_are_refused_with_what_to_do(tmp_path: Pat
     settings = Settings.from_env({"DPM_KEYS_DIR": str(tmp_path), "DPM_TOPIC_PREFIX": "dpm"})
     with pytest.raises(SettingsError, match=f"move them into {tmp_path}/dpm"):
         case_keys_from(settings)
+
+
+class _CountingTopic(MemoryKeyTopic):
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[int] = []
+
+    def publish(self, records: Sequence[tuple[CaseRef, KeyValue | None]]) -> None:
+        self.calls.append(len(records))
+        super().publish(records)
+
+
+def test_new_cases_get_their_keys_in_one_write_and_an_erased_case_gets_none(tmp_path: Path) -> None:
+    topic = _CountingTopic()
+    keys = CaseKeys(KeyRing(LocalFileKeyProvider(tmp_path / "keks")), topic)
+    known, erased = CaseRef("acme", "known"), CaseRef("acme", "erased")
+    keys.seal(known, b"x", b"")
+    keys.erase_case(erased)
+    topic.calls.clear()
+    new = [CaseRef("acme", f"new-{n}") for n in range(3)]
+    keys.prepare([*new, known, erased, new[0]])
+    assert topic.calls == [3]
+    for case in new:
+        assert keys.open(case, keys.seal(case, b"step", b"aad"), b"aad") == b"step"
+    assert topic.calls == [3]  # sealing found the keys prepared
+    with pytest.raises(CaseErasedError):
+        keys.seal(erased, b"x", b"")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import stat
+from collections.abc import Iterable
 from pathlib import Path
 
 import orjson
@@ -179,6 +180,10 @@ class _Refusing:
 
     def sync(self) -> None:
         self.inner.sync()
+
+    def prepare(self, cases: Iterable[CaseRef]) -> None:
+        assert set(cases) <= {self.allowed}, "prepared another case"
+        self.inner.prepare([self.allowed])
 
     def seal(self, case: CaseRef, plaintext: bytes, aad: bytes) -> dict[str, str]:
         assert case == self.allowed, f"sealed for {case.key}"

@@ -12,13 +12,13 @@ from confluent_kafka import KafkaError, KafkaException
 from pipeline.kafka.processing.steps import Output, oversized
 from pipeline.kafka.writing.txn_producer import (
     CommitOutcomeUnknownError,
+    DeadlineCaller,
     OutputsRefusedError,
     ProducerFencedError,
     PublishFailedError,
     TransactionalProducer,
     TransientPublishError,
     _classified,
-    call_with_deadline,
 )
 
 
@@ -69,18 +69,31 @@ def test_oversized_counts_key_value_and_headers_against_the_limit() -> None:
 
 
 def test_a_call_past_its_deadline_is_left_behind_on_a_daemon_thread() -> None:
+    caller = DeadlineCaller("calls")
+    assert caller.call(lambda: 41, 5) == 41
+    first = [t for t in threading.enumerate() if t.name == "calls"]
     release = threading.Event()
     started = time.monotonic()
     with pytest.raises(TimeoutError):
-        call_with_deadline(release.wait, 0.2, name="hangs")
+        caller.call(release.wait, 0.2)
     assert time.monotonic() - started < 2
-    hung = [t for t in threading.enumerate() if t.name == "hangs"]
-    assert hung
+    hung = [t for t in threading.enumerate() if t.name == "calls"]
+    assert hung == first  # the thread that served the first call is the one stuck
     assert all(t.daemon for t in hung)  # never waited for at interpreter exit
-    release.set()
-    assert call_with_deadline(lambda: 42, 5, name="answers") == 42
+    assert caller.call(lambda: 42, 5) == 42  # on a thread of its own
     with pytest.raises(ZeroDivisionError):
-        call_with_deadline(lambda: 1 // 0, 5, name="raises")
+        caller.call(lambda: 1 // 0, 5)
+    release.set()
+    first[0].join(5)
+    assert not first[0].is_alive()  # it ended once its call returned
+    caller.close()
+
+
+def test_one_thread_serves_calls_in_turn() -> None:
+    caller = DeadlineCaller("in-turn")
+    served = {caller.call(lambda: threading.current_thread().ident, 5) for _ in range(20)}
+    assert len(served) == 1
+    caller.close()
 
 
 class _Unanswered:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Sequence
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
@@ -27,7 +28,7 @@ _APP_LOG = logging.getLogger("pipeline.kafka.keytopic.keystore")
 
 
 class KafkaKeyTopic:
-    """Publishes key records (waiting for each) and reads the topic on from where it last stopped.
+    """Publishes key records (waiting for each call's) and reads the topic on from where it last stopped.
 
     `tenant` is the tenant whose own key topic this is (tenancy by topic): a record naming another
     tenant is skipped, whoever wrote it, so a tenant's principal never has a key opened as another's.
@@ -40,7 +41,9 @@ class KafkaKeyTopic:
         self._follower = TopicFollower(client_config, topic)
         self._producer: Producer | None = None
 
-    def publish(self, case: CaseRef, record: KeyValue | None) -> None:
+    def publish(self, records: Sequence[tuple[CaseRef, KeyValue | None]]) -> None:
+        if not records:
+            return
         if self._producer is None:
             self._producer = Producer({**self._config, "enable.idempotence": True, "acks": "all"}, logger=_LOG)
         failures: list[str] = []
@@ -49,19 +52,21 @@ class KafkaKeyTopic:
             if err is not None:
                 failures.append(err.str())
 
+        cases = ", ".join(case.key for case, _ in records[:3]) + (" ..." if len(records) > 3 else "")
         try:
-            value = None if record is None else record.encode()
-            schema, event_id = _described(case, record)
-            headers = standard_headers(schema, source="/dpm/keys", event_id=event_id, tenant=case.tenant,
-                                       tombstone=record is None)  # fmt: skip
-            self._producer.produce(self._topic, key=case.key.encode(), value=value,
-                                   partition=case_partition(case, self._follower.partition_count()),
-                                   headers=list(headers), on_delivery=delivered)  # fmt: skip
+            for case, record in records:
+                value = None if record is None else record.encode()
+                schema, event_id = _described(case, record)
+                headers = standard_headers(schema, source="/dpm/keys", event_id=event_id, tenant=case.tenant,
+                                           tombstone=record is None)  # fmt: skip
+                self._producer.produce(self._topic, key=case.key.encode(), value=value,
+                                       partition=case_partition(case, self._follower.partition_count()),
+                                       headers=list(headers), on_delivery=delivered)  # fmt: skip
             remaining = self._producer.flush(30)
         except (KafkaException, BufferError) as exc:
-            raise KafkaAdapterError(f"writing the key of {case.key} failed: {exc}") from exc
+            raise KafkaAdapterError(f"writing the keys of {cases} failed: {exc}") from exc
         if failures or remaining:
-            raise KafkaAdapterError(f"the key record of {case.key} was not stored: {failures or remaining}")
+            raise KafkaAdapterError(f"the key records of {cases} were not all stored: {failures or remaining}")
 
     def sync(self, ring: KeyRing) -> None:
         for raw in self._follower.new_records():

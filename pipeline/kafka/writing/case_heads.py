@@ -54,19 +54,33 @@ class CaseHead:
     batches: OrderedDict[str, Batch] = field(default_factory=OrderedDict)  # batch id -> the batch, oldest first
     triggers: OrderedDict[str, SentTrigger] = field(default_factory=OrderedDict)
     broken: str | None = None  # why the case's events cannot be continued (numbered by another producer)
+    # The sum of the runs' counts, kept as they change: a head is read on every append, and a case
+    # appended to one step at a time has a run per append (other cases' records fall between).
+    _last_seq: int = field(default=0, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        self._last_seq = sum(count for _, count in self.runs)
 
     @property
     def last_seq(self) -> int:
-        return sum(count for _, count in self.runs)
+        return self._last_seq
 
     def positions(self) -> tuple[LogPosition, ...]:
         """Where seq 1..n are, in order."""
         return tuple(LogPosition(self.partition, first + i) for first, count in self.runs for i in range(count))
 
     def copy(self) -> CaseHead:
-        """A copy whose changes leave this head as it is."""
-        return CaseHead(self.partition, [list(run) for run in self.runs], OrderedDict(self.batches),
-                        OrderedDict(self.triggers), self.broken)  # fmt: skip
+        """A copy whose changes leave this head as it is.
+
+        Only the last run is changed in place (_extend); the others are shared with the copy.
+        """
+        runs = [*self.runs[:-1], list(self.runs[-1])] if self.runs else []
+        return CaseHead(self.partition, runs, OrderedDict(self.batches), OrderedDict(self.triggers), self.broken)
+
+    def reserve(self, count: int) -> None:
+        """Counts `count` seqs written but not yet placed (a run at no offset): never stored, only numbered after."""
+        self.runs.append([-(self._last_seq + 1), count])
+        self._last_seq += count
 
     def offset_of(self, seq: int) -> int | None:
         """The offset of event `seq`, None beyond the head."""
@@ -106,11 +120,12 @@ class CaseHead:
             self.runs[-1][1] += 1
         else:
             self.runs.append([offset, 1])
+        self._last_seq += 1
 
     def _replace(self, seq: int, offset: int) -> None:
         offsets = [p.offset for p in self.positions()]
         offsets[seq - 1] = offset
-        self.runs = []
+        self.runs, self._last_seq = [], 0
         for each in offsets:
             self._extend(each)
 

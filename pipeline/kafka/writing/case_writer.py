@@ -117,6 +117,11 @@ class CaseWriters:
         with self._lock:
             return self._names.events, case_partition(case, self._partition_counts()[self._names.events])
 
+    def known_partition_of(self, case: CaseRef) -> tuple[str, int] | None:
+        """partition_of without waiting: None until the topics' partition counts have been read once."""
+        counts = self._partitions  # read once: set whole, never changed in place
+        return None if counts is None else (self._names.events, case_partition(case, counts[self._names.events]))
+
     def _sequencer(self, case: CaseRef) -> PartitionSequencer:
         with self._lock:
             partition = case_partition(case, self._partition_counts()[self._names.events])
@@ -160,7 +165,8 @@ class CaseWriters:
         """What the sequencers this client uses have done (shared with the process's other clients of its topics)."""
         with self._lock:
             held = [sequencer.stats for _, sequencer in self._held.values()]
-        return SequencerStats(sum(s.transactions for s in held), sum(s.appends for s in held))
+        return SequencerStats(sum(s.transactions for s in held), sum(s.appends for s in held),
+                              sum(s.events_read for s in held))  # fmt: skip
 
     def send_trigger(self, request: DecisionRequest) -> Future[LogPosition]:
         """Sends a decision request on the case's partition of the triggers topic; its future completes when acked."""

@@ -137,10 +137,11 @@ class KnownCase:
 
 @dataclass
 class SequencerStats:
-    """What a sequencer has done: transactions committed, and the appends they held."""
+    """What a sequencer has done: transactions committed, the appends they held, and event records it read."""
 
     transactions: int = 0
     appends: int = 0
+    events_read: int = 0  # folded from the log: others' records, or its own commits it could not keep at once
 
 
 @dataclass
@@ -318,7 +319,9 @@ class PartitionSequencer:
 
     def _write(self, appends: list[_Append], generation: int | None) -> None:
         """Numbers each append after its case's head (each checked alone), then commits them all at once."""
-        self._sync({id(job.cipher): job.cipher for job in appends if job.cipher is not None})
+        ciphers = {id(job.cipher): job.cipher for job in appends if job.cipher is not None}
+        self._sync(ciphers)
+        self._prepare(ciphers, appends)
         heads: dict[CaseRef, CaseHead] = {}
         planned: list[tuple[_Append, int, list[Output]]] = []  # (append, first seq, its outputs)
         pending: dict[tuple[CaseRef, str], _Append] = {}  # batch ids numbered in this group
@@ -345,7 +348,7 @@ class PartitionSequencer:
             first = head.last_seq + 1
             planned.append((job, first, outputs))
             pending[(job.case, job.batch_id)] = job
-            head.runs.append([-first, len(outputs)])  # a placeholder, never stored: the next append numbers after
+            head.reserve(len(outputs))  # a placeholder, never stored: the next append in the group numbers after
         if not planned:
             return
         outputs = [o for _, _, outs in planned for o in outs]
@@ -397,10 +400,13 @@ class PartitionSequencer:
             at += len(outs)
         offsets = sorted(p.offset for p in positions)
         start = self._store.next_offset(events, self.partition)
+        # The folded offset at this process's last commit's marker (_own_tail): this commit's events follow it
+        # when nothing came between (else another's record would sit at `start`, and the marker after it).
+        first = start + 1 if start == self._own_tail else start
         moved = Folded(events, self.partition, start, offsets[-1] + 1)
         # Only with the offset check: heads stored without it could overwrite what another process on the
         # store folded since. When the check fails, or others wrote between, the next fold reads them.
-        if offsets == list(range(start, start + len(offsets))) and self._saved(heads, moved):
+        if offsets == list(range(first, first + len(offsets))) and self._saved(heads, moved):
             self._own_tail = moved.end
 
     def _sync(self, ciphers: dict[int, CaseCipher]) -> None:
@@ -419,6 +425,14 @@ class PartitionSequencer:
                     self._synced_at[key] = now
         except KafkaAdapterError as exc:  # the key topic not read now: tried again, like the transaction
             raise BrokerUnavailableError(f"reading the key topic failed: {exc}") from exc
+
+    def _prepare(self, ciphers: dict[int, CaseCipher], appends: list[_Append]) -> None:
+        """The group's new cases get their data keys in one write of the key topic per cipher, not one each."""
+        try:
+            for key, cipher in ciphers.items():
+                cipher.prepare(job.case for job in appends if id(job.cipher) == key)
+        except KafkaAdapterError as exc:  # tried again, like the transaction
+            raise BrokerUnavailableError(f"writing the key topic failed: {exc}") from exc
 
     def _planned(self, job: _Append, head: CaseHead) -> list[Output] | None:
         """The append's outputs numbered after `head`; None when the head shows it written (its answer is set)."""
@@ -489,6 +503,7 @@ class PartitionSequencer:
         # Each topic folds rows of its own (a case's events, a case's requests), so that two processes folding
         # the two topics at once never write over each other's: each row is guarded by its topic's offset.
         if topic == self._names.events:
+            self.stats.events_read += len(records)
             for msg in records:
                 fold(msg, heads, self._stored, self.partition)
             saved = self._saved(heads, Folded(topic, self.partition, start, end))

@@ -24,6 +24,7 @@ PublishFailedError (a non-retriable failure whose cause is not known).
 from __future__ import annotations
 
 import logging
+import queue
 import threading
 import time
 from collections import deque
@@ -122,6 +123,7 @@ class TransactionalProducer:
     def __init__(self, config: dict[str, Any], call_timeout_s: float = CALL_TIMEOUT_S) -> None:
         self._config = {**config, "error_cb": self._on_error}
         self._timeout_s = call_timeout_s
+        self._caller = DeadlineCaller("txn-calls")  # librdkafka's blocking calls, each within a deadline
         self._producer = self._new()
         self._ready = False  # init_transactions has succeeded on the current producer
         self.generation = 0  # successful init_transactions so far: each fences every earlier producer of the id
@@ -147,7 +149,7 @@ class TransactionalProducer:
         """`work` on a thread of its own; a call that does not return in time abandons the producer."""
         limit = (timeout_s or self._timeout_s) + GRACE_S
         try:
-            result = call_with_deadline(work, limit, name=f"txn-{what}")
+            result = self._caller.call(work, limit)
         except FutureTimeout:
             self._abandon(what, limit)
             raise TransientPublishError(f"{what} did not return in {limit:.0f} s; the producer was replaced") from None
@@ -333,6 +335,8 @@ class TransactionalProducer:
             self._call("flush", lambda: producer.flush(10), timeout_s=10)
         except TransientPublishError as exc:
             _LOG.warning("closing the transactional producer: %s", exc)
+        finally:
+            self._caller.close()
 
 
 # Errors that say nothing against the outputs: the broker was away, the transaction was aborted and
@@ -365,22 +369,49 @@ def _passes(error: KafkaError) -> bool:
     return error.retriable() or error.fatal() or error.txn_requires_abort() or error.code() in _NOT_THE_RECORDS_FAULT
 
 
-def call_with_deadline(work: Callable[[], _T], deadline_s: float, name: str) -> _T:
-    """`work()` run on a daemon thread; raises TimeoutError (leaving the thread behind) if it takes longer.
+_Call = tuple[Callable[[], Any], "Future[Any]"]
 
-    A daemon thread, unlike an executor's, is not waited for when the interpreter exits, so a call
-    that never returns cannot keep the process from ending.
+
+class DeadlineCaller:
+    """Runs calls one at a time on a daemon thread, each within a deadline; TimeoutError leaves it behind.
+
+    One thread serves every call: a thread started for each call cost more CPU than the transaction
+    it waited for. A call that overruns its deadline keeps its thread, which ends once the call
+    returns, and the next call starts a new one. Daemon threads, unlike an executor's, are not waited
+    for when the interpreter exits, so a call that never returns cannot keep the process from ending.
     """
-    future: Future[_T] = Future()
 
-    def run() -> None:
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._calls: queue.SimpleQueue[_Call | None] | None = None
+
+    def call(self, work: Callable[[], _T], deadline_s: float) -> _T:
+        calls = self._calls
+        if calls is None:
+            calls = self._calls = queue.SimpleQueue()
+            threading.Thread(target=_serve_calls, args=(calls,), name=self._name, daemon=True).start()
+        future: Future[_T] = Future()
+        calls.put((work, future))
+        try:
+            return future.result(timeout=deadline_s)
+        except FutureTimeout:
+            calls.put(None)  # its thread ends after the call it is stuck in
+            self._calls = None
+            raise
+
+    def close(self) -> None:
+        if self._calls is not None:
+            self._calls.put(None)
+            self._calls = None
+
+
+def _serve_calls(calls: queue.SimpleQueue[_Call | None]) -> None:
+    while (call := calls.get()) is not None:
+        work, future = call
         try:
             future.set_result(work())
         except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
             future.set_exception(exc)
-
-    threading.Thread(target=run, name=name, daemon=True).start()
-    return future.result(timeout=deadline_s)
 
 
 # A newer producer with the same transactional id registered: this one can never commit again.
