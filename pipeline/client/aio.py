@@ -16,13 +16,21 @@ from types import TracebackType
 from typing import TypeVar
 
 from pipeline.client.errors import DecisionNotFoundError
-from pipeline.client.memory import CONNECT_TIMEOUT_S, DEFAULT_BUDGET_CHARS, DecisionMemory
+from pipeline.client.memory import (
+    CONNECT_TIMEOUT_S,
+    DEFAULT_BUDGET_CHARS,
+    DecisionMemory,
+    OpenedRequest,
+    reading_errors,
+)
 from pipeline.client.results import Decision, EventPosition, Explanation
 from pipeline.config.settings import Settings
 from pipeline.core.contest import AdverseReasons
 from pipeline.core.task import TaskSpec
 from pipeline.core.verification import ReplayReport
-from pipeline.kafka.errors import KafkaAdapterError
+from pipeline.kafka.errors import BrokerUnavailableError, KafkaAdapterError
+from pipeline.kafka.writing.case_writer import READ_TIMEOUT_S
+from pipeline.kafka.writing.sequencer import ANSWER_GRACE_S, KnownCase
 from pipeline.services.contest import DEFAULT_MAX_CALLS
 
 _T = TypeVar("_T")
@@ -78,9 +86,10 @@ class AsyncDecisionMemory:
                       idempotency_key: str | None = None, timeout: float = 60.0) -> str:  # fmt: skip
         with self.sync.requesting(case_id, idempotency_key):
             # The case's head is read first (its partition's sequencer folds what it gained): on a thread.
-            prepared = await self._run(self.sync.prepare_request, case_id, domain=domain, task=task, budget=budget,
-                                       architecture=architecture, idempotency_key=idempotency_key,
-                                       timeout=timeout)  # fmt: skip
+            opened = await self._run(self.sync.open_request, case_id, domain=domain, task=task, budget=budget,
+                                     architecture=architecture, idempotency_key=idempotency_key,
+                                     timeout=timeout)  # fmt: skip
+            prepared = self.sync.ready_request(opened, await self._known(opened, timeout))
             if prepared.request is None:  # sent before: the decision (or the refusal) may be published already
                 await self._run(self.sync.look_up, prepared.decision_id)
                 return str(prepared.decision_id)
@@ -93,6 +102,15 @@ class AsyncDecisionMemory:
             except KafkaAdapterError as exc:
                 raise self.sync.unsent(prepared, exc) from exc
         return str(prepared.decision_id)
+
+    async def _known(self, opened: OpenedRequest, timeout: float) -> KnownCase:
+        """The case's head, waited for on the loop: a thread held per request capped requests at once at THREADS."""
+        with reading_errors("the case's events (nothing was requested)"):
+            answer = asyncio.wrap_future(self.sync.known_soon(opened, timeout))
+            try:
+                return await asyncio.wait_for(answer, min(timeout, READ_TIMEOUT_S) + ANSWER_GRACE_S)
+            except TimeoutError:
+                raise BrokerUnavailableError(f"case {opened.case.key}: its head was not read in time") from None
 
     async def wait(self, decision_id: str, timeout: float = 60.0) -> Decision:
         # Shielded: a timeout here must not cancel the future other calls for the same id wait on.

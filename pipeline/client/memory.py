@@ -57,7 +57,7 @@ from pipeline.kafka.reading.range_reads import read_topic
 from pipeline.kafka.reading.reader import KafkaEventLog, PooledLog
 from pipeline.kafka.reading.replies import START_TIMEOUT_S, ReplyReader
 from pipeline.kafka.writing.case_writer import READ_TIMEOUT_S, CaseWriters
-from pipeline.kafka.writing.sequencer import BatchReusedError, GroupCommit
+from pipeline.kafka.writing.sequencer import BatchReusedError, GroupCommit, KnownCase
 from pipeline.kafka.writing.sequencer import EventTooLargeError as WriterEventTooLargeError
 from pipeline.kafka.writing.sequencer import SeqMismatchError as WriterSeqMismatchError
 from pipeline.keys.store import CaseKeys
@@ -81,6 +81,17 @@ _KEPT_DECISIONS = 1_024  # typed decisions a client keeps for calls that ask for
 # Readers of cited events per events topic, each serving one call at a time; a decision cites a few
 # events, so each reader seeks with two consumers rather than the worker's eight.
 _EVENT_READERS, _POINT_READERS = 4, 2
+
+
+@dataclass(frozen=True)
+class OpenedRequest:
+    """A decision request's arguments, checked, before the case's head is read (DecisionMemory.open_request)."""
+
+    case: CaseRef
+    spec: TaskSpec
+    budget: int
+    architecture: Architecture
+    idempotency_key: str | None
 
 
 @dataclass(frozen=True)
@@ -284,24 +295,40 @@ class DecisionMemory:
                         budget: int = DEFAULT_BUDGET_CHARS, architecture: str = "dpm",
                         idempotency_key: str | None = None, timeout: float = 60.0) -> PreparedRequest:  # fmt: skip
         """The first half of `request` (blocking: the case's head is read): the request, or None if sent before."""
+        opened = self.open_request(case_id, domain=domain, task=task, budget=budget, architecture=architecture,
+                                   idempotency_key=idempotency_key, timeout=timeout)  # fmt: skip
+        with reading_errors("the case's events (nothing was requested)"):
+            known = self._writers.known(opened.case, timeout_s=min(timeout, READ_TIMEOUT_S))
+        return self.ready_request(opened, known)
+
+    def open_request(self, case_id: str, *, domain: str | None, task: TaskSpec | None, budget: int,
+                     architecture: str, idempotency_key: str | None, timeout: float) -> OpenedRequest:  # fmt: skip
+        """prepare_request's start: the arguments checked, the case not erased, the replies' ends read."""
         spec = _task(domain, task)
         arch = Architecture(architecture)
         case = CaseRef(self.tenant, case_id)
         if idempotency_key is not None:
             check_idempotency_key(idempotency_key)
         self._refuse_erased(case, timeout)
-        with _reading("the case's events (nothing was requested)"):
-            known = self._writers.known(case, timeout_s=min(timeout, READ_TIMEOUT_S))
         if not self._replies.started:
             # at the replies' ends before the request is sent: no reply can be missed
-            with _reading("where the replies end (nothing was requested)"):
+            with reading_errors("where the replies end (nothing was requested)"):
                 self._replies.start(timeout_s=min(timeout, START_TIMEOUT_S))
+        return OpenedRequest(case, spec, budget, arch, idempotency_key)
+
+    def known_soon(self, opened: OpenedRequest, timeout: float) -> Future[KnownCase]:
+        """The case's head as its sequencer will answer it (read_known waits for it without a thread)."""
+        return self._writers.known_soon(opened.case, timeout_s=min(timeout, READ_TIMEOUT_S))
+
+    def ready_request(self, opened: OpenedRequest, known: KnownCase) -> PreparedRequest:
+        """prepare_request's end, from the case's head: the request to send, or the one sent before."""
+        case, spec, arch = opened.case, opened.spec, opened.architecture
         if not known.positions:
             raise NoEventsError(f"case {case.key} has no events: append its steps before asking for a decision")
-        trigger_id = _trigger_id(case, idempotency_key)
+        trigger_id = _trigger_id(case, opened.idempotency_key)
         decision_id = DecisionId(trigger_id, arch)
         sent = known.triggers.get(trigger_id)
-        if sent is not None and sent.fingerprint != decision_fingerprint(spec, budget, (arch,)):
+        if sent is not None and sent.fingerprint != decision_fingerprint(spec, opened.budget, (arch,)):
             raise IdempotencyKeyReusedError(f"case {case.key}: this idempotency key was used before for another "
                                             "decision request (task, budget or architecture); nothing was requested."
                                             " Ask again with the same request, or use a new key.")  # fmt: skip
@@ -310,7 +337,7 @@ class DecisionMemory:
             return PreparedRequest(decision_id, None)
         positions = known.positions
         listed = positions if len(positions) <= self._max_positions else None  # else the worker scans
-        return PreparedRequest(decision_id, DecisionRequest(trigger_id, case, spec, budget, (arch,), listed,
+        return PreparedRequest(decision_id, DecisionRequest(trigger_id, case, spec, opened.budget, (arch,), listed,
                                                             len(positions)))  # fmt: skip
 
     def send_request(self, request: DecisionRequest) -> Future[LogPosition]:
@@ -366,7 +393,7 @@ class DecisionMemory:
     def decision(self, decision_id: str) -> Decision:
         """A published decision of this tenant by id (it reads the output topics); DecisionNotFoundError if none."""
         parsed = DecisionId.parse(decision_id)
-        with _reading("the output topics"):
+        with reading_errors("the output topics"):
             found = self._published(parsed)
         if found is None:
             raise DecisionNotFoundError(f"no decision {decision_id} of tenant {self.tenant} is published")
@@ -395,13 +422,13 @@ class DecisionMemory:
         model's cost is paid again). Reads the output topics (the decision, its view, its audits).
         """
         key = DecisionKey(self.tenant, DecisionId.parse(decision_id))
-        with _reading("the output topics"):
+        with reading_errors("the output topics"):
             outputs = load_outputs(self._config, self._names, cipher=self._keys, with_triggers=False)
         record = outputs.decisions.get(key)
         if record is None:
             raise _unpublished(outputs, key)
         log = self._events_log(record.events_topic or self._names.events)
-        with _reading("the decision's events"):
+        with reading_errors("the decision's events"):
             return replay_one(record, outputs.views.get(key), outputs.audits.get(key, []), log,
                               registry_backends(self._settings.model, backend), recorded_only=False,
                               cipher=self._keys)  # fmt: skip
@@ -416,7 +443,7 @@ class DecisionMemory:
         for one of an erased case.
         """
         key = DecisionKey(self.tenant, DecisionId.parse(decision_id))
-        with _reading("the output topics"):
+        with reading_errors("the output topics"):
             outputs = load_outputs(self._config, self._names, cipher=self._keys, with_triggers=False)
         record, view = outputs.decisions.get(key), outputs.views.get(key)
         if record is None or view is None:
@@ -436,7 +463,7 @@ class DecisionMemory:
 
     def _recorded_events(self, record: DecisionRecord) -> Trajectory | None:
         """The events at the decision's recorded offsets (None: erased); LogChangedError when they are not."""
-        with _reading("the decision's events"):
+        with reading_errors("the decision's events"):
             return read_recorded_events(record, self._events_log(record.events_topic or self._names.events),
                                         self._keys)  # fmt: skip
 
@@ -444,14 +471,14 @@ class DecisionMemory:
         """The ids of the case's published decisions, oldest first (it reads the output topics)."""
         case = CaseRef(self.tenant, case_id)
         self._refuse_erased(case, START_TIMEOUT_S)
-        with _reading("the output topics"):
+        with reading_errors("the output topics"):
             outputs = load_outputs(self._config, self._names, cipher=self._keys, with_audits=False,
                                    with_triggers=False)  # fmt: skip
         return [str(k.decision_id) for k, record in outputs.decisions.items() if record.case == case]
 
     def look_up(self, decision_id: DecisionId) -> None:
         """Completes the calls waiting for a decision from what is published already (a retried request)."""
-        with _reading("the output topics"):
+        with reading_errors("the output topics"):
             found = self._published(decision_id)
         if found is not None:
             self._waiters.complete(decision_id, found)
@@ -619,7 +646,7 @@ class InFlight:
 
 
 @contextmanager
-def _reading(what: str) -> Iterator[None]:
+def reading_errors(what: str) -> Iterator[None]:
     """The Kafka layer's errors of a read as the client's: the cluster away, or the read failed (nothing changed)."""
     try:
         yield

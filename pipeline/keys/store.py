@@ -84,9 +84,13 @@ class CaseKeys:
                 return
             self.sync()
             new = [case for case in new if self.ring.key(case) is None and not self.ring.erased(case)]
-            if new:
-                self.topic.publish([(case, self.ring.wrap_new(case)[1]) for case in new])
-                self.sync()  # adopted as read back: a key another writer published first wins, as in _current
+            if not new:
+                return
+            records = [(case, self.ring.wrap_new(case)[1]) for case in new]
+        # Written without the lock: other writers' groups write theirs meanwhile. Nothing is used until read
+        # back, and as read back: a key another writer published last wins, as in _current.
+        self.topic.publish(records)
+        self.sync()
 
     def _refuse_erased(self, case: CaseRef) -> None:
         """CaseErasedError for an erased case: its marker stays the key's latest record (a new subject: a new case)."""

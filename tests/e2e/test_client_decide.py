@@ -155,3 +155,26 @@ def test_an_erased_case_is_gone_from_every_cache_of_the_client_and_refused_from_
     erased = {k: v for k, v in latest.items() if k.startswith(b"acme/case-e/")}
     assert len(erased) == len(case.trajectory)  # nothing appended after the erasure
     assert all(v is None for v in erased.values())  # each event tombstoned
+
+
+def test_requests_wait_for_their_case_heads_without_holding_the_client_s_threads(
+    kafka_bootstrap: str, kafka_config: dict[str, str], topic_names: TopicNames, tmp_path: Path
+) -> None:
+    create_topics(kafka_config, topic_names)
+    case = small_cases(per_domain=1, tenant="acme")[0]
+    settings = client_settings(kafka_bootstrap, topic_names, tmp_path)
+
+    async def run() -> tuple[list[str], list[str]]:
+        async with AsyncDecisionMemory("acme", settings=settings, threads=2) as memory:
+            steps = [(e.kind, e.text) for e in case.trajectory.events]
+            await asyncio.gather(*(memory.append_many(f"case-{n}", steps) for n in range(20)))
+            asked = [memory.request(f"case-{n}", task=case.task, budget=2_000, idempotency_key="k") for n in range(20)]
+            first = await asyncio.gather(*asked)
+            again = await asyncio.gather(*(memory.request(f"case-{n}", task=case.task, budget=2_000,
+                                                          idempotency_key="k") for n in range(20)))  # fmt: skip
+        return list(first), list(again)
+
+    first, again = asyncio.run(run())
+    assert len(set(first)) == 20
+    assert again == first  # a retry is known from the case's head: not sent again
+    assert len(list(read_topic({**kafka_config, "isolation.level": "read_committed"}, topic_names.triggers))) == 20

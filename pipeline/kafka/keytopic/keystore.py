@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 import uuid
 from collections.abc import Sequence
 
@@ -40,12 +41,14 @@ class KafkaKeyTopic:
         self._config = client_config
         self._follower = TopicFollower(client_config, topic)
         self._producer: Producer | None = None
+        self._producer_lock = threading.Lock()
 
     def publish(self, records: Sequence[tuple[CaseRef, KeyValue | None]]) -> None:
         if not records:
             return
-        if self._producer is None:
-            self._producer = Producer({**self._config, "enable.idempotence": True, "acks": "all"}, logger=_LOG)
+        with self._producer_lock:  # writers publish side by side: one producer for all of them
+            if self._producer is None:
+                self._producer = Producer({**self._config, "enable.idempotence": True, "acks": "all"}, logger=_LOG)
         failures: list[str] = []
 
         def delivered(err: KafkaError | None, _msg: Message) -> None:

@@ -154,6 +154,10 @@ class CaseWriters:
         """The case's events and decision requests as committed now (nothing registered, nobody fenced)."""
         return self._sequencer(case).known(case, timeout_s)
 
+    def known_soon(self, case: CaseRef, timeout_s: float = READ_TIMEOUT_S) -> Future[KnownCase]:
+        """`known` as a future (an asyncio caller waits for it without a thread); see PartitionSequencer.known_soon."""
+        return self._sequencer(case).known_soon(case, timeout_s)
+
     def forget(self, case: CaseRef) -> None:
         """Drops the case's head (it was erased): its next append starts again at seq 1 under a new key."""
         with self._lock:

@@ -70,7 +70,7 @@ _SYNC_EVERY_S = 1.0  # how often a cipher learns the key topic's news (keys made
 _READ_FOLD_S = 2.0  # how long a read waits for its fold before it is answered from the heads as last folded
 # How long past its own timeout a caller waits for its answer: a transactional call left hung is
 # given up on after its timeout and a grace (kafka/writing/txn_producer.py), an abort after it too.
-_ANSWER_GRACE_S = 2 * GRACE_S + 5.0
+ANSWER_GRACE_S = 2 * GRACE_S + 5.0
 _CACHED_HEADS = 100_000  # heads a sequencer keeps in memory (then it starts again from the store)
 
 
@@ -209,13 +209,22 @@ class PartitionSequencer:
         job = _Read(case, time.monotonic() + timeout_s)
         return self._answered(job, job.answer, timeout_s)
 
-    def _answered(self, job: _Append | _Read, answer: Future[_T], timeout_s: float) -> _T:
-        """Queues `job` and waits for its answer; a sequencer that never answers is not waited for forever."""
+    def known_soon(self, case: CaseRef, timeout_s: float) -> Future[KnownCase]:
+        """`known`'s answer to come; wait for it no longer than `timeout_s` and ANSWER_GRACE_S (then never)."""
+        job = _Read(case, time.monotonic() + timeout_s)
+        self._queue(job)
+        return job.answer
+
+    def _queue(self, job: _Append | _Read) -> None:
         if self._closed:
             raise KafkaAdapterError(f"case {job.case.key}: this client was closed; nothing was written")
         self._jobs.put(job)
+
+    def _answered(self, job: _Append | _Read, answer: Future[_T], timeout_s: float) -> _T:
+        """Queues `job` and waits for its answer; a sequencer that never answers is not waited for forever."""
+        self._queue(job)
         try:
-            return answer.result(timeout=timeout_s + _ANSWER_GRACE_S)
+            return answer.result(timeout=timeout_s + ANSWER_GRACE_S)
         except FutureTimeout:
             raise BrokerUnavailableError(f"case {job.case.key}: no answer within {timeout_s:g} s; an append may have "
                                          "been written: retry it with the same idempotency key, which never writes "
