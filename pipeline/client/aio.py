@@ -11,12 +11,13 @@ from __future__ import annotations
 import asyncio
 import functools
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from types import TracebackType
 from typing import TypeVar
 
 from pipeline.client.errors import DecisionNotFoundError
 from pipeline.client.memory import (
+    APPEND_FAILURES,
     CONNECT_TIMEOUT_S,
     DEFAULT_BUDGET_CHARS,
     DecisionMemory,
@@ -26,11 +27,12 @@ from pipeline.client.memory import (
 from pipeline.client.results import Decision, EventPosition, Explanation
 from pipeline.config.settings import Settings
 from pipeline.core.contest import AdverseReasons
+from pipeline.core.events import CaseRef
 from pipeline.core.task import TaskSpec
 from pipeline.core.verification import ReplayReport
-from pipeline.kafka.errors import BrokerUnavailableError, KafkaAdapterError
+from pipeline.kafka.errors import KafkaAdapterError
 from pipeline.kafka.writing.case_writer import READ_TIMEOUT_S
-from pipeline.kafka.writing.sequencer import ANSWER_GRACE_S, KnownCase
+from pipeline.kafka.writing.sequencer import ANSWER_GRACE_S, KnownCase, unanswered
 from pipeline.services.contest import DEFAULT_MAX_CALLS
 
 _T = TypeVar("_T")
@@ -66,9 +68,20 @@ class AsyncDecisionMemory:
         self, case_id: str, events: Iterable[tuple[str, str]], *, idempotency_key: str | None = None,
         expected_seq: int | None = None, timeout: float = 60.0,
     ) -> list[EventPosition]:  # fmt: skip
-        items = list(events)
-        return await self._run(self.sync.append_many, case_id, items, idempotency_key=idempotency_key,
-                               expected_seq=expected_seq, timeout=timeout)  # fmt: skip
+        opened = self.sync.open_append(case_id, events, idempotency_key=idempotency_key, expected_seq=expected_seq)
+        if not opened.items:
+            return []
+        try:
+            if self.sync.erasures_known:
+                self.sync.refuse_erased(opened.case, timeout)
+            else:
+                await self._run(self.sync.refuse_erased, opened.case, timeout)  # the key topic's first reading
+            with self.sync.appending(opened):
+                # Waited for on the loop: a thread held per append capped the appends in flight at THREADS.
+                done = await _answer(self.sync.append_soon(opened, timeout), timeout, opened.case)
+        except APPEND_FAILURES as exc:
+            raise self.sync.append_failure(opened.case, exc) from exc
+        return self.sync.appended(opened, done)
 
     async def partition_of(self, case_id: str) -> tuple[str, int]:
         known = self.sync.known_partition_of(case_id)  # a door asks on every append: no thread hop when known
@@ -106,11 +119,7 @@ class AsyncDecisionMemory:
     async def _known(self, opened: OpenedRequest, timeout: float) -> KnownCase:
         """The case's head, waited for on the loop: a thread held per request capped requests at once at THREADS."""
         with reading_errors("the case's events (nothing was requested)"):
-            answer = asyncio.wrap_future(self.sync.known_soon(opened, timeout))
-            try:
-                return await asyncio.wait_for(answer, min(timeout, READ_TIMEOUT_S) + ANSWER_GRACE_S)
-            except TimeoutError:
-                raise BrokerUnavailableError(f"case {opened.case.key}: its head was not read in time") from None
+            return await _answer(self.sync.known_soon(opened, timeout), min(timeout, READ_TIMEOUT_S), opened.case)
 
     async def wait(self, decision_id: str, timeout: float = 60.0) -> Decision:
         # Shielded: a timeout here must not cancel the future other calls for the same id wait on.
@@ -197,3 +206,15 @@ class TenantMemories:
         for memory in self._made.values():
             await memory.close()
         self._made.clear()
+
+
+async def _answer(answer: Future[_T], timeout_s: float, case: CaseRef) -> _T:
+    """A sequencer's answer, waited for on the loop no longer than it is ever given (then `unanswered`).
+
+    Shielded: a caller gone (a timeout, a closed connection) must not cancel the future, which the
+    sequencer's thread completes.
+    """
+    try:
+        return await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(answer)), timeout_s + ANSWER_GRACE_S)
+    except TimeoutError:
+        raise unanswered(case, timeout_s) from None

@@ -57,7 +57,7 @@ from pipeline.kafka.reading.range_reads import read_topic
 from pipeline.kafka.reading.reader import KafkaEventLog, PooledLog
 from pipeline.kafka.reading.replies import START_TIMEOUT_S, ReplyReader
 from pipeline.kafka.writing.case_writer import READ_TIMEOUT_S, CaseWriters
-from pipeline.kafka.writing.sequencer import BatchReusedError, GroupCommit, KnownCase
+from pipeline.kafka.writing.sequencer import Appended, BatchReusedError, GroupCommit, KnownCase
 from pipeline.kafka.writing.sequencer import EventTooLargeError as WriterEventTooLargeError
 from pipeline.kafka.writing.sequencer import SeqMismatchError as WriterSeqMismatchError
 from pipeline.keys.store import CaseKeys
@@ -81,6 +81,22 @@ _KEPT_DECISIONS = 1_024  # typed decisions a client keeps for calls that ask for
 # Readers of cited events per events topic, each serving one call at a time; a decision cites a few
 # events, so each reader seeks with two consumers rather than the worker's eight.
 _EVENT_READERS, _POINT_READERS = 4, 2
+
+
+# What a writer raises for an append, which append_failure turns into the client's errors.
+APPEND_FAILURES = (KafkaAdapterError, WireCaseErasedError)
+
+
+@dataclass(frozen=True)
+class OpenedAppend:
+    """An append's arguments, checked, before it is written (DecisionMemory.open_append)."""
+
+    case: CaseRef
+    items: list[tuple[str, str]]
+    idempotency_key: str | None
+    batch_id: str
+    fingerprint: str | None
+    expected_seq: int | None
 
 
 @dataclass(frozen=True)
@@ -172,38 +188,63 @@ class DecisionMemory:
         when the case has moved on, SeqMismatchError with its current seq, nothing written. A retry
         with the same `idempotency_key` gets its first answer before the seq is compared.
         """
+        opened = self.open_append(case_id, events, idempotency_key=idempotency_key, expected_seq=expected_seq)
+        if not opened.items:
+            return []
+        try:
+            self.refuse_erased(opened.case, timeout)
+            with self.appending(opened):
+                done = self._writers.append(opened.case, opened.items, batch_id=opened.batch_id,
+                                            fingerprint=opened.fingerprint, expected_seq=opened.expected_seq,
+                                            timeout_s=timeout)  # fmt: skip
+        except APPEND_FAILURES as exc:
+            raise self.append_failure(opened.case, exc) from exc
+        return self.appended(opened, done)
+
+    def open_append(self, case_id: str, events: Iterable[tuple[str, str]], *, idempotency_key: str | None,
+                    expected_seq: int | None) -> OpenedAppend:  # fmt: skip
+        """append_many's arguments checked (nothing blocks): the case, its events, the batch id."""
         case = CaseRef(self.tenant, case_id)
         items = list(events)
         if idempotency_key is not None:
             check_idempotency_key(idempotency_key)
         if expected_seq is not None and expected_seq < 0:
             raise ValueError(f"expected_seq must be a case's last seq (0 or more), got {expected_seq}")
-        if not items:
-            return []
-        batch = _batch_id(idempotency_key)
-        fingerprint = append_fingerprint(items) if idempotency_key is not None else None
-        try:
-            self._refuse_erased(case, timeout)
-            with self._in_flight.hold(("append", case, idempotency_key)):
-                done = self._writers.append(case, items, batch_id=batch, fingerprint=fingerprint,
-                                            expected_seq=expected_seq, timeout_s=timeout)  # fmt: skip
-        except BatchReusedError as exc:
-            raise IdempotencyKeyReusedError(str(exc)) from exc
-        except WriterSeqMismatchError as exc:
-            raise SeqMismatchError(str(exc), current_seq=exc.current) from exc
-        except BrokerUnavailableError as exc:
-            raise ClusterUnavailableError(str(exc)) from exc
-        except WriterEventTooLargeError as exc:
-            raise EventTooLargeError(str(exc), index=exc.index, size=exc.size, limit=exc.limit) from exc
-        except WireCaseErasedError as exc:  # erased while this append was being sealed
-            raise _erased(case) from exc
-        except KafkaAdapterError as exc:
-            raise ClientError(f"case {case.key}: the append failed: {exc}") from exc
+        fingerprint = append_fingerprint(items) if idempotency_key is not None and items else None
+        return OpenedAppend(case, items, idempotency_key, _batch_id(idempotency_key), fingerprint, expected_seq)
+
+    def appending(self, opened: OpenedAppend) -> AbstractContextManager[None]:
+        """Held while the append is written: the same key again meanwhile is IdempotencyKeyInFlightError."""
+        return self._in_flight.hold(("append", opened.case, opened.idempotency_key))
+
+    def append_soon(self, opened: OpenedAppend, timeout: float) -> Future[Appended]:
+        """The append's answer to come (an asyncio caller waits for it without a thread); see append_many."""
+        return self._writers.append_soon(opened.case, opened.items, batch_id=opened.batch_id,
+                                         fingerprint=opened.fingerprint, expected_seq=opened.expected_seq,
+                                         timeout_s=timeout)  # fmt: skip
+
+    def append_failure(self, case: CaseRef, exc: KafkaAdapterError | WireCaseErasedError) -> ClientError:
+        """The client's error for an append the writer refused or could not write (one of APPEND_FAILURES)."""
+        if isinstance(exc, WireCaseErasedError):  # erased while this append was being sealed
+            return _erased(case)
+        if isinstance(exc, BatchReusedError):
+            return IdempotencyKeyReusedError(str(exc))
+        if isinstance(exc, WriterSeqMismatchError):
+            return SeqMismatchError(str(exc), current_seq=exc.current)
+        if isinstance(exc, BrokerUnavailableError):
+            return ClusterUnavailableError(str(exc))
+        if isinstance(exc, WriterEventTooLargeError):
+            return EventTooLargeError(str(exc), index=exc.index, size=exc.size, limit=exc.limit)
+        return ClientError(f"case {case.key}: the append failed: {exc}")
+
+    def appended(self, opened: OpenedAppend, done: Appended) -> list[EventPosition]:
+        """The positions of a written (or earlier written) append; a written one's events kept for reads."""
+        case, items = opened.case, opened.items
         if done.written:  # (an idempotent repeat's items may differ from what the first call wrote)
             self._recent.add(self._names.events, ((p, Event(case, done.first_seq + i, kind, text))
                                                   for i, (p, (kind, text)) in enumerate(zip(done.positions, items,
                                                                                             strict=True))))  # fmt: skip
-        return [EventPosition(case_id, done.first_seq + i, p) for i, p in enumerate(done.positions)]
+        return [EventPosition(case.case_id, done.first_seq + i, p) for i, p in enumerate(done.positions)]
 
     def partition_of(self, case_id: str) -> tuple[str, int]:
         """The events topic and partition the case's steps go to (a door forwards an append to its owner by it)."""
@@ -220,7 +261,12 @@ class DecisionMemory:
 
     # Erasure
 
-    def _refuse_erased(self, case: CaseRef, timeout: float) -> None:
+    @property
+    def erasures_known(self) -> bool:
+        """Whether refuse_erased answers without waiting (the key topic was read once)."""
+        return self._erasures.ready
+
+    def refuse_erased(self, case: CaseRef, timeout: float) -> None:
         """CaseErasedError for an erased case: it takes no more events and its decisions are not read."""
         try:
             erased = self._erasures.erased(case, timeout_s=min(timeout, START_TIMEOUT_S))
@@ -309,7 +355,7 @@ class DecisionMemory:
         case = CaseRef(self.tenant, case_id)
         if idempotency_key is not None:
             check_idempotency_key(idempotency_key)
-        self._refuse_erased(case, timeout)
+        self.refuse_erased(case, timeout)
         if not self._replies.started:
             # at the replies' ends before the request is sent: no reply can be missed
             with reading_errors("where the replies end (nothing was requested)"):
@@ -470,7 +516,7 @@ class DecisionMemory:
     def decisions_of(self, case_id: str) -> list[str]:
         """The ids of the case's published decisions, oldest first (it reads the output topics)."""
         case = CaseRef(self.tenant, case_id)
-        self._refuse_erased(case, START_TIMEOUT_S)
+        self.refuse_erased(case, START_TIMEOUT_S)
         with reading_errors("the output topics"):
             outputs = load_outputs(self._config, self._names, cipher=self._keys, with_audits=False,
                                    with_triggers=False)  # fmt: skip

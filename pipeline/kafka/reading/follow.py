@@ -11,7 +11,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from pipeline.core.event_log import RawRecord
 from pipeline.kafka.cluster.admin import reader_group, topic_partitions
 from pipeline.kafka.errors import KafkaAdapterError
-from pipeline.kafka.reading.range_reads import read_range, renewed
+from pipeline.kafka.reading.range_reads import read_ranges, renewed
 
 _LOG = logging.getLogger("pipeline.kafka.librdkafka")
 _NO_LEADER_YET = (KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE)
@@ -71,14 +71,13 @@ class TopicFollower:
     def new_records(self) -> Iterator[RawRecord]:
         """The committed records written since the last call (all of them on the first)."""
         try:
-            for partition, high in self._ends().items():
-                start = self._next.get(partition, 0)
-                if start >= high:
-                    continue
-                for raw in read_range(self._consumer, self.topic, partition, start, last=high - 1, timeout_s=10):
-                    self._next[partition] = raw.position.offset + 1
-                    yield raw
-                self._next[partition] = high  # past the transaction markers that ended the read
+            ends = self._ends()
+            behind = {p: (self._next.get(p, 0), high - 1) for p, high in ends.items() if self._next.get(p, 0) < high}
+            for raw in read_ranges(self._consumer, self.topic, behind, timeout_s=10):
+                self._next[raw.position.partition] = raw.position.offset + 1
+                yield raw
+            for partition in behind:
+                self._next[partition] = ends[partition]  # past the transaction markers that ended the read
         except KafkaException as exc:
             self._consumer = renewed(self._consumer, self._connect)  # the next call asks the cluster afresh
             raise KafkaAdapterError(f"reading {self.topic} failed: {exc}") from exc

@@ -150,6 +150,13 @@ class CaseWriters:
                                             expected_seq=expected_seq, cipher=self._cipher,
                                             timeout_s=timeout_s)  # fmt: skip
 
+    def append_soon(self, case: CaseRef, items: list[tuple[str, str]], *, batch_id: str, fingerprint: str | None,
+                    expected_seq: int | None = None, timeout_s: float = 60.0) -> Future[Appended]:  # fmt: skip
+        """`append` as a future (an asyncio caller waits for it without a thread)."""
+        return self._sequencer(case).append_soon(case, items, batch_id=batch_id, fingerprint=fingerprint,
+                                                 opening=None, expected_seq=expected_seq, cipher=self._cipher,
+                                                 timeout_s=timeout_s)  # fmt: skip
+
     def known(self, case: CaseRef, timeout_s: float = READ_TIMEOUT_S) -> KnownCase:
         """The case's events and decision requests as committed now (nothing registered, nobody fenced)."""
         return self._sequencer(case).known(case, timeout_s)

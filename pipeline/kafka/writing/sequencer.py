@@ -71,6 +71,16 @@ _READ_FOLD_S = 2.0  # how long a read waits for its fold before it is answered f
 # How long past its own timeout a caller waits for its answer: a transactional call left hung is
 # given up on after its timeout and a grace (kafka/writing/txn_producer.py), an abort after it too.
 ANSWER_GRACE_S = 2 * GRACE_S + 5.0
+
+
+def unanswered(case: CaseRef, timeout_s: float) -> BrokerUnavailableError:
+    """What a caller raises when a job's answer did not come within `timeout_s` and ANSWER_GRACE_S."""
+    return BrokerUnavailableError(
+        f"case {case.key}: no answer within {timeout_s:g} s; an append may have been "
+        "written: retry it with the same idempotency key, which never writes it twice"
+    )
+
+
 _CACHED_HEADS = 100_000  # heads a sequencer keeps in memory (then it starts again from the store)
 
 
@@ -204,6 +214,14 @@ class PartitionSequencer:
         job = _Append(case, items, batch_id, fingerprint, opening, expected_seq, cipher, time.monotonic() + timeout_s)
         return self._answered(job, job.answer, timeout_s)
 
+    def append_soon(self, case: CaseRef, items: Sequence[tuple[str, str]], *, batch_id: str,
+                    fingerprint: str | None, opening: CaseOpening | None, expected_seq: int | None,
+                    cipher: CaseCipher | None, timeout_s: float) -> Future[Appended]:  # fmt: skip
+        """`append`'s answer to come; wait for it no longer than `timeout_s` and ANSWER_GRACE_S (see unanswered)."""
+        job = _Append(case, items, batch_id, fingerprint, opening, expected_seq, cipher, time.monotonic() + timeout_s)
+        self._queue(job)
+        return job.answer
+
     def known(self, case: CaseRef, timeout_s: float) -> KnownCase:
         """The case's events and decision requests as committed now (folded first; nothing registered or fenced)."""
         job = _Read(case, time.monotonic() + timeout_s)
@@ -226,9 +244,7 @@ class PartitionSequencer:
         try:
             return answer.result(timeout=timeout_s + ANSWER_GRACE_S)
         except FutureTimeout:
-            raise BrokerUnavailableError(f"case {job.case.key}: no answer within {timeout_s:g} s; an append may have "
-                                         "been written: retry it with the same idempotency key, which never writes "
-                                         "it twice") from None  # fmt: skip
+            raise unanswered(job.case, timeout_s) from None
 
     def close(self) -> None:
         self._closed = True
