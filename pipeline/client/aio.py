@@ -78,7 +78,9 @@ class AsyncDecisionMemory:
                 await self._run(self.sync.refuse_erased, opened.case, timeout)  # the key topic's first reading
             with self.sync.appending(opened):
                 # Waited for on the loop: a thread held per append capped the appends in flight at THREADS.
-                done = await _answer(self.sync.append_soon(opened, timeout), timeout, opened.case)
+                # Queued on a thread: a client's first use of a partition asks the cluster for its topics.
+                answer = await self._run(self.sync.append_soon, opened, timeout)
+                done = await _answer(answer, timeout, opened.case)
         except APPEND_FAILURES as exc:
             raise self.sync.append_failure(opened.case, exc) from exc
         return self.sync.appended(opened, done)
@@ -119,7 +121,8 @@ class AsyncDecisionMemory:
     async def _known(self, opened: OpenedRequest, timeout: float) -> KnownCase:
         """The case's head, waited for on the loop: a thread held per request capped requests at once at THREADS."""
         with reading_errors("the case's events (nothing was requested)"):
-            return await _answer(self.sync.known_soon(opened, timeout), min(timeout, READ_TIMEOUT_S), opened.case)
+            answer = await self._run(self.sync.known_soon, opened, timeout)  # queued on a thread, as appends are
+            return await _answer(answer, min(timeout, READ_TIMEOUT_S), opened.case)
 
     async def wait(self, decision_id: str, timeout: float = 60.0) -> Decision:
         # Shielded: a timeout here must not cancel the future other calls for the same id wait on.

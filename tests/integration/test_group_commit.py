@@ -4,15 +4,21 @@ from __future__ import annotations
 
 import threading
 import uuid
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
 from pipeline.core.events import CaseRef, InvalidEventError
 from pipeline.kafka.cluster.topics import TopicNames
+from pipeline.kafka.errors import KafkaAdapterError
 from pipeline.kafka.reading.range_reads import read_topic
 from pipeline.kafka.writing.case_writer import CaseWriters
 from pipeline.kafka.writing.sequencer import Appended, GroupCommit, SeqMismatchError
+from pipeline.keys.providers import LocalFileKeyProvider
+from pipeline.keys.ring import KeyRing
+from pipeline.keys.store import CaseKeys, MemoryKeyTopic
 from tests.pipeline_support import create_topics
 
 pytestmark = pytest.mark.integration
@@ -122,3 +128,25 @@ def test_two_sequencers_sharing_one_head_store_alternate_on_a_case_without_a_gap
     assert (retried.first_seq, retried.written) == (12, False)
     assert len(known.positions) == 12
     assert _events_by_case(kafka_config, topic_names) == {case.key: list(range(1, 13))}
+
+
+class _KeysWithoutPrepare(CaseKeys):
+    """Case keys whose key topic refuses a group's keys written together (a shortcut that may fail)."""
+
+    def prepare(self, cases: Iterable[CaseRef]) -> None:
+        raise KafkaAdapterError("the key topic refused the batch")
+
+
+def test_new_cases_whose_keys_are_not_made_together_get_them_as_they_are_sealed(
+    kafka_config: dict[str, str], topic_names: TopicNames, tmp_path: Path
+) -> None:
+    create_topics(kafka_config, topic_names, partitions=1)
+    keys = _KeysWithoutPrepare(KeyRing(LocalFileKeyProvider(tmp_path / "keks")), MemoryKeyTopic())
+    writers = CaseWriters(kafka_config, topic_names, keys, tmp_path, GroupCommit(linger_s=0.02, max_records=500))
+    cases = [CaseRef("acme", f"new-{n}") for n in range(5)]
+    with ThreadPoolExecutor(5) as pool:
+        list(pool.map(lambda case: writers.append(case, [("tool", "a step")], batch_id=uuid.uuid4().hex,
+                                                  fingerprint=None), cases))  # fmt: skip
+    writers.close()
+    assert _events_by_case(kafka_config, topic_names) == {case.key: [1] for case in cases}
+    assert all(keys.knows(case) for case in cases)

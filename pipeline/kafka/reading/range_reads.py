@@ -87,21 +87,22 @@ def read_ranges(
                 raise KafkaAdapterError(f"timed out reading {topic}[{','.join(map(str, sorted(left)))}] from "
                                         f"offset(s) {', '.join(str(ranges[p][0]) for p in sorted(left))}")  # fmt: skip
             for received in (msg, *consumer.consume(_BATCH, 0)):
-                partition = received.partition() or 0
+                if not left:
+                    return  # every range read: what else the batch holds is not asked for
+                partition = received.partition()
+                if partition is not None and partition not in left:
+                    continue  # its range is read: fetched before it was done
                 error = received.error()
                 if error is not None:
                     if error.code() != KafkaError._PARTITION_EOF:
                         raise KafkaAdapterError(f"reading {topic}[{partition}] failed: {error.str()}")
-                    left.pop(partition, None)
+                    left.pop(partition or 0, None)
                     continue
-                last = left.get(partition)
-                if last is None:
-                    continue  # past the end of its range: fetched before it was done
                 offset = received.offset() or 0
                 if wanted is None or offset in wanted:
                     yield raw_record(received)
-                if offset >= last:
-                    del left[partition]
+                if offset >= left[partition or 0]:
+                    del left[partition or 0]
     finally:
         _release(consumer, topic, sorted(ranges))
 

@@ -236,6 +236,7 @@ class PartitionSequencer:
     def _queue(self, job: _Append | _Read) -> None:
         if self._closed:
             raise KafkaAdapterError(f"case {job.case.key}: this client was closed; nothing was written")
+        job.answer.set_running_or_notify_cancel()  # no longer cancellable: the sequencer's thread answers it
         self._jobs.put(job)
 
     def _answered(self, job: _Append | _Read, answer: Future[_T], timeout_s: float) -> _T:
@@ -452,12 +453,17 @@ class PartitionSequencer:
             raise BrokerUnavailableError(f"reading the key topic failed: {exc}") from exc
 
     def _prepare(self, ciphers: dict[int, CaseCipher], appends: list[_Append]) -> None:
-        """The group's new cases get their data keys in one write of the key topic per cipher, not one each."""
-        try:
-            for key, cipher in ciphers.items():
+        """The group's new cases get their data keys in one write of the key topic per cipher, not one each.
+
+        Only a shortcut: when it fails, each new case's key is made as its events are sealed, and a
+        failure there fails that append alone, not its whole group.
+        """
+        for key, cipher in ciphers.items():
+            try:
                 cipher.prepare(job.case for job in appends if id(job.cipher) == key)
-        except KafkaAdapterError as exc:  # tried again, like the transaction
-            raise BrokerUnavailableError(f"writing the key topic failed: {exc}") from exc
+            except KafkaAdapterError as exc:
+                _LOG.info("%s[%d]: new cases' keys not made together (%s); each is made as it is sealed",
+                          self._names.events, self.partition, exc)  # fmt: skip
 
     def _planned(self, job: _Append, head: CaseHead) -> list[Output] | None:
         """The append's outputs numbered after `head`; None when the head shows it written (its answer is set)."""
