@@ -363,7 +363,7 @@ class DecisionMemory:
         return OpenedRequest(case, spec, budget, arch, idempotency_key)
 
     def known_soon(self, opened: OpenedRequest, timeout: float) -> Future[KnownCase]:
-        """The case's head as its sequencer will answer it (read_known waits for it without a thread)."""
+        """The case's head as its sequencer will answer it (AsyncDecisionMemory waits for it without a thread)."""
         return self._writers.known_soon(opened.case, timeout_s=min(timeout, READ_TIMEOUT_S))
 
     def ready_request(self, opened: OpenedRequest, known: KnownCase) -> PreparedRequest:

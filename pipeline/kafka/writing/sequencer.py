@@ -73,6 +73,14 @@ _READ_FOLD_S = 2.0  # how long a read waits for its fold before it is answered f
 ANSWER_GRACE_S = 2 * GRACE_S + 5.0
 
 
+def _waited(answer: Future[_T], case: CaseRef, timeout_s: float) -> _T:
+    """A job's answer, waited for on this thread: a sequencer that never answers is not waited for forever."""
+    try:
+        return answer.result(timeout=timeout_s + ANSWER_GRACE_S)
+    except FutureTimeout:
+        raise unanswered(case, timeout_s) from None
+
+
 def unanswered(case: CaseRef, timeout_s: float) -> BrokerUnavailableError:
     """What a caller raises when a job's answer did not come within `timeout_s` and ANSWER_GRACE_S."""
     return BrokerUnavailableError(
@@ -211,8 +219,9 @@ class PartitionSequencer:
                opening: CaseOpening | None, expected_seq: int | None, cipher: CaseCipher | None,
                timeout_s: float) -> Appended:  # fmt: skip
         """Numbers and writes `items` after the case's last event; returns their positions once committed."""
-        job = _Append(case, items, batch_id, fingerprint, opening, expected_seq, cipher, time.monotonic() + timeout_s)
-        return self._answered(job, job.answer, timeout_s)
+        answer = self.append_soon(case, items, batch_id=batch_id, fingerprint=fingerprint, opening=opening,
+                                  expected_seq=expected_seq, cipher=cipher, timeout_s=timeout_s)  # fmt: skip
+        return _waited(answer, case, timeout_s)
 
     def append_soon(self, case: CaseRef, items: Sequence[tuple[str, str]], *, batch_id: str,
                     fingerprint: str | None, opening: CaseOpening | None, expected_seq: int | None,
@@ -224,8 +233,7 @@ class PartitionSequencer:
 
     def known(self, case: CaseRef, timeout_s: float) -> KnownCase:
         """The case's events and decision requests as committed now (folded first; nothing registered or fenced)."""
-        job = _Read(case, time.monotonic() + timeout_s)
-        return self._answered(job, job.answer, timeout_s)
+        return _waited(self.known_soon(case, timeout_s), case, timeout_s)
 
     def known_soon(self, case: CaseRef, timeout_s: float) -> Future[KnownCase]:
         """`known`'s answer to come; wait for it no longer than `timeout_s` and ANSWER_GRACE_S (then never)."""
@@ -238,14 +246,6 @@ class PartitionSequencer:
             raise KafkaAdapterError(f"case {job.case.key}: this client was closed; nothing was written")
         job.answer.set_running_or_notify_cancel()  # no longer cancellable: the sequencer's thread answers it
         self._jobs.put(job)
-
-    def _answered(self, job: _Append | _Read, answer: Future[_T], timeout_s: float) -> _T:
-        """Queues `job` and waits for its answer; a sequencer that never answers is not waited for forever."""
-        self._queue(job)
-        try:
-            return answer.result(timeout=timeout_s + ANSWER_GRACE_S)
-        except FutureTimeout:
-            raise unanswered(job.case, timeout_s) from None
 
     def close(self) -> None:
         self._closed = True
