@@ -28,6 +28,7 @@ from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from pipeline.api.hot_append import DoorApp, HotAppend
 from pipeline.api.problems import (
     Problem,
     bad_request,
@@ -320,12 +321,13 @@ def create_api(memory_for: MemoryFor, keys: ApiKeys, settings: ApiSettings,
     `doors`: this door's place among the door replicas; an append for a case whose partition another
     door owns is forwarded to it (services/door_routes.py). None: every append is made here.
     """
-    app = FastAPI(title="dpm", version=VERSION, description=__doc__, openapi_url="/openapi.json", docs_url=None,
+    app = DoorApp(title="dpm", version=VERSION, description=__doc__, openapi_url="/openapi.json", docs_url=None,
                   redoc_url=None)  # fmt: skip
     _answer_problems(app)
-    app.add_middleware(_Guard, keys=keys, limits=RateLimit(settings.rate_per_s),
-                       max_body_bytes=settings.max_body_bytes)  # fmt: skip
+    admission = _Admission(keys, RateLimit(settings.rate_per_s), settings.max_body_bytes)
+    app.add_middleware(_Guard, admission=admission)
     routes = _Routes(memory_for, settings, erase, doors)
+    app.hot_append = HotAppend(admission.admit, routes.append, AppendIn, REFUSALS, _refusal)
     written = (400, 401, 403, 404, 409, 410, 411, 413, 415, 422, 429, 503)
     app.add_api_route(f"/{VERSION}/cases/{{case_id}}/events", routes.append, methods=["POST"], status_code=201,
                       response_model=Appended, responses=_problems(*written, 412),
@@ -404,12 +406,9 @@ def _answer_problems(app: FastAPI) -> None:
         ).response()
 
     @app.exception_handler(RefusedArgumentError)
-    async def _refused(_: Request, exc: RefusedArgumentError) -> JSONResponse:
-        return (unprocessable(exc.slug, str(exc)) if exc.unprocessable else bad_request(str(exc))).response()
-
     @app.exception_handler(TenantNotOnClusterError)
-    async def _no_tenant(_: Request, exc: TenantNotOnClusterError) -> JSONResponse:
-        return Problem(404, "tenant-not-found", "Not found", str(exc)).response()
+    async def _refused(_: Request, exc: RefusedArgumentError | TenantNotOnClusterError) -> JSONResponse:
+        return _refusal(exc).response()
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
@@ -418,29 +417,40 @@ def _answer_problems(app: FastAPI) -> None:
         return bad_request(f"{where}: {first.get('msg', 'invalid')}").response()  # the message names no value
 
 
+class _Admission:
+    """What every request passes first: the body's declared size, then (under /v1) the API key and its rate."""
+
+    def __init__(self, keys: ApiKeys, limits: RateLimit, max_body_bytes: int) -> None:
+        self._keys, self._limits, self._max_body_bytes = keys, limits, max_body_bytes
+
+    def admit(self, scope: Scope) -> None:
+        """Raises the request's Problem, or keeps its key as the scope's caller (under /v1)."""
+        request = Request(scope)
+        _check_size(request, self._max_body_bytes)
+        if scope["path"].startswith(f"/{VERSION}/"):
+            caller = _caller(request, self._keys)
+            wait = self._limits.retry_after(caller.key.key_id)
+            if wait is not None:
+                raise rate_limited(wait)
+            _check_media_type(request)
+            scope.setdefault("state", {})["caller"] = caller
+
+
 class _Guard:
-    """Before any route: the body's declared size, then (under /v1) the API key and its rate.
+    """Admission before any route (a request the appends' hot path admitted is not admitted twice).
 
     A plain ASGI middleware, not Starlette's BaseHTTPMiddleware (`@app.middleware`), which runs
     every request through a task and a memory stream of its own: at 50 concurrent decisions that
     cost more than the rest of the door.
     """
 
-    def __init__(self, app: ASGIApp, keys: ApiKeys, limits: RateLimit, max_body_bytes: int) -> None:
-        self._app, self._keys, self._limits, self._max_body_bytes = app, keys, limits, max_body_bytes
+    def __init__(self, app: ASGIApp, admission: _Admission) -> None:
+        self._app, self._admission = app, admission
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            request = Request(scope)
+        if scope["type"] == "http" and "caller" not in scope.get("state", {}):
             try:
-                _check_size(request, self._max_body_bytes)
-                if request.url.path.startswith(f"/{VERSION}/"):
-                    caller = _caller(request, self._keys)
-                    wait = self._limits.retry_after(caller.key.key_id)
-                    if wait is not None:
-                        raise rate_limited(wait)
-                    _check_media_type(request)
-                    scope.setdefault("state", {})["caller"] = caller
+                self._admission.admit(scope)
             except Problem as problem:
                 await problem.response()(scope, receive, send)
                 return
@@ -481,9 +491,8 @@ class _Routes:
         except ClientError as exc:  # the tenant's first request: no broker, or no topics, within the bound
             raise _client_problem(exc) from exc
 
-    async def append(self, request: Request, response: Response, case_id: CaseId, body: AppendIn, *,
-                     idempotency_key: IdempotencyKey = None,
-                     if_match: IfMatch = None) -> Appended | Response:  # fmt: skip
+    async def append(self, request: Request, case_id: CaseId, body: AppendIn, *,
+                     idempotency_key: IdempotencyKey = None, if_match: IfMatch = None) -> Response:  # fmt: skip
         """Appends the steps after the case's last, all or none; 201 with their seqs and positions.
 
         The answer's ETag is the seq of the last event written (`"<seq>"`), the If-Match of the next append.
@@ -511,10 +520,11 @@ class _Routes:
                           f"headers), over the limit of {exc.limit}; nothing was written") from exc  # fmt: skip
         except ClientError as exc:
             raise _client_problem(exc) from exc
-        if done:
-            response.headers["ETag"] = f'"{done[-1].seq}"'
-        return Appended(case_id=case_id, events=[Position(seq=a.seq, partition=a.position.partition,
-                                                          offset=a.position.offset) for a in done])  # fmt: skip
+        # Appended's JSON made here, not through the route's response model: appends are the door's hot path
+        answer = {"case_id": case_id, "events": [{"seq": a.seq, "partition": a.position.partition,
+                                                  "offset": a.position.offset} for a in done]}  # fmt: skip
+        return Response(orjson.dumps(answer), status_code=201, media_type="application/json",
+                        headers={"ETag": f'"{done[-1].seq}"'} if done else None)  # fmt: skip
 
     async def _forwarded(self, request: Request, memory: AsyncDecisionMemory, case_id: str) -> Response | None:
         """The owning door's answer to this append, when another door owns the case's partition; else None."""
@@ -662,6 +672,18 @@ _FIXED_PROBLEMS: tuple[tuple[type[ClientError], tuple[int, str, str, str]], ...]
     (ReasonsUnavailableError, (409, "reasons-unavailable", "Conflict", "the decision's recorded events are no longer "
                                "what it read, or its model could not answer")),
 )  # fmt: skip
+
+
+REFUSALS = (Problem, RefusedArgumentError, TenantNotOnClusterError)  # what a route raises to answer a problem
+
+
+def _refusal(exc: Problem | RefusedArgumentError | TenantNotOnClusterError) -> Problem:
+    """The problem a route's refusal answers as: an argument refused, or a tenant not on this cluster."""
+    if isinstance(exc, RefusedArgumentError):
+        return unprocessable(exc.slug, str(exc)) if exc.unprocessable else bad_request(str(exc))
+    if isinstance(exc, TenantNotOnClusterError):
+        return Problem(404, "tenant-not-found", "Not found", str(exc))
+    return exc
 
 
 def _client_problem(exc: Exception) -> Problem:

@@ -78,8 +78,11 @@ class AsyncDecisionMemory:
                 await self._run(self.sync.refuse_erased, opened.case, timeout)  # the key topic's first reading
             with self.sync.appending(opened):
                 # Waited for on the loop: a thread held per append capped the appends in flight at THREADS.
-                # Queued on a thread: a client's first use of a partition asks the cluster for its topics.
-                answer = await self._run(self.sync.append_soon, opened, timeout)
+                # Queued on a thread when a first use of the partition asks the cluster (its topics, its sequencer).
+                if self.sync.sequencer_ready(opened.case):
+                    answer = self.sync.append_soon(opened, timeout)
+                else:
+                    answer = await self._run(self.sync.append_soon, opened, timeout)
                 done = await _answer(answer, timeout, opened.case)
         except APPEND_FAILURES as exc:
             raise self.sync.append_failure(opened.case, exc) from exc
@@ -100,10 +103,11 @@ class AsyncDecisionMemory:
                       budget: int = DEFAULT_BUDGET_CHARS, architecture: str = "dpm",
                       idempotency_key: str | None = None, timeout: float = 60.0) -> str:  # fmt: skip
         with self.sync.requesting(case_id, idempotency_key):
-            # The case's head is read first (its partition's sequencer folds what it gained): on a thread.
-            opened = await self._run(self.sync.open_request, case_id, domain=domain, task=task, budget=budget,
-                                     architecture=architecture, idempotency_key=idempotency_key,
-                                     timeout=timeout)  # fmt: skip
+            # On a thread the first time (the key topic and the replies' ends are read), then on the loop
+            opening = functools.partial(self.sync.open_request, case_id, domain=domain, task=task, budget=budget,
+                                        architecture=architecture, idempotency_key=idempotency_key,
+                                        timeout=timeout)  # fmt: skip
+            opened = opening() if self.sync.requests_ready else await self._run(opening)
             prepared = self.sync.ready_request(opened, await self._known(opened, timeout))
             if prepared.request is None:  # sent before: the decision (or the refusal) may be published already
                 await self._run(self.sync.look_up, prepared.decision_id)
@@ -121,7 +125,10 @@ class AsyncDecisionMemory:
     async def _known(self, opened: OpenedRequest, timeout: float) -> KnownCase:
         """The case's head, waited for on the loop: a thread held per request capped requests at once at THREADS."""
         with reading_errors("the case's events (nothing was requested)"):
-            answer = await self._run(self.sync.known_soon, opened, timeout)  # queued on a thread, as appends are
+            if self.sync.sequencer_ready(opened.case):
+                answer = self.sync.known_soon(opened, timeout)
+            else:  # queued on a thread, as a first append of the partition is
+                answer = await self._run(self.sync.known_soon, opened, timeout)
             return await _answer(answer, min(timeout, READ_TIMEOUT_S), opened.case)
 
     async def wait(self, decision_id: str, timeout: float = 60.0) -> Decision:

@@ -223,6 +223,10 @@ class DecisionMemory:
                                          fingerprint=opened.fingerprint, expected_seq=opened.expected_seq,
                                          timeout_s=timeout)  # fmt: skip
 
+    def sequencer_ready(self, case: CaseRef) -> bool:
+        """Whether append_soon and known_soon for the case block on nothing (its partition's sequencer runs)."""
+        return self._writers.running(case)
+
     def append_failure(self, case: CaseRef, exc: KafkaAdapterError | WireCaseErasedError) -> ClientError:
         """The client's error for an append the writer refused or could not write (one of APPEND_FAILURES)."""
         if isinstance(exc, WireCaseErasedError):  # erased while this append was being sealed
@@ -361,6 +365,11 @@ class DecisionMemory:
             with reading_errors("where the replies end (nothing was requested)"):
                 self._replies.start(timeout_s=min(timeout, START_TIMEOUT_S))
         return OpenedRequest(case, spec, budget, arch, idempotency_key)
+
+    @property
+    def requests_ready(self) -> bool:
+        """Whether open_request blocks on nothing: the erasures and the replies' ends were read before."""
+        return self.erasures_known and self._replies.started
 
     def known_soon(self, opened: OpenedRequest, timeout: float) -> Future[KnownCase]:
         """The case's head as its sequencer will answer it (AsyncDecisionMemory waits for it without a thread)."""

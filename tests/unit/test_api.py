@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Protocol, cast
+from urllib.parse import quote
 
 import orjson
 import pytest
@@ -486,3 +487,43 @@ def test_a_tenants_topics_the_cluster_refuses_the_door_answer_503_topics_refused
     assert str(body["type"]).endswith("topics-refused")
     assert "dpm.acme.events" not in str(body["detail"])  # the agent is told to wait, not the cluster's layout
     assert response.headers["retry-after"]
+
+
+APPEND_REQUESTS = [  # (case id, body, extra headers): the common case, and each kind of refusal an append meets
+    ("case-1", b'{"events": [{"kind": "tool", "text": "score 712"}]}', {}),
+    ("case-2", b'{"events": [{"kind": "tool", "text": "a"}]}', {"Idempotency-Key": '"s-9"', "If-Match": '"0"'}),
+    ("case-3", b'{"events": [{"kind": "tool", "text": "a"}]}', {"If-Match": '"4"'}),
+    ("case-4", b'{"events": [{"kind": "tool", "text": "a"}]}', {"If-Match": 'W/"0"'}),
+    ("case-5", b'{"events": [{"kind": "tool", "text": "a"}]}', {"Idempotency-Key": "reused"}),
+    ("case-6", b'{"events": [{"kind": "tool", "text": "a"}]}', {"Idempotency-Key": ""}),
+    ("erased-case", b'{"events": [{"kind": "tool", "text": "a"}]}', {}),
+    ("bad id!", b'{"events": [{"kind": "tool", "text": "a"}]}', {}),
+    ("x" * 201, b'{"events": [{"kind": "tool", "text": "a"}]}', {}),
+    ("case-7", b'{"events": [{"kind": "to\\u0001ol", "text": "a"}]}', {}),
+    ("case-8", b'{"events": []}', {}),
+    ("case-9", b'{"events": [{"kind": "tool"}]}', {}),
+    ("case-10", b"not json", {}),
+    ("case-11", b'{"events": [{"kind": "tool", "text": "a"}]}', {"Content-Type": "text/plain"}),
+    ("case-12", b'{"events": [{"kind": "tool", "text": "a"}]}', {"Authorization": "Bearer nope"}),
+    ("case-13", b"x" * 3_000, {}),
+]
+
+
+@pytest.mark.parametrize(("case_id", "body", "headers"), APPEND_REQUESTS)
+def test_appends_answer_the_same_through_the_hot_path_and_through_the_fastapi_route(
+    api: Api, case_id: str, body: bytes, headers: dict[str, str]
+) -> None:
+    client, keys, _, _ = api
+    sent = {**_auth(keys["acme"]), "Content-Type": "application/json", **headers}
+    hot = client.post(f"/v1/cases/{quote(case_id, safe='')}/events", content=body, headers=sent)
+    client.app.hot_append, kept = None, client.app.hot_append  # type: ignore[attr-defined]
+    try:
+        routed = client.post(f"/v1/cases/{quote(case_id, safe='')}/events", content=body, headers=sent)
+    finally:
+        client.app.hot_append = kept  # type: ignore[attr-defined]
+    assert kept is not None
+    assert (hot.status_code, hot.content) == (routed.status_code, routed.content)
+    assert dict(hot.headers) == dict(routed.headers)
+    if hot.status_code == 201:
+        assert hot.headers["content-type"] == "application/json"
+        assert hot.headers["etag"] == f'"{hot.json()["events"][-1]["seq"]}"'

@@ -69,19 +69,6 @@ class CaseHead:
         """Where seq 1..n are, in order."""
         return tuple(LogPosition(self.partition, first + i) for first, count in self.runs for i in range(count))
 
-    def copy(self) -> CaseHead:
-        """A copy whose changes leave this head as it is.
-
-        Only the last run is changed in place (_extend); the others are shared with the copy.
-        """
-        runs = [*self.runs[:-1], list(self.runs[-1])] if self.runs else []
-        return CaseHead(self.partition, runs, OrderedDict(self.batches), OrderedDict(self.triggers), self.broken)
-
-    def reserve(self, count: int) -> None:
-        """Counts `count` seqs written but not yet placed (a run at no offset): never stored, only numbered after."""
-        self.runs.append([-(self._last_seq + 1), count])
-        self._last_seq += count
-
     def offset_of(self, seq: int) -> int | None:
         """The offset of event `seq`, None beyond the head."""
         passed = 0

@@ -122,7 +122,20 @@ class CaseWriters:
         counts = self._partitions  # read once: set whole, never changed in place
         return None if counts is None else (self._names.events, case_partition(case, counts[self._names.events]))
 
+    def running(self, case: CaseRef) -> bool:
+        """Whether the case's partition has its sequencer already: queueing for it then waits on nothing."""
+        return self._running(case) is not None
+
+    def _running(self, case: CaseRef) -> PartitionSequencer | None:
+        # Without the lock, which a first use of another partition holds while it asks the cluster
+        counts = self._partitions  # set whole, never changed in place; so is each entry of _held
+        held = None if counts is None else self._held.get(case_partition(case, counts[self._names.events]))
+        return None if held is None else held[1]
+
     def _sequencer(self, case: CaseRef) -> PartitionSequencer:
+        running = self._running(case)
+        if running is not None:
+            return running
         with self._lock:
             partition = case_partition(case, self._partition_counts()[self._names.events])
             held = self._held.get(partition)

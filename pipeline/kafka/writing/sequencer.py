@@ -348,7 +348,8 @@ class PartitionSequencer:
         ciphers = {id(job.cipher): job.cipher for job in appends if job.cipher is not None}
         self._sync(ciphers)
         self._prepare(ciphers, appends)
-        heads: dict[CaseRef, CaseHead] = {}
+        heads: dict[CaseRef, CaseHead] = {}  # as stored: numbering leaves them as they are (a commit may fail)
+        numbered: dict[CaseRef, int] = {}  # seqs this group numbered per case, after its head's
         planned: list[tuple[_Append, int, list[Output]]] = []  # (append, first seq, its outputs)
         pending: dict[tuple[CaseRef, str], _Append] = {}  # batch ids numbered in this group
         repeats: list[tuple[_Append, _Append]] = []  # (a repeat, the append of this group it repeats)
@@ -362,19 +363,18 @@ class PartitionSequencer:
                 continue
             head = heads.get(job.case)
             if head is None:
-                stored = self._stored(job.case.key)  # copied: numbering marks it, and a failed commit drops it
-                head = heads[job.case] = stored.copy() if stored is not None else CaseHead(self.partition)
+                head = heads[job.case] = self._stored(job.case.key) or CaseHead(self.partition)
+            last_seq = head.last_seq + numbered.get(job.case, 0)
             try:
-                outputs = self._planned(job, head)
+                outputs = self._planned(job, head, last_seq)
             except DpmError as exc:
                 _fail(job, exc)
                 continue
             if outputs is None:
                 continue  # answered from the head: an earlier call with its id wrote it
-            first = head.last_seq + 1
-            planned.append((job, first, outputs))
+            planned.append((job, last_seq + 1, outputs))
             pending[(job.case, job.batch_id)] = job
-            head.reserve(len(outputs))  # a placeholder, never stored: the next append in the group numbers after
+            numbered[job.case] = numbered.get(job.case, 0) + len(outputs)  # the group's next append numbers after
         if not planned:
             return
         outputs = [o for _, _, outs in planned for o in outs]
@@ -465,8 +465,11 @@ class PartitionSequencer:
                 _LOG.info("%s[%d]: new cases' keys not made together (%s); each is made as it is sealed",
                           self._names.events, self.partition, exc)  # fmt: skip
 
-    def _planned(self, job: _Append, head: CaseHead) -> list[Output] | None:
-        """The append's outputs numbered after `head`; None when the head shows it written (its answer is set)."""
+    def _planned(self, job: _Append, head: CaseHead, last_seq: int) -> list[Output] | None:
+        """The append's outputs numbered after `last_seq`; None when the head shows it written (its answer is set).
+
+        `last_seq` is the head's, or the last this group numbered for the case: the head is left as stored.
+        """
         if head.broken is not None:
             raise KafkaAdapterError(f"case {job.case.key}: {head.broken}")
         done = head.batches.get(job.batch_id)
@@ -476,9 +479,9 @@ class PartitionSequencer:
             positions = head.positions()[done.first_seq - 1 : done.first_seq - 1 + done.count]
             job.answer.set_result(Appended(positions, done.first_seq, written=False))
             return None
-        if job.expected_seq is not None and job.expected_seq != head.last_seq:
-            raise SeqMismatchError.of(job.case, job.expected_seq, head.last_seq)
-        first = head.last_seq + 1
+        if job.expected_seq is not None and job.expected_seq != last_seq:
+            raise SeqMismatchError.of(job.case, job.expected_seq, last_seq)
+        first = last_seq + 1
         events = [Event(job.case, first + i, kind, text) for i, (kind, text) in enumerate(job.items)]
         marks: tuple[tuple[str, bytes], ...] = ((BATCH_HEADER, job.batch_id.encode()),)
         if job.fingerprint is not None:
