@@ -28,7 +28,7 @@ from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from pipeline.api.hot_append import DoorApp, HotAppend
+from pipeline.api.hot_routes import DoorApp, HotRoutes, case_route
 from pipeline.api.problems import (
     Problem,
     bad_request,
@@ -327,7 +327,11 @@ def create_api(memory_for: MemoryFor, keys: ApiKeys, settings: ApiSettings,
     admission = _Admission(keys, RateLimit(settings.rate_per_s), settings.max_body_bytes)
     app.add_middleware(_Guard, admission=admission)
     routes = _Routes(memory_for, settings, erase, doors)
-    app.hot_append = HotAppend(admission.admit, routes.append, AppendIn, REFUSALS, _refusal)
+    cases = f"/{VERSION}/cases"
+    app.hot = HotRoutes(admission.admit, REFUSALS, _refusal, (
+        case_route(cases, "events", routes.append, AppendIn, "idempotency-key", "if-match"),
+        case_route(cases, "decisions", routes.decide, DecideIn, "idempotency-key"),
+    ))  # fmt: skip
     written = (400, 401, 403, 404, 409, 410, 411, 413, 415, 422, 429, 503)
     app.add_api_route(f"/{VERSION}/cases/{{case_id}}/events", routes.append, methods=["POST"], status_code=201,
                       response_model=Appended, responses=_problems(*written, 412),
@@ -448,7 +452,7 @@ class _Guard:
         self._app, self._admission = app, admission
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and "caller" not in scope.get("state", {}):
+        if scope["type"] == "http" and "caller" not in scope.get("state", {}):  # (the hot routes admitted it)
             try:
                 self._admission.admit(scope)
             except Problem as problem:

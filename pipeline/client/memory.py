@@ -348,7 +348,8 @@ class DecisionMemory:
         opened = self.open_request(case_id, domain=domain, task=task, budget=budget, architecture=architecture,
                                    idempotency_key=idempotency_key, timeout=timeout)  # fmt: skip
         with reading_errors("the case's events (nothing was requested)"):
-            known = self._writers.known(opened.case, timeout_s=min(timeout, READ_TIMEOUT_S))
+            known = self._writers.known(opened.case, timeout_s=min(timeout, READ_TIMEOUT_S),
+                                        requests=opened.idempotency_key is not None)  # fmt: skip
         return self.ready_request(opened, known)
 
     def open_request(self, case_id: str, *, domain: str | None, task: TaskSpec | None, budget: int,
@@ -373,7 +374,9 @@ class DecisionMemory:
 
     def known_soon(self, opened: OpenedRequest, timeout: float) -> Future[KnownCase]:
         """The case's head as its sequencer will answer it (AsyncDecisionMemory waits for it without a thread)."""
-        return self._writers.known_soon(opened.case, timeout_s=min(timeout, READ_TIMEOUT_S))
+        # A request without a key has a new trigger id: no request sent before can be it (see PartitionSequencer.known)
+        return self._writers.known_soon(opened.case, timeout_s=min(timeout, READ_TIMEOUT_S),
+                                        requests=opened.idempotency_key is not None)  # fmt: skip
 
     def ready_request(self, opened: OpenedRequest, known: KnownCase) -> PreparedRequest:
         """prepare_request's end, from the case's head: the request to send, or the one sent before."""

@@ -11,14 +11,18 @@ from pathlib import Path
 import pytest
 
 from pipeline.core.events import CaseRef, InvalidEventError
+from pipeline.core.task import Architecture
 from pipeline.kafka.cluster.topics import TopicNames
 from pipeline.kafka.errors import KafkaAdapterError
 from pipeline.kafka.reading.range_reads import read_topic
 from pipeline.kafka.writing.case_writer import CaseWriters
+from pipeline.kafka.writing.head_store import HeadStore
 from pipeline.kafka.writing.sequencer import Appended, GroupCommit, SeqMismatchError
 from pipeline.keys.providers import LocalFileKeyProvider
 from pipeline.keys.ring import KeyRing
 from pipeline.keys.store import CaseKeys, MemoryKeyTopic
+from pipeline.wire.door_checks import standing_task
+from pipeline.wire.trigger import DecisionRequest
 from tests.pipeline_support import create_topics
 
 pytestmark = pytest.mark.integration
@@ -150,3 +154,28 @@ def test_new_cases_whose_keys_are_not_made_together_get_them_as_they_are_sealed(
     writers.close()
     assert _events_by_case(kafka_config, topic_names) == {case.key: [1] for case in cases}
     assert all(keys.knows(case) for case in cases)
+
+
+def test_a_read_without_requests_leaves_the_triggers_unread_and_a_read_with_them_finds_a_request(
+    kafka_config: dict[str, str], topic_names: TopicNames, tmp_path: Path
+) -> None:
+    """A request under a new trigger id needs the case's events only: its read folds no trigger and reads no row."""
+    create_topics(kafka_config, topic_names, partitions=1)
+    writers = CaseWriters(kafka_config, topic_names, None, tmp_path)
+    case = CaseRef("acme", "asked")
+    written = writers.append(case, [("tool", "step 1"), ("tool", "step 2")], batch_id="b1", fingerprint=None)
+    request = DecisionRequest("k-asked", case, standing_task("loan"), 2_000, (Architecture.DPM,), written.positions, 2)
+    writers.send_trigger(request).result(30)
+    without = writers.known(case, requests=False)
+    after_without = HeadStore(_store_file(tmp_path)).next_offset(topic_names.triggers, 0)
+    with_them = writers.known(case)
+    writers.close()
+    assert (without.positions, without.triggers) == (written.positions, {})
+    assert after_without == 0  # the triggers partition was not folded for it
+    assert with_them.positions == written.positions
+    assert with_them.triggers["k-asked"].position.offset == 0
+
+
+def _store_file(state_dir: Path) -> Path:
+    (found,) = (state_dir / "heads").glob("*.sqlite")
+    return found

@@ -489,38 +489,55 @@ def test_a_tenants_topics_the_cluster_refuses_the_door_answer_503_topics_refused
     assert response.headers["retry-after"]
 
 
-APPEND_REQUESTS = [  # (case id, body, extra headers): the common case, and each kind of refusal an append meets
-    ("case-1", b'{"events": [{"kind": "tool", "text": "score 712"}]}', {}),
-    ("case-2", b'{"events": [{"kind": "tool", "text": "a"}]}', {"Idempotency-Key": '"s-9"', "If-Match": '"0"'}),
-    ("case-3", b'{"events": [{"kind": "tool", "text": "a"}]}', {"If-Match": '"4"'}),
-    ("case-4", b'{"events": [{"kind": "tool", "text": "a"}]}', {"If-Match": 'W/"0"'}),
-    ("case-5", b'{"events": [{"kind": "tool", "text": "a"}]}', {"Idempotency-Key": "reused"}),
-    ("case-6", b'{"events": [{"kind": "tool", "text": "a"}]}', {"Idempotency-Key": ""}),
-    ("erased-case", b'{"events": [{"kind": "tool", "text": "a"}]}', {}),
-    ("bad id!", b'{"events": [{"kind": "tool", "text": "a"}]}', {}),
-    ("x" * 201, b'{"events": [{"kind": "tool", "text": "a"}]}', {}),
-    ("case-7", b'{"events": [{"kind": "to\\u0001ol", "text": "a"}]}', {}),
-    ("case-8", b'{"events": []}', {}),
-    ("case-9", b'{"events": [{"kind": "tool"}]}', {}),
-    ("case-10", b"not json", {}),
-    ("case-11", b'{"events": [{"kind": "tool", "text": "a"}]}', {"Content-Type": "text/plain"}),
-    ("case-12", b'{"events": [{"kind": "tool", "text": "a"}]}', {"Authorization": "Bearer nope"}),
-    ("case-13", b"x" * 3_000, {}),
+_ONE_STEP = b'{"events": [{"kind": "tool", "text": "a"}]}'
+HOT_REQUESTS = [  # (route, case id, body, extra headers): the common case, and each kind of refusal each meets
+    ("events", "case-1", b'{"events": [{"kind": "tool", "text": "score 712"}]}', {}),
+    ("events", "case-2", _ONE_STEP, {"Idempotency-Key": '"s-9"', "If-Match": '"0"'}),
+    ("events", "case-3", _ONE_STEP, {"If-Match": '"4"'}),
+    ("events", "case-4", _ONE_STEP, {"If-Match": 'W/"0"'}),
+    ("events", "case-5", _ONE_STEP, {"Idempotency-Key": "reused"}),
+    ("events", "case-6", _ONE_STEP, {"Idempotency-Key": ""}),
+    ("events", "erased-case", _ONE_STEP, {}),
+    ("events", "bad id!", _ONE_STEP, {}),
+    ("events", "x" * 201, _ONE_STEP, {}),
+    ("events", "case-7", b'{"events": [{"kind": "to\\u0001ol", "text": "a"}]}', {}),
+    ("events", "case-8", b'{"events": []}', {}),
+    ("events", "case-9", b'{"events": [{"kind": "tool"}]}', {}),
+    ("events", "case-10", b"not json", {}),
+    ("events", "case-11", b'{"events": [{"kind": "tool", "text": NaN}]}', {}),
+    ("events", "case-12", _ONE_STEP, {"Content-Type": "text/plain"}),
+    ("events", "case-13", _ONE_STEP, {"Authorization": "Bearer nope"}),
+    ("events", "case-14", b"x" * 3_000, {}),
+    ("events", "case-15", b"", {}),
+    ("decisions", "case-1", b'{"domain": "loan", "wait_s": 0}', {}),
+    ("decisions", "case-2", b'{"domain": "loan", "wait_s": 0.5, "budget_chars": 900}', {"Idempotency-Key": "d-1"}),
+    ("decisions", "case-3", b'{"domain": "loan", "budget_chars": 900.0}', {}),
+    ("decisions", "case-4", b'{"domain": "loan", "budget_chars": 10}', {}),
+    ("decisions", "case-5", b'{"domain": "loan", "wait_s": 999}', {}),
+    ("decisions", "case-6", b'{"domain": "loan", "wait_s": "5"}', {}),
+    ("decisions", "case-7", b'{"domain": "no-such-domain"}', {}),
+    ("decisions", "case-8", b'{"task": {"domain": "loan", "task": "t", "label_space": ["A", "A"]}}', {}),
+    ("decisions", "case-9", b"{}", {}),
+    ("decisions", "case-10", b'{"domain": "loan", "architecture": "other"}', {}),
+    ("decisions", "case-11", b'{"domain": "loan"}', {"Idempotency-Key": "in-flight"}),
+    ("decisions", "x" * 201, b'{"domain": "loan"}', {}),
+    ("decisions", "case-12", b"[]", {}),
 ]
 
 
-@pytest.mark.parametrize(("case_id", "body", "headers"), APPEND_REQUESTS)
-def test_appends_answer_the_same_through_the_hot_path_and_through_the_fastapi_route(
-    api: Api, case_id: str, body: bytes, headers: dict[str, str]
+@pytest.mark.parametrize(("route", "case_id", "body", "headers"), HOT_REQUESTS)
+def test_appends_and_decisions_answer_the_same_through_the_hot_routes_and_through_fastapi(
+    api: Api, route: str, case_id: str, body: bytes, headers: dict[str, str]
 ) -> None:
     client, keys, _, _ = api
     sent = {**_auth(keys["acme"]), "Content-Type": "application/json", **headers}
-    hot = client.post(f"/v1/cases/{quote(case_id, safe='')}/events", content=body, headers=sent)
-    client.app.hot_append, kept = None, client.app.hot_append  # type: ignore[attr-defined]
+    url = f"/v1/cases/{quote(case_id, safe='')}/{route}"
+    hot = client.post(url, content=body, headers=sent)
+    client.app.hot, kept = None, client.app.hot  # type: ignore[attr-defined]
     try:
-        routed = client.post(f"/v1/cases/{quote(case_id, safe='')}/events", content=body, headers=sent)
+        routed = client.post(url, content=body, headers=sent)
     finally:
-        client.app.hot_append = kept  # type: ignore[attr-defined]
+        client.app.hot = kept  # type: ignore[attr-defined]
     assert kept is not None
     assert (hot.status_code, hot.content) == (routed.status_code, routed.content)
     assert dict(hot.headers) == dict(routed.headers)

@@ -170,13 +170,14 @@ class CaseWriters:
                                                  opening=None, expected_seq=expected_seq, cipher=self._cipher,
                                                  timeout_s=timeout_s)  # fmt: skip
 
-    def known(self, case: CaseRef, timeout_s: float = READ_TIMEOUT_S) -> KnownCase:
+    def known(self, case: CaseRef, timeout_s: float = READ_TIMEOUT_S, *, requests: bool = True) -> KnownCase:
         """The case's events and decision requests as committed now (nothing registered, nobody fenced)."""
-        return self._sequencer(case).known(case, timeout_s)
+        return self._sequencer(case).known(case, timeout_s, requests=requests)
 
-    def known_soon(self, case: CaseRef, timeout_s: float = READ_TIMEOUT_S) -> Future[KnownCase]:
-        """`known` as a future (an asyncio caller waits for it without a thread); see PartitionSequencer.known_soon."""
-        return self._sequencer(case).known_soon(case, timeout_s)
+    def known_soon(self, case: CaseRef, timeout_s: float = READ_TIMEOUT_S, *,
+                   requests: bool = True) -> Future[KnownCase]:  # fmt: skip
+        """`known` as a future (an asyncio caller waits for it without a thread); see PartitionSequencer.known."""
+        return self._sequencer(case).known_soon(case, timeout_s, requests=requests)
 
     def forget(self, case: CaseRef) -> None:
         """Drops the case's head (it was erased): its next append starts again at seq 1 under a new key."""

@@ -180,6 +180,7 @@ class _Append:
 class _Read:
     case: CaseRef
     deadline: float
+    requests: bool  # the case's decision requests too (else none)
     answer: Future[KnownCase] = field(default_factory=Future)
 
 
@@ -231,13 +232,19 @@ class PartitionSequencer:
         self._queue(job)
         return job.answer
 
-    def known(self, case: CaseRef, timeout_s: float) -> KnownCase:
-        """The case's events and decision requests as committed now (folded first; nothing registered or fenced)."""
-        return _waited(self.known_soon(case, timeout_s), case, timeout_s)
+    def known(self, case: CaseRef, timeout_s: float, *, requests: bool = True) -> KnownCase:
+        """The case's events and decision requests as committed now (folded first; nothing registered or fenced).
 
-    def known_soon(self, case: CaseRef, timeout_s: float) -> Future[KnownCase]:
+        requests=False: the events only, all a request under a new trigger id (one without an
+        idempotency key) needs, since no request sent before can have its id. The triggers partition
+        gains a record with every request, so folding it for each would fetch each time, and its
+        rows are on disk: 500 requests at once queued on the store's lock.
+        """
+        return _waited(self.known_soon(case, timeout_s, requests=requests), case, timeout_s)
+
+    def known_soon(self, case: CaseRef, timeout_s: float, *, requests: bool = True) -> Future[KnownCase]:
         """`known`'s answer to come; wait for it no longer than `timeout_s` and ANSWER_GRACE_S (then never)."""
-        job = _Read(case, time.monotonic() + timeout_s)
+        job = _Read(case, time.monotonic() + timeout_s, requests)
         self._queue(job)
         return job.answer
 
@@ -325,7 +332,7 @@ class PartitionSequencer:
         client that writes a case knows it; a case it holds nothing of is refused as unavailable.
         """
         try:
-            self._fold(time.monotonic() + min(_READ_FOLD_S, _left(reads)))
+            self._fold(time.monotonic() + min(_READ_FOLD_S, _left(reads)), triggers=any(r.requests for r in reads))
         except BrokerUnavailableError as exc:
             _LOG.info("%s[%d]: reading heads as last folded (%s)", self._names.events, self.partition, exc)
             for read in reads:
@@ -334,12 +341,12 @@ class PartitionSequencer:
         for read in reads:
             _answer_read(read, self._known)
 
-    def _known(self, case: CaseRef) -> KnownCase:
+    def _known(self, case: CaseRef, with_requests: bool) -> KnownCase:
         """The case's events (its events row) and decision requests (its triggers row: each topic folds its own)."""
         head = self._stored(case.key)
         if head is not None and head.broken is not None:
             raise KafkaAdapterError(f"case {case.key}: {head.broken}")
-        requests = self._store.head(self._names.triggers, case.key)
+        requests = self._store.head(self._names.triggers, case.key) if with_requests else None
         return KnownCase(head.positions() if head is not None else (),
                          dict(requests.triggers) if requests is not None else {})  # fmt: skip
 
@@ -668,11 +675,11 @@ def request_fingerprint(request: DecisionRequest) -> str:
     return decision_fingerprint(request.task, request.budget_chars, request.architectures)
 
 
-def _answer_read(read: _Read, known: Callable[[CaseRef], KnownCase]) -> None:
+def _answer_read(read: _Read, known: Callable[[CaseRef, bool], KnownCase]) -> None:
     if read.answer.done():
         return
     try:
-        read.answer.set_result(known(read.case))
+        read.answer.set_result(known(read.case, read.requests))
     except KafkaAdapterError as exc:
         _fail(read, exc)
 
