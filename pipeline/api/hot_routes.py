@@ -81,7 +81,11 @@ def case_route(cases: str, suffix: str, endpoint: Endpoint, body: type[BaseModel
 
 
 class DoorApp(FastAPI):
-    """FastAPI, with the hot routes (when set) answered before its middleware and router."""
+    """FastAPI, with the hot routes (when set) answered before its middleware and router.
+
+    So a hot route passes none of FastAPI's middleware but the admission it shares (`_Guard`'s, the
+    one middleware the API adds), and FastAPI's own OpenTelemetry spans do not cover it.
+    """
 
     hot: HotRoutes | None = None
 

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from typing import Any
 
 import uvicorn
 from mcp.server.mcpserver import MCPServer
 from starlette.routing import Route
-from starlette.types import ASGIApp
+from starlette.types import ASGIApp, Lifespan
 
 from pipeline.client.aio import TenantMemories
 from pipeline.config.settings import Settings
@@ -44,11 +45,27 @@ def serve_http(settings: Settings, host: str, port: int, http_api: HttpApi | Non
     app = server.streamable_http_app(host=host)
     if http_api is not None:  # an ASGI app as a route's endpoint: it sees the whole path, /v1/... as it routes
         app.router.routes.append(Route("/v1/{rest:path}", endpoint=http_api(memories, doors)))
+    if doors is not None:
+        app.router.lifespan_context = _closing(app.router.lifespan_context, doors)
     try:
         uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)
     finally:
         if doors is not None:
             doors.groups.close()  # leaves the group: the other doors take its partitions over at once
+
+
+def _closing(lifespan: Lifespan[Any], doors: DoorRoutes) -> Lifespan[Any]:
+    """The app's lifespan, then the doors' connections closed on its event loop (the forwards' HTTP client)."""
+
+    @asynccontextmanager
+    async def closing(app: Any) -> AsyncIterator[Any]:  # noqa: ANN401 - Starlette's app and state
+        async with lifespan(app) as state:
+            try:
+                yield state
+            finally:
+                await doors.close()
+
+    return closing
 
 
 def _server(settings: Settings, memories: TenantMemories, tenant: str | None,

@@ -38,6 +38,7 @@ _FORWARDED_HEADERS = ("authorization", "content-type", "idempotency-key", "if-ma
 _ANSWER_HEADERS = ("content-type", "etag", "retry-after", "location")
 _SETTLE_POLL_S = 0.05
 SETTLE_WAIT_S = 1.0
+_IDLE_S = 4.0  # how long a connection to another door is kept idle (below uvicorn's keep-alive of 5 s)
 WARN_EVERY_S = 30.0  # how long an append waits for its partition to be given an owner during a rebalance
 
 
@@ -116,13 +117,16 @@ class DoorRoutes:
         aiohttp, not httpx: with httpx a forwarded append cost the forwarding door twice the CPU of
         the append itself (the writes benchmark's replica rows).
         """
-        sent = {name: value for name, value in headers.items() if name.lower() in _FORWARDED_HEADERS}
+        sent: dict[str, str] = {}
+        for name, value in headers.items():  # a header sent twice: its first, as the owner's admission reads it
+            if name.lower() in _FORWARDED_HEADERS:
+                sent.setdefault(name.lower(), value)
         sent["via"] = VIA
         try:
             async with self._session().post(f"{owner}{path}", data=body, headers=sent) as answer:
                 kept = {name: answer.headers[name] for name in _ANSWER_HEADERS if name in answer.headers}
                 return Forwarded(answer.status, kept, await answer.read())
-        except aiohttp.ClientConnectorError:  # refused (or not resolved): nothing was sent
+        except (aiohttp.ClientConnectorError, aiohttp.InvalidURL):  # refused, not resolved or no URL: nothing sent
             if time.monotonic() - self._warned.get(owner, -WARN_EVERY_S) >= WARN_EVERY_S:  # once a while per owner
                 self._warned[owner] = time.monotonic()
                 _LOG.warning("the door at %s refused the connection; appending its partitions' cases here", owner)
@@ -134,11 +138,14 @@ class DoorRoutes:
 
     def _session(self) -> aiohttp.ClientSession:
         if self._http is None:
-            self._http = aiohttp.ClientSession(timeout=self._timeout,
-                                               connector=aiohttp.TCPConnector(limit=256))  # fmt: skip
+            # Idle connections closed before the owner closes them (uvicorn: after 5 s), so that a forward never
+            # meets a connection closing under it: aiohttp does not send a POST again on another one.
+            connector = aiohttp.TCPConnector(limit=256, keepalive_timeout=_IDLE_S)
+            self._http = aiohttp.ClientSession(timeout=self._timeout, connector=connector)
         return self._http
 
     async def close(self) -> None:
-        if self._http is not None:
-            await self._http.close()
+        http, self._http = self._http, None
+        if http is not None:
+            await http.close()
         await asyncio.to_thread(self.groups.close)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -10,11 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.core.events import CaseRef, InvalidEventError
+from pipeline.core.events import CaseRef, InvalidEventError, LogPosition
 from pipeline.core.task import Architecture
 from pipeline.kafka.cluster.topics import TopicNames
 from pipeline.kafka.errors import KafkaAdapterError
 from pipeline.kafka.reading.range_reads import read_topic
+from pipeline.kafka.writing import sequencer
 from pipeline.kafka.writing.case_writer import CaseWriters
 from pipeline.kafka.writing.head_store import HeadStore
 from pipeline.kafka.writing.sequencer import Appended, GroupCommit, SeqMismatchError
@@ -157,15 +159,16 @@ def test_new_cases_whose_keys_are_not_made_together_get_them_as_they_are_sealed(
 
 
 def test_a_read_without_requests_leaves_the_triggers_unread_and_a_read_with_them_finds_a_request(
-    kafka_config: dict[str, str], topic_names: TopicNames, tmp_path: Path
+    kafka_config: dict[str, str], topic_names: TopicNames, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A request under a new trigger id needs the case's events only: its read folds no trigger and reads no row."""
+    monkeypatch.setattr(sequencer, "_TRIGGERS_EVERY_S", 600.0)  # no fold of the requests but the ones asked for
     create_topics(kafka_config, topic_names, partitions=1)
     writers = CaseWriters(kafka_config, topic_names, None, tmp_path)
     case = CaseRef("acme", "asked")
     written = writers.append(case, [("tool", "step 1"), ("tool", "step 2")], batch_id="b1", fingerprint=None)
-    request = DecisionRequest("k-asked", case, standing_task("loan"), 2_000, (Architecture.DPM,), written.positions, 2)
-    writers.send_trigger(request).result(30)
+    assert writers.known(case).triggers == {}  # the requests folded: none yet
+    writers.send_trigger(_request(case, written.positions)).result(30)
     without = writers.known(case, requests=False)
     after_without = HeadStore(_store_file(tmp_path)).next_offset(topic_names.triggers, 0)
     with_them = writers.known(case)
@@ -176,6 +179,31 @@ def test_a_read_without_requests_leaves_the_triggers_unread_and_a_read_with_them
     assert with_them.triggers["k-asked"].position.offset == 0
 
 
+def test_a_sequencer_folds_the_requests_reads_left_when_it_idles(
+    kafka_config: dict[str, str], topic_names: TopicNames, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sequencer, "_TRIGGERS_EVERY_S", 0.2)
+    create_topics(kafka_config, topic_names, partitions=1)
+    writers = CaseWriters(kafka_config, topic_names, None, tmp_path)
+    case = CaseRef("acme", "asked")
+    written = writers.append(case, [("tool", "step 1")], batch_id="b1", fingerprint=None)
+    writers.known(case)
+    writers.send_trigger(_request(case, written.positions)).result(30)
+    writers.known(case, requests=False)  # within the interval: the request is left unfolded, and the sequencer idles
+    store = HeadStore(_store_file(tmp_path))
+    deadline = time.monotonic() + 30
+    while store.next_offset(topic_names.triggers, 0) == 0 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    writers.close()
+    assert store.next_offset(topic_names.triggers, 0) > 0
+
+
+def _request(case: CaseRef, positions: tuple[LogPosition, ...]) -> DecisionRequest:
+    return DecisionRequest("k-asked", case, standing_task("loan"), 2_000, (Architecture.DPM,), positions,
+                           len(positions))  # fmt: skip
+
+
 def _store_file(state_dir: Path) -> Path:
-    (found,) = (state_dir / "heads").glob("*.sqlite")
-    return found
+    found = sorted((state_dir / "heads").glob("*.sqlite"))
+    assert len(found) == 1, sorted(str(p) for p in state_dir.rglob("*"))
+    return found[0]

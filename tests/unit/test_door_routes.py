@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+import socket
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import cast
 
 import orjson
 import pytest
+from aiohttp import web
 from fastapi.testclient import TestClient
+from multidict import CIMultiDict
 
 from pipeline.api.app import create_api
 from pipeline.client import AsyncDecisionMemory
@@ -55,6 +58,9 @@ class _Group:
 
     def for_topic(self, topic: str) -> _Group:
         return self
+
+    def close(self) -> None:
+        """Nothing joined: nothing to leave."""
 
 
 def _owner(*views: GroupView) -> str | None:
@@ -160,3 +166,66 @@ def test_the_owner_s_refusal_is_passed_back_as_it_came(tmp_path: Path, status: i
     answer = client.post("/v1/cases/c-1/events", json=BODY, headers=headers)
     assert (answer.status_code, answer.content) == (status, problem)
     assert answer.headers["content-type"] == "application/problem+json"
+
+
+async def _forwarded_to(handler: Callable[[web.Request], Awaitable[web.StreamResponse]],
+                        headers: list[tuple[str, str]]) -> tuple[Forwarded | None, dict[str, str]]:  # fmt: skip
+    """What forward() answers when the owner runs `handler` on loopback, and the headers the owner got."""
+    got: dict[str, str] = {}
+
+    async def seen(request: web.Request) -> web.StreamResponse:
+        got.update({k.lower(): v for k, v in request.headers.items() if k.lower() not in got})
+        return await handler(request)
+
+    app = web.Application()
+    app.router.add_post("/v1/cases/{case}/events", seen)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    routes = DoorRoutes(cast(DoorGroups, _Group(GroupView({}, settled=True))), wait_s=1.0)
+    try:
+        answer = await routes.forward(f"http://127.0.0.1:{port}", "/v1/cases/c1/events", b"{}",
+                                      CIMultiDict(headers))  # fmt: skip
+    finally:
+        await routes.close()
+        await runner.cleanup()
+    return answer, got
+
+
+def test_a_forward_sends_the_callers_first_headers_with_via_and_keeps_the_owners_answer() -> None:
+    async def owner(_: web.Request) -> web.StreamResponse:
+        return web.Response(status=201, body=b'{"case_id": "c1"}', headers={"ETag": '"3"', "X-Other": "no"},
+                            content_type="application/json")  # fmt: skip
+
+    answer, got = asyncio.run(_forwarded_to(owner, [
+        ("Authorization", "Bearer first"), ("Authorization", "Bearer second"), ("Idempotency-Key", "k1"),
+        ("Cookie", "not forwarded"), ("Content-Type", "application/json"),
+    ]))  # fmt: skip
+    assert answer == Forwarded(201, {"content-type": "application/json", "etag": '"3"'}, b'{"case_id": "c1"}')
+    assert (got["authorization"], got["idempotency-key"], got["via"]) == ("Bearer first", "k1", VIA)
+    assert "cookie" not in got
+
+
+def test_an_owner_that_refuses_the_connection_is_appended_here_and_one_that_drops_it_is_a_failure() -> None:
+    routes = DoorRoutes(cast(DoorGroups, _Group(GroupView({}, settled=True))), wait_s=1.0)
+
+    async def refused() -> Forwarded | None:
+        try:
+            with socket.socket() as probe:  # a port nobody listens on
+                probe.bind(("127.0.0.1", 0))
+                port = probe.getsockname()[1]
+            return await routes.forward(f"http://127.0.0.1:{port}", "/v1/cases/c1/events", b"{}", {})
+        finally:
+            await routes.close()
+
+    assert asyncio.run(refused()) is None
+
+    async def drops(request: web.Request) -> web.StreamResponse:
+        assert request.transport is not None
+        request.transport.close()  # took the append, then went away without an answer
+        return web.Response()
+
+    with pytest.raises(ForwardFailedError, match="may have been written"):
+        asyncio.run(_forwarded_to(drops, []))

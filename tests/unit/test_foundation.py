@@ -100,6 +100,7 @@ def test_events_topic_spec_is_compacted_forever() -> None:
         "import aiokafka\n",
         "from anthropic import Anthropic\n",
         "import httpx\n",
+        "import aiohttp\n",
         "from prometheus_client import Counter\n",
         "from pydantic import BaseModel\n",
     ],

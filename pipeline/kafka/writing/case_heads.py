@@ -57,9 +57,18 @@ class CaseHead:
     # The sum of the runs' counts, kept as they change: a head is read on every append, and a case
     # appended to one step at a time has a run per append (other cases' records fall between).
     _last_seq: int = field(default=0, init=False, repr=False, compare=False)
+    # What changed since the head was last stored (a new head: all of it), so that storing it writes
+    # that much and not the whole head, whose runs and batches grow with the case's appends. The
+    # version is the store's row version it was read or stored at (None: never stored): a store
+    # whose row has another version (erased and written anew, or another process's) is written whole.
+    version: int | None = field(default=None, init=False, repr=False, compare=False)
+    _runs_changed_from: int | None = field(default=0, init=False, repr=False, compare=False)
+    _batches_changed: set[str] = field(default_factory=set, init=False, repr=False, compare=False)
+    _batches_gone: set[str] = field(default_factory=set, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self._last_seq = sum(count for _, count in self.runs)
+        self._batches_changed = set(self.batches)
 
     @property
     def last_seq(self) -> int:
@@ -101,6 +110,7 @@ class CaseHead:
                 self.add_batch(batch_id, Batch(seq, 1, fingerprint))
             elif known_batch.first_seq + known_batch.count == seq:
                 self.batches[batch_id] = Batch(known_batch.first_seq, known_batch.count + 1, known_batch.fingerprint)
+                self._batches_changed.add(batch_id)
 
     def _extend(self, offset: int) -> None:
         if self.runs and self.runs[-1][0] + self.runs[-1][1] == offset:
@@ -108,6 +118,8 @@ class CaseHead:
         else:
             self.runs.append([offset, 1])
         self._last_seq += 1
+        last = len(self.runs) - 1
+        self._runs_changed_from = last if self._runs_changed_from is None else min(self._runs_changed_from, last)
 
     def _replace(self, seq: int, offset: int) -> None:
         offsets = [p.offset for p in self.positions()]
@@ -115,12 +127,17 @@ class CaseHead:
         self.runs, self._last_seq = [], 0
         for each in offsets:
             self._extend(each)
+        self._runs_changed_from = 0
 
     def add_batch(self, batch_id: str, batch: Batch) -> None:
         self.batches[batch_id] = batch
         self.batches.move_to_end(batch_id)
+        self._batches_changed.add(batch_id)
+        self._batches_gone.discard(batch_id)
         while len(self.batches) > KEPT_BATCHES:
-            self.batches.popitem(last=False)
+            gone, _ = self.batches.popitem(last=False)
+            self._batches_gone.add(gone)
+            self._batches_changed.discard(gone)
 
     def add_trigger(self, trigger_id: str, sent: SentTrigger) -> None:
         self.triggers[trigger_id] = sent
@@ -133,23 +150,56 @@ class CaseHead:
         known = self.offset_of(seq)
         return known is not None and offset > known
 
-    def encode(self) -> bytes:
+    def changes(self) -> HeadChanges:
+        """What storing the head must write: runs from an index on, batches written or changed, batches gone."""
+        return HeadChanges(
+            self._runs_changed_from,
+            [(i, first, count) for i, (first, count) in enumerate(self.runs[self._runs_changed_from or 0 :],
+                                                                 start=self._runs_changed_from or 0)]
+            if self._runs_changed_from is not None else [],
+            [(i, self.batches[i]) for i in self._batches_changed],
+            sorted(self._batches_gone),
+        )  # fmt: skip
+
+    def stored(self, version: int) -> None:
+        """Marks the head as stored at row `version`: what changes from now on is what the next store writes."""
+        self.version = version
+        self._runs_changed_from = None
+        self._batches_changed = set()
+        self._batches_gone = set()
+
+    def encode_rest(self) -> bytes:
+        """The head without its runs and batches (a store keeps those as rows of their own)."""
         return orjson.dumps({
-            "partition": self.partition, "runs": self.runs, "broken": self.broken,
-            "batches": [[i, b.first_seq, b.count, b.fingerprint] for i, b in self.batches.items()],
+            "partition": self.partition, "broken": self.broken,
             "triggers": [[i, t.position.partition, t.position.offset, t.fingerprint] for i, t in self.triggers.items()],
         })  # fmt: skip
 
+    def whole(self) -> HeadChanges:
+        """All of the head, as changes: what a store writes where its row is not this head's version."""
+        return HeadChanges(0, [(i, first, count) for i, (first, count) in enumerate(self.runs)],
+                           list(self.batches.items()), [])  # fmt: skip
+
     @classmethod
-    def decode(cls, data: bytes) -> CaseHead:
-        raw: dict[str, Any] = orjson.loads(data)
-        return cls(
-            int(raw["partition"]),
-            [[int(first), int(count)] for first, count in raw["runs"]],
-            OrderedDict((i, Batch(int(first), int(count), fp)) for i, first, count, fp in raw["batches"]),
-            OrderedDict((i, SentTrigger(LogPosition(int(p), int(o)), fp)) for i, p, o, fp in raw["triggers"]),
-            raw.get("broken"),
-        )
+    def restored(cls, rest: bytes, runs: list[list[int]], batches: list[tuple[str, Batch]],
+                 version: int) -> CaseHead:  # fmt: skip
+        """A head from encode_rest's bytes and its stored runs and batches (oldest first), stored at `version`."""
+        raw: dict[str, Any] = orjson.loads(rest)
+        head = cls(int(raw["partition"]), runs, OrderedDict(batches),
+                   OrderedDict((i, SentTrigger(LogPosition(int(p), int(o)), fp)) for i, p, o, fp in raw["triggers"]),
+                   raw.get("broken"))  # fmt: skip
+        head.stored(version)
+        return head
+
+
+@dataclass(frozen=True)
+class HeadChanges:
+    """What changed in a head since it was stored: see CaseHead.changes."""
+
+    runs_from: int | None  # None: no run changed
+    runs: list[tuple[int, int, int]]  # (index, first offset, count) from runs_from on
+    batches: list[tuple[str, Batch]]  # written or changed
+    gone: list[str]  # batch ids no longer kept
 
 
 def seq_of(positions: Sequence[LogPosition], position: LogPosition) -> int:

@@ -68,6 +68,9 @@ REQUEST_HEADER = "dpm_request"  # the fingerprint of the keyed append a record w
 _FOLD_CHUNK = 5_000  # records folded per store transaction while catching up a long partition
 _SYNC_EVERY_S = 1.0  # how often a cipher learns the key topic's news (keys made, erasures) before sealing
 _READ_FOLD_S = 2.0  # how long a read waits for its fold before it is answered from the heads as last folded
+# Reads without requests leave the triggers partition unfolded; it is folded at least this often
+# anyway (and when the sequencer idles), so a read with requests folds seconds of them, not hours.
+_TRIGGERS_EVERY_S = 1.0
 # How long past its own timeout a caller waits for its answer: a transactional call left hung is
 # given up on after its timeout and a grace (kafka/writing/txn_producer.py), an abort after it too.
 ANSWER_GRACE_S = 2 * GRACE_S + 5.0
@@ -210,6 +213,8 @@ class PartitionSequencer:
         self._cache: dict[str, CaseHead] = {}
         self._cached_at: dict[str, int] = {}
         self._own_tail: int | None = None  # the folded offset, when it was moved past this process's last commit
+        self._triggers_at = 0.0  # when the triggers partition was last folded
+        self._triggers_behind = False  # reads without requests came since
         self._synced_at: dict[int, float] = {}  # by id of a cipher: when it last learned the key topic's news
         self._thread = threading.Thread(target=self._run, name=f"sequencer-{names.events}-{partition}", daemon=True)
         self._thread.start()
@@ -265,7 +270,11 @@ class PartitionSequencer:
 
     def _run(self) -> None:
         while True:
-            first = self._jobs.get()
+            try:
+                first = self._jobs.get(timeout=_TRIGGERS_EVERY_S if self._triggers_behind else None)
+            except queue.Empty:  # idle, with requests not folded: folded now, not by the next read that needs them
+                self._catch_up_triggers()
+                continue
             if first is None:
                 return
             jobs = self._gathered(first)
@@ -332,7 +341,9 @@ class PartitionSequencer:
         client that writes a case knows it; a case it holds nothing of is refused as unavailable.
         """
         try:
-            self._fold(time.monotonic() + min(_READ_FOLD_S, _left(reads)), triggers=any(r.requests for r in reads))
+            triggers = any(r.requests for r in reads) or time.monotonic() - self._triggers_at >= _TRIGGERS_EVERY_S
+            self._fold(time.monotonic() + min(_READ_FOLD_S, _left(reads)), triggers=triggers)
+            self._triggers_behind = not triggers
         except BrokerUnavailableError as exc:
             _LOG.info("%s[%d]: reading heads as last folded (%s)", self._names.events, self.partition, exc)
             for read in reads:
@@ -530,6 +541,18 @@ class PartitionSequencer:
         for topic, fold in topics:
             while not self._fold_some(topic, fold, deadline):
                 pass
+        if triggers:
+            self._triggers_at = time.monotonic()
+
+    def _catch_up_triggers(self) -> None:
+        """Folds the decision requests reads without requests left, while nothing waits (best effort)."""
+        try:
+            while not self._fold_some(self._names.triggers, _fold_trigger, time.monotonic() + _READ_FOLD_S):
+                pass
+        except Exception:  # noqa: BLE001 - tried again when next idle, and folded by the next read that needs them
+            _LOG.warning("%s[%d]: decision requests not folded now", self._names.events, self.partition, exc_info=True)
+            return
+        self._triggers_at, self._triggers_behind = time.monotonic(), False
 
     def _fold_some(self, topic: str, fold: _Folder, deadline: float) -> bool:
         """Folds up to a chunk of `topic`'s new records; True once the partition's end was reached."""
