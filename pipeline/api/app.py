@@ -441,7 +441,7 @@ class _Admission:
 
 
 class _Guard:
-    """Admission before any route (a request the appends' hot path admitted is not admitted twice).
+    """Admission before any route (a request a hot route admitted, hot_routes.py, is not admitted twice).
 
     A plain ASGI middleware, not Starlette's BaseHTTPMiddleware (`@app.middleware`), which runs
     every request through a task and a memory stream of its own: at 50 concurrent decisions that
