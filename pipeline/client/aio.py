@@ -52,6 +52,10 @@ class AsyncDecisionMemory:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._threads, functools.partial(call, *args, **kwargs))
 
+    async def _here_or_run(self, here: bool, call: Callable[..., _T], /, *args: object, **kwargs: object) -> _T:
+        """`call` on the loop when `here` (it would wait on nothing), else on one of the client's threads."""
+        return call(*args, **kwargs) if here else await self._run(call, *args, **kwargs)
+
     async def __aenter__(self) -> AsyncDecisionMemory:
         return self
 
@@ -72,17 +76,13 @@ class AsyncDecisionMemory:
         if not opened.items:
             return []
         try:
-            if self.sync.erasures_known:
-                self.sync.refuse_erased(opened.case, timeout)
-            else:
-                await self._run(self.sync.refuse_erased, opened.case, timeout)  # the key topic's first reading
+            # On a thread only the first time: the key topic's first reading
+            await self._here_or_run(self.sync.erasures_known, self.sync.refuse_erased, opened.case, timeout)
             with self.sync.appending(opened):
                 # Waited for on the loop: a thread held per append capped the appends in flight at THREADS.
                 # Queued on a thread when a first use of the partition asks the cluster (its topics, its sequencer).
-                if self.sync.sequencer_ready(opened.case):
-                    answer = self.sync.append_soon(opened, timeout)
-                else:
-                    answer = await self._run(self.sync.append_soon, opened, timeout)
+                ready = self.sync.sequencer_ready(opened.case)
+                answer = await self._here_or_run(ready, self.sync.append_soon, opened, timeout)
                 done = await _answer(answer, timeout, opened.case)
         except APPEND_FAILURES as exc:
             raise self.sync.append_failure(opened.case, exc) from exc
@@ -104,10 +104,9 @@ class AsyncDecisionMemory:
                       idempotency_key: str | None = None, timeout: float = 60.0) -> str:  # fmt: skip
         with self.sync.requesting(case_id, idempotency_key):
             # On a thread the first time (the key topic and the replies' ends are read), then on the loop
-            opening = functools.partial(self.sync.open_request, case_id, domain=domain, task=task, budget=budget,
-                                        architecture=architecture, idempotency_key=idempotency_key,
-                                        timeout=timeout)  # fmt: skip
-            opened = opening() if self.sync.requests_ready else await self._run(opening)
+            opened = await self._here_or_run(self.sync.requests_ready, self.sync.open_request, case_id, domain=domain,
+                                             task=task, budget=budget, architecture=architecture,
+                                             idempotency_key=idempotency_key, timeout=timeout)  # fmt: skip
             prepared = self.sync.ready_request(opened, await self._known(opened, timeout))
             if prepared.request is None:  # sent before: the decision (or the refusal) may be published already
                 await self._run(self.sync.look_up, prepared.decision_id)
@@ -125,10 +124,9 @@ class AsyncDecisionMemory:
     async def _known(self, opened: OpenedRequest, timeout: float) -> KnownCase:
         """The case's head, waited for on the loop: a thread held per request capped requests at once at THREADS."""
         with reading_errors("the case's events (nothing was requested)"):
-            if self.sync.sequencer_ready(opened.case):
-                answer = self.sync.known_soon(opened, timeout)
-            else:  # queued on a thread, as a first append of the partition is
-                answer = await self._run(self.sync.known_soon, opened, timeout)
+            # Queued on a thread when a first use of the partition asks the cluster, as an append is
+            answer = await self._here_or_run(self.sync.sequencer_ready(opened.case), self.sync.known_soon, opened,
+                                             timeout)  # fmt: skip
             return await _answer(answer, min(timeout, READ_TIMEOUT_S), opened.case)
 
     async def wait(self, decision_id: str, timeout: float = 60.0) -> Decision:

@@ -10,7 +10,7 @@ older than what a head already holds, changes nothing, so any reader may fold an
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -152,14 +152,16 @@ class CaseHead:
 
     def changes(self) -> HeadChanges:
         """What storing the head must write: runs from an index on, batches written or changed, batches gone."""
-        return HeadChanges(
-            self._runs_changed_from,
-            [(i, first, count) for i, (first, count) in enumerate(self.runs[self._runs_changed_from or 0 :],
-                                                                 start=self._runs_changed_from or 0)]
-            if self._runs_changed_from is not None else [],
-            [(i, self.batches[i]) for i in self._batches_changed],
-            sorted(self._batches_gone),
-        )  # fmt: skip
+        return self._changes(self._runs_changed_from, self._batches_changed, sorted(self._batches_gone))
+
+    def whole(self) -> HeadChanges:
+        """All of the head, as changes: what a store writes where its row is not this head's version."""
+        return self._changes(0, self.batches, [])
+
+    def _changes(self, runs_from: int | None, batches: Iterable[str], gone: list[str]) -> HeadChanges:
+        runs = [] if runs_from is None else list(enumerate(self.runs[runs_from:], start=runs_from))
+        return HeadChanges(runs_from, [(i, first, count) for i, (first, count) in runs],
+                           [(i, self.batches[i]) for i in batches], gone)  # fmt: skip
 
     def stored(self, version: int) -> None:
         """Marks the head as stored at row `version`: what changes from now on is what the next store writes."""
@@ -174,11 +176,6 @@ class CaseHead:
             "partition": self.partition, "broken": self.broken,
             "triggers": [[i, t.position.partition, t.position.offset, t.fingerprint] for i, t in self.triggers.items()],
         })  # fmt: skip
-
-    def whole(self) -> HeadChanges:
-        """All of the head, as changes: what a store writes where its row is not this head's version."""
-        return HeadChanges(0, [(i, first, count) for i, (first, count) in enumerate(self.runs)],
-                           list(self.batches.items()), [])  # fmt: skip
 
     @classmethod
     def restored(cls, rest: bytes, runs: list[list[int]], batches: list[tuple[str, Batch]],

@@ -128,8 +128,8 @@ class CaseWriters:
 
     def _running(self, case: CaseRef) -> PartitionSequencer | None:
         # Without the lock, which a first use of another partition holds while it asks the cluster
-        counts = self._partitions  # set whole, never changed in place; so is each entry of _held
-        held = None if counts is None else self._held.get(case_partition(case, counts[self._names.events]))
+        known = self.known_partition_of(case)
+        held = None if known is None else self._held.get(known[1])  # each entry set whole, never changed in place
         return None if held is None else held[1]
 
     def _sequencer(self, case: CaseRef) -> PartitionSequencer:
