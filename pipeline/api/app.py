@@ -92,6 +92,10 @@ TenantId = Annotated[str, Path(min_length=1, max_length=200, description="the ca
                                json_schema_extra={"pattern": ID_PATTERN})]  # fmt: skip
 DecisionIdParam = Annotated[str, Path(min_length=1, description="a decision's id, as its request answered it",
                                       json_schema_extra={"pattern": DECISION_ID_PATTERN})]  # fmt: skip
+PAGE_LIMIT = 1_000  # decision ids in one page of a case's list, by default and at most
+PageLimit = Annotated[int, Query(ge=1, le=PAGE_LIMIT, description="most decision ids in the page")]
+PageAfter = Annotated[str | None, Query(min_length=1, description="the page after this decision id (the "
+                                        "`next_after` of the page before)")]  # fmt: skip
 WaitS = Annotated[float, Query(ge=0, allow_inf_nan=False, description="seconds to wait for the decision, at most "
                                "DPM_API_MAX_WAIT_S (the document's maximum); longer is refused")]  # fmt: skip
 
@@ -236,7 +240,8 @@ class ReasonsOut(BaseModel):
 
 class CaseDecisionsOut(BaseModel):
     case_id: str
-    decision_ids: list[str] = Field(description="oldest first")
+    decision_ids: list[str] = Field(description="oldest first; one page of at most `limit`")
+    next_after: str | None = Field(None, description="the `after` of the next page; null: this page is the last")
 
 
 class Pending(BaseModel):
@@ -616,14 +621,21 @@ class _Routes:
                           reasons=[ReasonOut(**row) for row in outcome["reasons"]], complete=given.complete,
                           note=NOT_ADVICE)  # fmt: skip
 
-    async def decisions_of(self, request: Request, case_id: CaseId) -> CaseDecisionsOut:
-        """The case's published decisions of the key's tenant (another tenant's case: none, as an unknown one)."""
+    async def decisions_of(self, request: Request, case_id: CaseId, limit: PageLimit = PAGE_LIMIT,
+                           after: PageAfter = None) -> CaseDecisionsOut:  # fmt: skip
+        """The case's published decisions of the key's tenant, in pages (another tenant's case: none, as unknown).
+
+        Each page is read from the lookup index: its cost does not grow with the output topics.
+        """
         door_checks.case_id(case_id)
+        if after is not None:
+            door_checks.decision_id(after)
         memory = await self._memory(request)
         try:
-            return CaseDecisionsOut(case_id=case_id, decision_ids=await memory.decisions_of(case_id))
+            ids = await memory.decisions_of(case_id, after=after, limit=limit)
         except ClientError as exc:
             raise _client_problem(exc) from exc
+        return CaseDecisionsOut(case_id=case_id, decision_ids=ids, next_after=ids[-1] if len(ids) == limit else None)
 
     async def erase_case(self, request: Request, tenant: TenantId, case_id: CaseId) -> Response:
         """Erases a case: its data key destroyed, its events tombstoned (an admin key only).

@@ -98,7 +98,7 @@ def explain(
             lines += ["", *given.render(), f"recorded as contest {record.contest_id}"]
         if not decisive and not reasons:
             result["facts"] = _facts_json(found)
-            contests = read_contests(settings.kafka.client_config(), found.scope, found, cipher_for(found.scope))
+            contests = read_contests(settings, found, cipher_for(found.scope))
             result["contests"] = [{"contest_id": c.contest_id, "kind": c.kind.value if c.kind else None,
                                    "replay": c.report.status.value} for c in contests]  # fmt: skip
             lines += [f"contest {c.contest_id} ({c.kind.value if c.kind else 'erased'}): {c.report.status.value}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import time
 from contextlib import closing
 from itertools import groupby
@@ -21,10 +22,12 @@ from pipeline.cli.render import (
 )
 from pipeline.config.settings import Settings
 from pipeline.core.errors import DpmError
+from pipeline.core.events import CaseRef
 from pipeline.core.verification import ReplayStatus
 from pipeline.kafka.keytopic.keystore import case_keys_from
 from pipeline.kafka.reading.reader import KafkaEventLog
 from pipeline.services.compare import compare as compare_outputs
+from pipeline.services.lookups import case_decisions, open_index, published, published_decision
 from pipeline.services.read_outputs import PublishedOutputs, load_outputs
 from pipeline.services.replay import (
     ReplayLine,
@@ -35,6 +38,9 @@ from pipeline.services.replay import (
     select_erased,
 )
 from pipeline.services.tenants import topic_scopes
+from pipeline.wire.decision import DecisionRecord
+from pipeline.wire.trigger import DecisionId, DecisionKey
+from pipeline.wire.view import ViewRecord
 
 _out = output_console()
 
@@ -66,13 +72,23 @@ def decisions(
     case_id: str | None = typer.Option(None, "--case", help="One case's decisions."),
     wait: float = typer.Option(0, "--wait", min=0, help="Seconds to wait for --count matching decisions."),
     count: int = typer.Option(1, "--count", min=1, help="With --wait: how many decisions to wait for."),
+    since: str | None = typer.Option(
+        None, "--since", help="With --tenant: its decisions from this time on (ISO 8601), oldest first, in pages."
+    ),
+    after: str | None = typer.Option(None, "--after", help="With --since: the page after this decision id."),
+    limit: int = typer.Option(100, "--limit", min=1, max=1000, help="With --since: most decisions in a page."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON (with each view's facts) instead of a table."),
 ) -> None:
     """List published decisions: label, events read, facts and how to replay each (erased cases by id only)."""
     settings = broker_settings()
+    if since is not None:
+        if tenant is None:
+            raise DpmError("--since lists one tenant's decisions: say whose with --tenant")
+        _page_since(settings, tenant, _time_ms(since), after, limit, as_json=as_json)
+        return
     deadline = time.monotonic() + wait
     while True:
-        outputs = _published(settings, tenant)
+        outputs = _published(settings, tenant, case_id)
         chosen = [record for key, record in sorted(outputs.decisions.items(), key=lambda kv: kv[0])
                   if tenant in (None, key.tenant) and case_id in (None, record.case.case_id)]  # fmt: skip
         erased = sorted(str(key.decision_id) for key, case in outputs.erased.items()
@@ -92,13 +108,66 @@ def decisions(
         raise DpmError(f"{len(chosen) + len(erased)} of {count} decision(s) published within {wait:g} s")
 
 
-def _published(settings: Settings, tenant: str | None) -> PublishedOutputs:
-    """The decisions and views on every set of topics this principal can read (`tenant`'s only, when given)."""
-    outputs = PublishedOutputs()
+def _time_ms(text: str) -> int:
+    """Milliseconds since the epoch of an ISO 8601 date or time (UTC unless it says otherwise)."""
+    try:
+        when = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError as exc:
+        raise DpmError(
+            f"--since {text!r} is not an ISO 8601 date or time (e.g. 2026-12-01 or 2026-12-01T09:00Z)"
+        ) from exc
+    return int((when if when.tzinfo else when.replace(tzinfo=dt.UTC)).timestamp() * 1000)
+
+
+def _page_since(settings: Settings, tenant: str, since_ms: int, after: str | None, limit: int, *,
+                as_json: bool) -> None:  # fmt: skip
+    """One page of the tenant's decisions from `since_ms`, oldest first, read through the lookup index."""
+    config = settings.kafka.client_config()
+    chosen: list[DecisionRecord] = []
+    views: dict[DecisionKey, ViewRecord] = {}
+    erased: list[str] = []
+    last: str | None = None
     for scope in topic_scopes(settings, tenant):
-        with closing(case_keys_from(settings, names=scope)) as keys:
-            outputs.absorb(load_outputs(settings.kafka.client_config(), scope, cipher=keys, with_audits=False,
-                                        with_triggers=False))  # fmt: skip
+        with (
+            closing(case_keys_from(settings, names=scope, by_case=True)) as keys,
+            closing(open_index(settings, scope, config)) as index,
+        ):
+            index.catch_up()
+            entries = index.store.since(tenant, since_ms, after, limit)
+            outputs = published(index, entries, keys, with_audits=False)
+        for entry in entries:
+            key = DecisionKey(tenant, DecisionId.parse(entry.decision_id))
+            if key in outputs.decisions:
+                chosen.append(outputs.decisions[key])
+            elif key in outputs.erased:
+                erased.append(entry.decision_id)
+        views |= outputs.views
+        last = entries[-1].decision_id if len(entries) == limit else last
+    if as_json:
+        print_json({"decisions": decisions_json(chosen, views), "erased": erased, "next_after": last})
+        return
+    print_decisions(_out, chosen)
+    if erased:
+        _out.print(f"{len(erased)} decision(s) of erased cases (content destroyed): " + ", ".join(erased))
+    _out.print(f"next page: --after {last}" if last else "last page")
+
+
+def _published(settings: Settings, tenant: str | None, case_id: str | None) -> PublishedOutputs:
+    """The decisions and views on every set of topics this principal can read (`tenant`'s only, when given).
+
+    One case of one tenant is read through the lookup index: only its records.
+    """
+    outputs = PublishedOutputs()
+    config = settings.kafka.client_config()
+    one_case = tenant is not None and case_id is not None
+    for scope in topic_scopes(settings, tenant):
+        with closing(case_keys_from(settings, names=scope, by_case=one_case)) as keys:
+            if tenant is not None and case_id is not None:
+                with closing(open_index(settings, scope, config)) as index:
+                    entries = case_decisions(index, CaseRef(tenant, case_id))
+                    outputs.absorb(published(index, entries, keys, with_audits=False))
+            else:
+                outputs.absorb(load_outputs(config, scope, cipher=keys, with_audits=False, with_triggers=False))
     return outputs
 
 
@@ -123,8 +192,12 @@ def replay(
     lines: list[ReplayLine] = []
     config = settings.kafka.client_config()
     for scope in topic_scopes(settings, tenant):  # each decision is replayed against the events topic it read
-        with closing(case_keys_from(settings, names=scope)) as keys:
-            outputs = load_outputs(config, scope, cipher=keys, with_triggers=False)
+        with closing(case_keys_from(settings, names=scope, by_case=decision is not None)) as keys:
+            if decision is not None:  # one decision: its records only, found through the lookup index
+                with closing(open_index(settings, scope, config)) as index:
+                    outputs = published_decision(index, DecisionId.parse(decision), tenant, keys)
+            else:
+                outputs = load_outputs(config, scope, cipher=keys, with_triggers=False)
             records = select_decisions(outputs.decisions.values(), decision=decision, tenant=tenant, case_id=case_id,
                                        every=all_decisions)  # fmt: skip
             erased = select_erased(outputs.erased, decision=decision, tenant=tenant, case_id=case_id,

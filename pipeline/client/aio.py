@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import logging
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from types import TracebackType
 from typing import TypeVar
 
-from pipeline.client.errors import DecisionNotFoundError
+from pipeline.client.errors import ClientError, DecisionNotFoundError
 from pipeline.client.memory import (
     APPEND_FAILURES,
     CONNECT_TIMEOUT_S,
@@ -36,6 +37,7 @@ from pipeline.kafka.writing.sequencer import ANSWER_GRACE_S, KnownCase, unanswer
 from pipeline.services.contest import DEFAULT_MAX_CALLS
 
 _T = TypeVar("_T")
+_LOG = logging.getLogger("pipeline.client.aio")
 THREADS = 32  # blocking calls (appends, reads) a client runs side by side
 
 
@@ -164,8 +166,8 @@ class AsyncDecisionMemory:
     async def reasons(self, decision_id: str, *, max_calls: int = DEFAULT_MAX_CALLS) -> AdverseReasons:
         return await self._run(self.sync.reasons, decision_id, max_calls=max_calls)
 
-    async def decisions_of(self, case_id: str) -> list[str]:
-        return await self._run(self.sync.decisions_of, case_id)
+    async def decisions_of(self, case_id: str, *, after: str | None = None, limit: int | None = None) -> list[str]:
+        return await self._run(self.sync.decisions_of, case_id, after=after, limit=limit)
 
     async def close(self) -> None:
         await self._run(self.sync.close)
@@ -191,13 +193,18 @@ class TenantMemories:
             return made
         making = self._making.get(tenant)
         if making is None:  # no await between the look and the set: one making per tenant on this loop
-            making = self._making[tenant] = asyncio.ensure_future(
-                asyncio.to_thread(
-                    AsyncDecisionMemory, tenant, settings=self._settings, connect_timeout=self._connect_timeout
-                )
-            )
+            making = self._making[tenant] = asyncio.ensure_future(asyncio.to_thread(self._make, tenant))
             making.add_done_callback(functools.partial(self._settle, tenant))
         return await asyncio.shield(making)
+
+    def _make(self, tenant: str) -> AsyncDecisionMemory:
+        """The tenant's client, its lookup index kept current (a door answers lookups of what was just decided)."""
+        memory = AsyncDecisionMemory(tenant, settings=self._settings, connect_timeout=self._connect_timeout)
+        try:
+            memory.sync.keep_index_current()
+        except ClientError as exc:  # lookups still work: each catches up on a miss
+            _LOG.warning("the lookup index of tenant %s is not kept current: %s", tenant, exc)
+        return memory
 
     def _settle(self, tenant: str, making: asyncio.Future[AsyncDecisionMemory]) -> None:
         self._making.pop(tenant, None)

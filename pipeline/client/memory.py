@@ -53,7 +53,7 @@ from pipeline.kafka.cluster.topics import TopicNames
 from pipeline.kafka.errors import BrokerUnavailableError, KafkaAdapterError
 from pipeline.kafka.keytopic.erasures import ErasureWatch
 from pipeline.kafka.keytopic.keystore import case_keys_from
-from pipeline.kafka.reading.range_reads import read_topic
+from pipeline.kafka.reading.output_index import OutputIndex
 from pipeline.kafka.reading.reader import KafkaEventLog, PooledLog
 from pipeline.kafka.reading.replies import START_TIMEOUT_S, ReplyReader
 from pipeline.kafka.writing.case_writer import READ_TIMEOUT_S, CaseWriters
@@ -64,7 +64,8 @@ from pipeline.keys.store import CaseKeys
 from pipeline.services.cluster import cluster_settings
 from pipeline.services.contest import DEFAULT_MAX_CALLS, ContestRefusedError, Found, contest_reasons, contested_of
 from pipeline.services.contest import NotAdverseError as ServiceNotAdverseError
-from pipeline.services.read_outputs import PublishedOutputs, load_outputs
+from pipeline.services.lookups import case_decisions, open_index, published_decision
+from pipeline.services.read_outputs import PublishedOutputs
 from pipeline.services.replay import LogChangedError, read_recorded_events, registry_backends, replay_one
 from pipeline.services.tenants import topics_of
 from pipeline.wire.audit import calls_in_order
@@ -152,6 +153,9 @@ class DecisionMemory:
         self._max_positions = settings.worker.max_trigger_positions
         self._in_flight = InFlight()
         self._erasures = ErasureWatch(self._config, names.keys, tenant, self._forget_case)
+        self._index: OutputIndex | None = None
+        self._lookup_keys: CaseKeys | None = None
+        self._index_lock = threading.Lock()
 
     def __enter__(self) -> DecisionMemory:
         return self
@@ -481,7 +485,7 @@ class DecisionMemory:
         """
         key = DecisionKey(self.tenant, DecisionId.parse(decision_id))
         with reading_errors("the output topics"):
-            outputs = load_outputs(self._config, self._names, cipher=self._keys, with_triggers=False)
+            outputs = published_decision(self._lookups(), key.decision_id, self.tenant, self._opening())
         record = outputs.decisions.get(key)
         if record is None:
             raise _unpublished(outputs, key)
@@ -489,7 +493,7 @@ class DecisionMemory:
         with reading_errors("the decision's events"):
             return replay_one(record, outputs.views.get(key), outputs.audits.get(key, []), log,
                               registry_backends(self._settings.model, backend), recorded_only=False,
-                              cipher=self._keys)  # fmt: skip
+                              cipher=self._opening())  # fmt: skip
 
     def reasons(self, decision_id: str, *, max_calls: int = DEFAULT_MAX_CALLS) -> AdverseReasons:
         """The principal reasons of an adverse decision, weightiest first, as `dpm explain --reasons` finds them.
@@ -502,7 +506,7 @@ class DecisionMemory:
         """
         key = DecisionKey(self.tenant, DecisionId.parse(decision_id))
         with reading_errors("the output topics"):
-            outputs = load_outputs(self._config, self._names, cipher=self._keys, with_triggers=False)
+            outputs = published_decision(self._lookups(), key.decision_id, self.tenant, self._opening())
         record, view = outputs.decisions.get(key), outputs.views.get(key)
         if record is None or view is None:
             raise _unpublished(outputs, key)
@@ -523,16 +527,19 @@ class DecisionMemory:
         """The events at the decision's recorded offsets (None: erased); LogChangedError when they are not."""
         with reading_errors("the decision's events"):
             return read_recorded_events(record, self._events_log(record.events_topic or self._names.events),
-                                        self._keys)  # fmt: skip
+                                        self._opening())  # fmt: skip
 
-    def decisions_of(self, case_id: str) -> list[str]:
-        """The ids of the case's published decisions, oldest first (it reads the output topics)."""
+    def decisions_of(self, case_id: str, *, after: str | None = None, limit: int | None = None) -> list[str]:
+        """The ids of the case's published decisions, oldest first (from the lookup index, brought up to date).
+
+        In pages: those after the decision id `after` (the last of the page before), at most `limit`.
+        """
         case = CaseRef(self.tenant, case_id)
         self.refuse_erased(case, START_TIMEOUT_S)
+        if limit is not None and limit < 1:
+            raise ClientError(f"limit {limit}: a page holds at least one decision")
         with reading_errors("the output topics"):
-            outputs = load_outputs(self._config, self._names, cipher=self._keys, with_audits=False,
-                                   with_triggers=False)  # fmt: skip
-        return [str(k.decision_id) for k, record in outputs.decisions.items() if record.case == case]
+            return [entry.decision_id for entry in case_decisions(self._lookups(), case, after, limit)]
 
     def look_up(self, decision_id: DecisionId) -> None:
         """Completes the calls waiting for a decision from what is published already (a retried request)."""
@@ -542,19 +549,45 @@ class DecisionMemory:
             self._waiters.complete(decision_id, found)
 
     def _published(self, decision_id: DecisionId) -> Reply | Exception | None:
-        """The decision and view published under the id, the trigger's refusal, or None (cost: the output topics)."""
-        outputs = load_outputs(self._config, self._names, cipher=self._keys, with_audits=False, with_triggers=False)
+        """The decision and view published under the id, the trigger's refusal, or None (read through the index)."""
+        index = self._lookups()
+        outputs = published_decision(index, decision_id, self.tenant, self._opening(), with_audits=False)
         key = DecisionKey(self.tenant, decision_id)
         record, view = outputs.decisions.get(key), outputs.views.get(key)
         if record is not None and view is not None:
             return Reply(record, view)
         if key in outputs.erased:
             return _erased(outputs.erased[key])
-        for letter in read_topic(self._config, self._names.dlq):
-            refusal = trigger_refusal(self._names, self.tenant, letter)
-            if refusal is not None and refusal.trigger_id == decision_id.trigger_id:
-                return refusal.error(decision_id)
-        return None
+        letter = index.refusal(decision_id.trigger_id, self.tenant)
+        refusal = None if letter is None else trigger_refusal(self._names, self.tenant, letter)
+        return None if refusal is None else refusal.error(decision_id)
+
+    def _lookups(self) -> OutputIndex:
+        """The lookup index of this tenant's output topics, opened on first use (it asks the cluster for a topic id)."""
+        with self._index_lock:
+            if self._index is None:
+                self._index = open_index(self._settings, self._names, self._config)
+            return self._index
+
+    def keep_index_current(self) -> None:
+        """Keeps this host's lookup index of the tenant's topics current from a thread (a door's client does).
+
+        Lookups then find a decision published a moment ago without catching up themselves, and so does
+        any later process on the host that shares the index file (a CLI command, a restarted replica).
+        """
+        with reading_errors("the output topics"):
+            self._lookups().keep_current()
+
+    def _opening(self) -> CaseKeys:
+        """The case keys lookups open records with: each case's key read by its place (kafka/keytopic/keystore.py).
+
+        Not the writers' keys, which follow every case's: a fresh client that looks one decision up
+        reads that case's key, not the whole key topic.
+        """
+        with self._index_lock:
+            if self._lookup_keys is None:
+                self._lookup_keys = case_keys_from(self._settings, names=self._names, by_case=True)
+            return self._lookup_keys
 
     def typed(self, reply: Reply) -> Decision:
         """The typed decision of a reply, its cited events read back from the log (blocking; kept for later calls)."""
@@ -600,7 +633,7 @@ class DecisionMemory:
         try:
             read = self._events_log(topic).read(list(wanted.values()))
             by_position = {r.position: r for r in read.records}
-            return {index: case_event(by_position[position], record.case, self._keys, self._names.tenant)
+            return {index: case_event(by_position[position], record.case, self._opening(), self._names.tenant)
                     for index, position in wanted.items() if position in by_position}  # fmt: skip
         except (RejectedError, KafkaAdapterError) as exc:
             raise ClientError(f"decision {record.decision_id}: its cited events could not be read: {exc}") from exc
@@ -625,6 +658,10 @@ class DecisionMemory:
             for log in self._logs.values():
                 log.close()
             self._logs.clear()
+        with self._index_lock:
+            for opened in (self._index, self._lookup_keys):
+                if opened is not None:
+                    opened.close()
         self._keys.close()
 
 

@@ -16,7 +16,7 @@ from pipeline.client.errors import DecisionRefusedError
 from pipeline.core.event_log import RawRecord
 from pipeline.core.events import CaseRef
 from pipeline.kafka.cluster.topics import TopicNames
-from pipeline.wire.dead_letter import DeadLetterRecord
+from pipeline.wire.dead_letter import refused_trigger
 from pipeline.wire.decision import DecisionRecord
 from pipeline.wire.record_keys import claimed_case
 from pipeline.wire.rejection import RejectedError, Rejection, decode_object
@@ -165,24 +165,11 @@ class Refusal:
 
 
 def trigger_refusal(names: TopicNames, tenant: str, record: RawRecord) -> Refusal | None:
-    """The refusal a dead letter holds when it is one of `tenant`'s triggers'.
-
-    A `duplicate` is none: the id was decided before, and that decision is the answer.
-    """
-    try:
-        value = decode_object(record.value, "dead letter")
-        if not names.is_triggers(str(value.get("source_topic"))):
-            return None  # an event's or an output's dead letter (sealed or not): no decision waits on it
-        letter = DeadLetterRecord.from_wire(value)  # a trigger's is in clear
-        trigger = decode_object(letter.original_value.kept, "trigger")
-    except (RejectedError, CaseErasedError):
+    """The refusal a dead letter holds when it is one of `tenant`'s triggers' (a `duplicate` is none)."""
+    refused = refused_trigger(record.value, names.is_triggers)
+    if refused is None or refused.tenant != tenant:
         return None
-    if letter.reason is Rejection.DUPLICATE:
-        return None
-    trigger_id = trigger.get("trigger_id")
-    if trigger.get("tenant") != tenant or not isinstance(trigger_id, str):
-        return None
-    return Refusal(trigger_id, letter.reason.value, letter.detail)
+    return Refusal(refused.trigger_id, refused.letter.reason.value, refused.letter.detail)
 
 
 def _of_case(waiting: _Waiting, case: CaseRef) -> bool:

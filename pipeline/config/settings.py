@@ -568,6 +568,10 @@ class Settings(BaseModel):
         """DPM_KEYS_DIR, else `$DPM_HOME/keys`: the folder every pipeline's KEK folder lives in."""
         return self.keys.keys_dir or self.paths.home / "keys"
 
+    def index_dir(self) -> Path:
+        """`$DPM_HOME/index`: the lookup index files of this host (outputs and key places), shared by its processes."""
+        return self.paths.home / "index"
+
     def keys_dir(self, prefix: str | None = None) -> Path:
         """The tenant KEKs of the pipeline with this topic prefix (default: the settings' own)."""
         return keys_folder(self.keys_root(), prefix or self.kafka.topic_prefix)

@@ -23,7 +23,15 @@ class KeyTopic(Protocol):
         ...
 
     def sync(self, ring: KeyRing) -> None:
-        """Applies to `ring` every record published so far that it has not seen."""
+        """Applies to `ring` every record published so far that it has not seen (of the cases it holds)."""
+        ...
+
+    def load(self, ring: KeyRing, cases: Iterable[CaseRef]) -> None:
+        """Applies the cases' latest records to `ring`, if a topic that follows every case did not already."""
+        ...
+
+    def load_tenant(self, ring: KeyRing, tenant: str) -> None:
+        """Applies every case of the tenant to `ring` (rotation and a tenant's erasure act on all of them)."""
         ...
 
     def close(self) -> None: ...
@@ -57,6 +65,7 @@ class CaseKeys:
             self.topic.sync(self.ring)
 
     def _current(self, case: CaseRef) -> DataKey:
+        self.topic.load(self.ring, [case])
         key = self.ring.key(case)
         if key is not None:
             return key
@@ -79,7 +88,9 @@ class CaseKeys:
         under this lock.
         """
         with self._lock:
-            new = [case for case in dict.fromkeys(cases) if self.ring.key(case) is None]
+            wanted = list(dict.fromkeys(cases))
+            self.topic.load(self.ring, wanted)
+            new = [case for case in wanted if self.ring.key(case) is None]
             if not new:
                 return
             self.sync()
@@ -104,6 +115,7 @@ class CaseKeys:
 
     def open(self, case: CaseRef, sealed: Mapping[str, Any], aad: bytes) -> bytes:
         with self._lock:
+            self.topic.load(self.ring, [case])
             try:
                 return self.ring.open(case, sealed, aad)
             except CaseErasedError:
@@ -112,11 +124,13 @@ class CaseKeys:
 
     def erased(self, case: CaseRef) -> bool:
         with self._lock:
+            self.topic.load(self.ring, [case])
             return self.ring.erased(case)
 
     def knows(self, case: CaseRef) -> bool:
         """Whether the case has a live data key, as far as the last sync told."""
         with self._lock:
+            self.topic.load(self.ring, [case])
             return self.ring.knows(case)
 
     def erase_case(self, case: CaseRef) -> bool:
@@ -131,6 +145,7 @@ class CaseKeys:
 
     def _erase_case(self, case: CaseRef) -> bool:
         self.sync()
+        self.topic.load(self.ring, [case])
         known = self.ring.knows(case)
         self._publish_erasure(case)
         self.sync()
@@ -147,6 +162,7 @@ class CaseKeys:
 
     def _erase_tenant(self, tenant: str) -> tuple[CaseRef, ...]:
         self.sync()
+        self.topic.load_tenant(self.ring, tenant)
         cases = tuple(r.case for r in self.ring.records(tenant))
         self.ring.provider.destroy(tenant)
         for case in cases:
@@ -171,6 +187,7 @@ class CaseKeys:
         rewrapped = 0
         for _ in range(_ROTATION_PASSES):
             self.sync()
+            self.topic.load_tenant(self.ring, tenant)
             stale = [r for r in self.ring.records(tenant) if r.kek_id != kek_id]
             fresh = [r for r in (self.ring.rewrapped(rec) for rec in stale) if r is not None]
             if not fresh:
@@ -201,6 +218,12 @@ class MemoryKeyTopic:
         for case, record in self._log[start:]:
             ring.apply(case, record)
         self._seen[id(ring)] = len(self._log)
+
+    def load(self, ring: KeyRing, cases: Iterable[CaseRef]) -> None:
+        pass  # sync applies every case
+
+    def load_tenant(self, ring: KeyRing, tenant: str) -> None:
+        pass
 
     def close(self) -> None:
         pass

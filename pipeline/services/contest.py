@@ -33,6 +33,7 @@ from pipeline.core.contest import (
 )
 from pipeline.core.domains import referral_label, rules_for
 from pipeline.core.errors import DpmError
+from pipeline.core.event_log import RawRecord
 from pipeline.core.events import Event, InvalidEventError, Trajectory
 from pipeline.core.hashing import events_digest
 from pipeline.core.model import ModelBackendError
@@ -43,10 +44,10 @@ from pipeline.kafka.cluster.admin import topic_exists
 from pipeline.kafka.cluster.topics import TopicNames
 from pipeline.kafka.keytopic.keystore import case_keys_from
 from pipeline.kafka.processing.steps import max_record_bytes
-from pipeline.kafka.reading.range_reads import read_topic
+from pipeline.kafka.reading.index_store import ContestEntry
 from pipeline.kafka.reading.reader import KafkaEventLog
 from pipeline.kafka.writing.one_record import produce_one
-from pipeline.services.read_outputs import load_outputs
+from pipeline.services.lookups import open_index, published_decision
 from pipeline.services.replay import LogChangedError, read_recorded_events, registry_backends, select_decisions
 from pipeline.services.tenants import topic_scopes
 from pipeline.wire.audit import calls_in_order
@@ -111,7 +112,8 @@ def find_decision(settings: Settings, decision: str, tenant: str | None, cipher_
     config = settings.kafka.client_config()
     for scope in topic_scopes(settings, tenant):
         cipher = cipher_for(scope)
-        outputs = load_outputs(config, scope, cipher=cipher, with_triggers=False)
+        with closing(open_index(settings, scope, config)) as index:
+            outputs = published_decision(index, wanted, tenant, cipher)
         erased = [case for key, case in outputs.erased.items()
                   if key.decision_id == wanted and tenant in (None, case.tenant)]  # fmt: skip
         if erased:
@@ -270,38 +272,41 @@ class ContestLine:
     report: ReplayReport
 
 
-def read_contests(config: dict[str, str], scope: TopicNames, found: Found,
-                  cipher: CaseCipher | None) -> list[ContestLine]:  # fmt: skip
-    """Every contest of the found decision on its scope's contests topic, each replayed from its record (and parts)."""
-    prefix = f"{found.record.case.key}/".encode()
-    heads: list[tuple[str, bytes | None]] = []
-    parts: dict[str, dict[int, ContestPart]] = {}
-    for message in read_topic(config, scope.contests):
-        if message.key is None or not message.key.startswith(prefix):
+def read_contests(settings: Settings, found: Found, cipher: CaseCipher | None) -> list[ContestLine]:
+    """Every contest of the found decision, each replayed from its record (and parts), read at its indexed place."""
+    scope, record = found.scope, found.record
+    with closing(open_index(settings, scope)) as index:
+        entries = index.contests(str(record.decision_id), record.case.tenant)
+        heads = [(scope.contests, e.head) for e in entries]
+        read = index.read(heads + [(scope.contests, where) for e in entries for _, where in e.parts])
+    lines = []
+    for entry in entries:
+        head = read.get((scope.contests, entry.head))
+        if entry.erased or head is None:
+            lines.append(ContestLine(entry.contest_id, None, ReplayReport(ReplayStatus.ERASED, "the case is erased")))
             continue
-        name = message.key[len(prefix) :].decode("utf-8", "replace")
-        if "/" not in name:
-            heads.append((name, message.value))
-            continue
-        try:  # a part that cannot be read is missing to its head, which says so
-            part = ContestPart.decode(message.value, cipher)
+        lines.append(_replayed_contest(entry, head.value, [read.get((scope.contests, w)) for _, w in entry.parts],
+                                       found, cipher))  # fmt: skip
+    return lines
+
+
+def _replayed_contest(entry: ContestEntry, head: bytes | None, parts: Sequence[RawRecord | None], found: Found,
+                      cipher: CaseCipher | None) -> ContestLine:  # fmt: skip
+    """One contest read back (a part that cannot be read is missing to its head, which says so) and replayed."""
+    joined: dict[int, ContestPart] = {}
+    for raw in parts:
+        try:
+            part = ContestPart.decode(None if raw is None else raw.value, cipher)
         except RejectedError:
             continue
-        parts.setdefault(part.contest_id, {})[part.part] = part
-    lines = []
-    for contest_id, value in heads:
-        try:
-            record = ContestRecord.decode(value, cipher)
-            record = record.joined(parts.get(record.contest_id, {}))
-        except CaseErasedError:
-            lines.append(ContestLine(contest_id, None, ReplayReport(ReplayStatus.ERASED, "the case is erased")))
-            continue
-        except RejectedError as exc:
-            lines.append(ContestLine(contest_id, None, ReplayReport(ReplayStatus.DRIFT, f"unreadable: {exc}")))
-            continue
-        if record.decision_id == found.record.decision_id:
-            lines.append(ContestLine(record.contest_id, record.kind, replay_contest(record, found)))
-    return lines
+        joined[part.part] = part
+    try:
+        record = ContestRecord.decode(head, cipher).joined(joined)
+    except CaseErasedError:
+        return ContestLine(entry.contest_id, None, ReplayReport(ReplayStatus.ERASED, "the case is erased"))
+    except RejectedError as exc:
+        return ContestLine(entry.contest_id, None, ReplayReport(ReplayStatus.DRIFT, f"unreadable: {exc}"))
+    return ContestLine(record.contest_id, record.kind, replay_contest(record, found))
 
 
 def replay_contest(record: ContestRecord, found: Found) -> ReplayReport:
@@ -328,7 +333,7 @@ def keys_for(settings: Settings) -> tuple[CipherFor, Callable[[], None]]:
 
     def cipher_for(scope: TopicNames) -> CaseCipher | None:
         if scope.scope not in opened:
-            keys = case_keys_from(settings, names=scope)
+            keys = case_keys_from(settings, names=scope, by_case=True)  # one decision's case: its key alone
             opened[scope.scope] = keys
             closers.append(keys.close)
         return opened[scope.scope]

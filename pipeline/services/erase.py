@@ -24,6 +24,7 @@ from pipeline.kafka.keytopic.keystore import KafkaKeyTopic, case_keys_from
 from pipeline.kafka.reading.range_reads import read_topic
 from pipeline.kafka.writing.producer import EventProducer
 from pipeline.keys.store import Rotation
+from pipeline.services.lookups import open_index
 from pipeline.services.tenants import topics_of
 from pipeline.wire.record_keys import names_case, names_tenant
 from pipeline.wire.segment import case_prefix
@@ -188,9 +189,26 @@ def _destroy_keks(settings: Settings, tenant: str) -> int:
         return len(keys.erase_tenant(tenant))
 
 
+def _mark_indexed(settings: Settings, subject: CaseRef | str) -> int:
+    """Marks the subject's decisions erased in this host's lookup index (another host's learns on its next read).
+
+    Nothing of their content is in an index; the mark answers a lookup as erased without reading.
+    """
+    names = topics_of(settings, _tenant(subject))
+    config = settings.kafka.client_config()
+    if not topic_exists(config, names.decisions):
+        return 0
+    with closing(open_index(settings, names, config)) as index:
+        if isinstance(subject, CaseRef):
+            return index.mark_erased(subject.tenant, [subject.case_id])
+        return index.store.mark_tenant_erased(subject)
+
+
 def _later_steps(settings: Settings, subject: CaseRef | str) -> list[_Step]:
     """The steps after the key's destruction, the same for a case and a tenant."""
     return [
+        _Step("the lookup index marks its decisions erased", "the lookup index does not yet mark its decisions erased",
+              partial(_mark_indexed, settings, subject)),
         _Step("the older generations' copies of the key are destroyed",
               "the older generations' copies of the key are not yet destroyed",
               partial(_destroy_retired_keys, settings, subject)),
@@ -213,7 +231,7 @@ def erase_case(settings: Settings, case: CaseRef) -> Erasure:
         return Erasure(case.key, 0, 0, 0)
     first = _Step("the data key is destroyed", "the data key is not yet destroyed",
                   partial(_destroy_key, settings, case))  # fmt: skip
-    keys, _, events, views = _run([first, *_later_steps(settings, case)], _AGAIN)
+    keys, _, _, events, views = _run([first, *_later_steps(settings, case)], _AGAIN)
     return Erasure(case.key, keys, events, views)
 
 
@@ -232,7 +250,7 @@ def erase_tenant(settings: Settings, tenant: str) -> Erasure:
     """
     first = _Step("the tenant's keys are destroyed", "the tenant's keys are not yet destroyed",
                   partial(_destroy_keks, settings, tenant))  # fmt: skip
-    keys, _, events, views = _run([first, *_later_steps(settings, tenant)], _AGAIN)
+    keys, _, _, events, views = _run([first, *_later_steps(settings, tenant)], _AGAIN)
     return Erasure(tenant, keys, events, views)
 
 

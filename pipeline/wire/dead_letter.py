@@ -13,7 +13,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -222,3 +222,32 @@ def _original(value: Mapping[str, Any], part: str) -> Original | None:
     kept = base64.b64decode(encoded)
     size = value.get(f"original_{part}_size", len(kept))
     return Original(kept, int(size), value.get(f"original_{part}_sha256") or hashlib.sha256(kept).hexdigest())
+
+
+@dataclass(frozen=True)
+class RefusedTrigger:
+    """A trigger's dead letter (in clear: triggers hold no case content) and the tenant and id of the trigger."""
+
+    letter: DeadLetterRecord
+    tenant: str
+    trigger_id: str
+
+
+def refused_trigger(value: bytes | None, is_triggers: Callable[[str], bool]) -> RefusedTrigger | None:
+    """The trigger a dead letter refused, when it is a trigger's whose tenant and id can be read.
+
+    None for another record's dead letter (an event's, an output's), for a `duplicate` (the id was
+    decided before: that decision is the answer, not a refusal) and for a value that is no dead letter.
+    """
+    try:
+        decoded = decode_object(value, "dead letter")
+        if not is_triggers(str(decoded.get("source_topic"))):
+            return None
+        letter = DeadLetterRecord.from_wire(decoded)
+        trigger = decode_object(letter.original_value.kept, "trigger")
+    except (RejectedError, CaseErasedError):
+        return None
+    tenant, trigger_id = trigger.get("tenant"), trigger.get("trigger_id")
+    if letter.reason is Rejection.DUPLICATE or not isinstance(tenant, str) or not isinstance(trigger_id, str):
+        return None
+    return RefusedTrigger(letter, tenant, trigger_id)

@@ -51,6 +51,8 @@ def test_a_tenant_appends_decides_explains_replays_and_lists_over_http(
             replayed = http.get(f"/v1/decisions/{decision_id}/replay")
             reasons = http.get(f"/v1/decisions/{decision_id}/reasons")
             listed = http.get("/v1/cases/case-7/decisions")
+            paged = http.get("/v1/cases/case-7/decisions", params={"limit": 1}).json()
+            after = http.get("/v1/cases/case-7/decisions", params={"after": decision_id}).json()
         with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {globex}"}, timeout=60) as other:
             theirs = [other.get(f"/v1/decisions/{decision_id}{tail}").status_code
                       for tail in ("", "/explanation", "/replay", "/reasons")]  # fmt: skip
@@ -74,7 +76,9 @@ def test_a_tenant_appends_decides_explains_replays_and_lists_over_http(
         assert (reasons.status_code, reasons.json()["type"].rsplit("/", 1)[-1]) == (409, "not-adverse")
     else:
         assert reasons.status_code == 200, reasons.text
-    assert listed.json() == {"case_id": "case-7", "decision_ids": [decision_id]}
+    assert listed.json() == {"case_id": "case-7", "decision_ids": [decision_id], "next_after": None}
+    assert (paged["decision_ids"], paged["next_after"]) == ([decision_id], decision_id)  # a full page: ask on
+    assert (after["decision_ids"], after["next_after"]) == ([], None)
     assert theirs == [404, 404, 404, 404]  # another tenant's key: as unknown, never 403
     assert their_list["decision_ids"] == []
 

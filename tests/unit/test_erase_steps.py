@@ -24,6 +24,7 @@ class _Log:
         for name, part in (("_destroy_key", "key"), ("_destroy_keks", "key"), ("_destroy_retired_keys", "retired"),
                            ("_tombstone_events", "events"), ("_tombstone_segment_views", "views")):  # fmt: skip
             monkeypatch.setattr(erase, name, self._step(part))
+        monkeypatch.setattr(erase, "_mark_indexed", lambda _settings, _subject: 0)  # this host's lookup index
 
     def _step(self, part: str) -> Callable[[Settings, object], int]:
         def run(_settings: Settings, _subject: object) -> int:

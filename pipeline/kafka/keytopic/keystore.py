@@ -5,22 +5,26 @@ from __future__ import annotations
 import logging
 import threading
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from pathlib import Path
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from pipeline.config.settings import Settings, SettingsError
 from pipeline.core.events import CaseRef, InvalidEventError
+from pipeline.kafka.cluster.admin import topic_id
 from pipeline.kafka.cluster.layout import current_generation
 from pipeline.kafka.cluster.partitioning import case_partition
 from pipeline.kafka.cluster.topics import TopicNames
 from pipeline.kafka.errors import KafkaAdapterError
 from pipeline.kafka.reading.follow import TopicFollower
+from pipeline.kafka.reading.index_store import KeyStore, place
+from pipeline.kafka.reading.places import PlaceReader
 from pipeline.keys.providers import KeyProvider, LocalFileKeyProvider, shared_layout
 from pipeline.keys.ring import KeyRing
 from pipeline.keys.store import CaseKeys, TenantCaseKeys
 from pipeline.wire.headers import standard_headers
-from pipeline.wire.key import KeyErased, KeyValue, decode_key_value
+from pipeline.wire.key import KeyErased, KeyRecord, KeyValue, decode_key_value
 from pipeline.wire.rejection import RejectedError, Rejection
 from pipeline.wire.schema_ids import SchemaId
 
@@ -75,6 +79,12 @@ class KafkaKeyTopic:
         for raw in self._follower.new_records():
             self._apply(ring, raw.key, raw.value)
 
+    def load(self, ring: KeyRing, cases: Iterable[CaseRef]) -> None:
+        pass  # sync applies every case
+
+    def load_tenant(self, ring: KeyRing, tenant: str) -> None:
+        pass
+
     def _apply(self, ring: KeyRing, key: bytes | None, value: bytes | None) -> None:
         """Applies one record whose key, value and topic name the same tenant and case; skips (and logs) any other."""
         try:
@@ -88,6 +98,97 @@ class KafkaKeyTopic:
         if self._producer is not None:
             self._producer.flush(10)
         self._follower.close()
+
+
+class IndexedKeyTopic(KafkaKeyTopic):
+    """The key topic for a process that opens a few cases' records: each case's key read by its place, not all.
+
+    A reader (a CLI command, an auditor's lookup) has no use for every case's key, and reading the
+    topic from offset 0 grows with the number of cases ever written. The places of each case's
+    latest record are kept in a file shared on the host (index_store.KeyStore), brought up to date
+    by `sync` from where any process left it; a case's key is read at its place when first asked
+    for (`load`), and again when `sync` finds that its record changed (rotation, erasure).
+    Publishing is as KafkaKeyTopic's.
+    """
+
+    def __init__(self, client_config: dict[str, str], topic: str, directory: Path, tenant: str | None = None) -> None:
+        super().__init__(client_config, topic, tenant)
+        self._store = KeyStore(KeyStore.file(directory, topic, topic_id(client_config, topic)))
+        self._reader = PlaceReader(client_config)
+        self._loaded: dict[CaseRef, int | None] = {}  # case -> the place applied to the ring (None: none found)
+        self._seen = self._store.last_seq()  # changes before this point are read when a case is loaded
+        self._lock = threading.Lock()
+
+    def sync(self, ring: KeyRing) -> None:
+        with self._lock:
+            self._follower.skip_to(self._store.read_to())  # what other processes on the host indexed is not read again
+            try:
+                self._index(self._follower, ring)
+            except KafkaException as exc:
+                raise KafkaAdapterError(f"indexing the key topic {self._topic} failed: {exc}") from exc
+            for changed in self._store.changed_since(self._seen):
+                self._seen = max(self._seen, changed.seq)
+                case = _case_of(changed.case_key)
+                if case is not None and case in self._loaded and self._loaded[case] != changed.place:
+                    self._apply_place(ring, case, changed.place, live=changed.live)
+
+    def _index(self, follower: TopicFollower, ring: KeyRing) -> None:
+        """Reads the records published since the file's offsets, applies the loaded cases', stores every place."""
+        rows: list[tuple[str, int, bool]] = []
+        for raw in follower.new_records():
+            try:
+                case, record = checked_key_record(raw.key, raw.value, self._tenant)
+            except RejectedError as exc:
+                _APP_LOG.warning("key record %r of %s skipped: %s", (raw.key or b"")[:120], self._topic, exc)
+                continue
+            where = place(raw.position.partition, raw.position.offset)
+            rows.append((case.key, where, isinstance(record, KeyRecord)))
+            if case in self._loaded:
+                ring.apply(case, record)
+                self._loaded[case] = where
+            if len(rows) >= _KEY_CHUNK:
+                self._store.apply(rows, follower.positions())
+                rows = []
+        self._store.apply(rows, follower.positions())
+
+    def load(self, ring: KeyRing, cases: Iterable[CaseRef]) -> None:
+        with self._lock:
+            for case in cases:
+                if case in self._loaded:
+                    continue
+                found = self._store.place_of(case.key)
+                self._loaded[case] = None
+                if found is not None:
+                    self._apply_place(ring, case, found.place, live=found.live)
+
+    def load_tenant(self, ring: KeyRing, tenant: str) -> None:
+        self.load(ring, [c for c in (_case_of(k.case_key) for k in self._store.of_tenant(tenant)) if c is not None])
+
+    def _apply_place(self, ring: KeyRing, case: CaseRef, where: int, *, live: bool) -> None:
+        """Applies the case's record at `where` (an erasure without reading, for a record that is none)."""
+        self._loaded[case] = where
+        if not live:
+            ring.apply(case, None)
+            return
+        raw = self._reader.read([(self._topic, where)]).get((self._topic, where))
+        if raw is not None:  # None: compacted away, a later record stands (the next sync applies it)
+            self._apply(ring, raw.key, raw.value)
+
+    def close(self) -> None:
+        super().close()
+        self._reader.close()
+        self._store.close()
+
+
+_KEY_CHUNK = 20_000  # places stored per SQLite transaction while a key topic is indexed
+
+
+def _case_of(case_key: str) -> CaseRef | None:
+    tenant, _, case_id = case_key.partition("/")
+    try:
+        return CaseRef(tenant, case_id)
+    except InvalidEventError:
+        return None
 
 
 def _described(case: CaseRef, record: KeyValue | None) -> tuple[SchemaId, str]:
@@ -129,12 +230,17 @@ def kafka_case_keys(
 
 
 def case_keys_from(
-    settings: Settings, *, client_config: dict[str, str] | None = None, names: TopicNames | None = None
+    settings: Settings,
+    *,
+    client_config: dict[str, str] | None = None,
+    names: TopicNames | None = None,
+    by_case: bool = False,
 ) -> CaseKeys:
     """The case keys the settings name (local file provider), whether or not new content is sealed.
 
     `client_config` and `names` override the settings' cluster and topics (a private demo cluster);
-    by default the keys topic of the shared topics' current generation.
+    by default the keys topic of the shared topics' current generation. `by_case`: each case's key
+    is read by its place when first asked for (IndexedKeyTopic), for a process that opens a few cases.
     """
     config = client_config or settings.kafka.client_config()
     prefix = names.prefix if names else settings.kafka.topic_prefix
@@ -145,7 +251,11 @@ def case_keys_from(
             f"in {root}/<topic prefix>: move them into {settings.keys_dir(prefix)} (DPM_KEYS_DIR)"
         )
     names = names or current_generation(config, TopicNames(prefix))
-    return kafka_case_keys(config, names.keys, LocalFileKeyProvider(settings.keys_dir(names.prefix)), names.tenant)
+    provider = LocalFileKeyProvider(settings.keys_dir(names.prefix))
+    if by_case:
+        topic = IndexedKeyTopic(config, names.keys, settings.index_dir(), names.tenant)
+        return CaseKeys(KeyRing(provider), topic)
+    return kafka_case_keys(config, names.keys, provider, names.tenant)
 
 
 def tenant_case_keys(settings: Settings, names: TopicNames) -> TenantCaseKeys:

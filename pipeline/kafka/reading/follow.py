@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
@@ -26,11 +26,12 @@ class TopicFollower:
     (`tests/integration/test_topic_follower.py`).
     """
 
-    def __init__(self, client_config: dict[str, str], topic: str) -> None:
+    def __init__(self, client_config: dict[str, str], topic: str, start: Mapping[int, int] | None = None) -> None:
+        """Follows `topic` from `start` (partition -> first offset to read; the log's start for any other)."""
         self.topic = topic
         self._config = client_config
         self._consumer = self._connect()
-        self._next: dict[int, int] = {}
+        self._next: dict[int, int] = dict(start or {})
         self._partitions: int | None = None
 
     def _connect(self) -> Consumer:
@@ -46,7 +47,7 @@ class TopicFollower:
             self._partitions = topic_partitions(self._config, self.topic)
         return self._partitions
 
-    def _ends(self) -> dict[int, int]:
+    def ends(self) -> dict[int, int]:
         """Every partition's end: its last stable offset (read_committed).
 
         Asked through the consumer, whose leader metadata is refreshed as soon as a broker is lost; an
@@ -68,10 +69,23 @@ class TopicFollower:
                     raise
                 time.sleep(0.2)
 
-    def new_records(self) -> Iterator[RawRecord]:
-        """The committed records written since the last call (all of them on the first)."""
+    def skip_to(self, positions: Mapping[int, int]) -> None:
+        """Goes on from `positions` where they are past this follower's own (what another reader has handled)."""
+        for partition, offset in positions.items():
+            if offset > self._next.get(partition, 0):
+                self._next[partition] = offset
+
+    def positions(self) -> dict[int, int]:
+        """The first offset not read yet of each partition read so far (what `start` takes to go on from here)."""
+        return dict(self._next)
+
+    def new_records(self, ends: Mapping[int, int] | None = None) -> Iterator[RawRecord]:
+        """The committed records written since the last call (all of them on the first).
+
+        Up to `ends` (from an earlier `ends()`) when given: what came after is left for a later call.
+        """
         try:
-            ends = self._ends()
+            ends = self.ends() if ends is None else ends
             behind = {p: (self._next.get(p, 0), high - 1) for p, high in ends.items() if self._next.get(p, 0) < high}
             for raw in read_ranges(self._consumer, self.topic, behind, timeout_s=10):
                 self._next[raw.position.partition] = raw.position.offset + 1

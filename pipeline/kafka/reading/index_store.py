@@ -1,0 +1,394 @@
+"""The lookup index on disk (SQLite in WAL mode): where each published decision's records are, by id and by case.
+
+A local store in the manner of Kafka Streams' state stores: kept from the output topics (which
+are its changelog), with the offset each partition was read to stored in the same SQLite
+transaction as the rows it added, so a process that starts again, or a second process sharing
+the file, reads only what was published since. Rows hold places and ids, never content: a
+decision's record, view and audit records are read from Kafka at their offsets, opened with the
+case's data key, so erasure (which destroys that key) reaches every lookup whatever the index holds.
+
+A place is one integer, `offset * 4096 + partition`: one varint where two columns would cost two.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import orjson
+
+MAX_PARTITIONS = 4096  # a place packs the partition in its low 12 bits
+_FORMAT = 1  # in the file's name: a process of another format keeps a file of its own (and reads anew)
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS read_to (topic TEXT, partition INTEGER, next_offset INTEGER NOT NULL,
+                                    PRIMARY KEY (topic, partition)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS decisions (decision_id TEXT NOT NULL, tenant TEXT NOT NULL, case_id TEXT,
+                                      at_ms INTEGER, decision INTEGER, view INTEGER, audits BLOB, label TEXT,
+                                      erased INTEGER NOT NULL DEFAULT 0,
+                                      PRIMARY KEY (decision_id, tenant)) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS decisions_by_case ON decisions (tenant, case_id);
+CREATE INDEX IF NOT EXISTS decisions_by_time ON decisions (tenant, at_ms);
+CREATE TABLE IF NOT EXISTS refusals (trigger_id TEXT, tenant TEXT, place INTEGER NOT NULL,
+                                     PRIMARY KEY (trigger_id, tenant)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS contests (decision_id TEXT, tenant TEXT, contest_id TEXT, case_id TEXT NOT NULL,
+                                     place INTEGER NOT NULL, erased INTEGER NOT NULL DEFAULT 0,
+                                     PRIMARY KEY (decision_id, tenant, contest_id)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS contest_parts (tenant TEXT, contest_id TEXT, part INTEGER, place INTEGER NOT NULL,
+                                          PRIMARY KEY (tenant, contest_id, part)) WITHOUT ROWID;
+"""
+
+# Later records of an id already indexed (a trigger decided twice) are not its: the first committed is.
+_UPSERT_DECISION = """
+INSERT INTO decisions (decision_id, tenant, case_id, at_ms, decision, label) VALUES (?, ?, ?, ?, ?, ?)
+ON CONFLICT (decision_id, tenant) DO UPDATE SET
+  case_id = COALESCE(case_id, excluded.case_id), at_ms = COALESCE(at_ms, excluded.at_ms),
+  label = CASE WHEN decision IS NULL THEN excluded.label ELSE label END,
+  decision = COALESCE(decision, excluded.decision)
+"""
+_UPSERT_VIEW = """
+INSERT INTO decisions (decision_id, tenant, view) VALUES (?, ?, ?)
+ON CONFLICT (decision_id, tenant) DO UPDATE SET view = COALESCE(view, excluded.view)
+"""
+_UPSERT_AUDITS = """
+INSERT INTO decisions (decision_id, tenant, audits) VALUES (?, ?, ?)
+ON CONFLICT (decision_id, tenant) DO UPDATE SET audits = merged_audits(audits, excluded.audits)
+"""
+
+
+def place(partition: int, offset: int) -> int:
+    """A record's partition and offset as one integer."""
+    if not 0 <= partition < MAX_PARTITIONS:
+        raise ValueError(f"partition {partition}: the index places at most {MAX_PARTITIONS} partitions")
+    return offset * MAX_PARTITIONS + partition
+
+
+def unplace(packed: int) -> tuple[int, int]:
+    """(partition, offset) of a place."""
+    return packed % MAX_PARTITIONS, packed // MAX_PARTITIONS
+
+
+def _merged_audits(kept: bytes | None, new: bytes | None) -> bytes | None:
+    """Audit places by call index: the first place of each call index wins (the first committed record)."""
+    if kept is None or new is None:
+        return kept or new
+    merged = dict(orjson.loads(kept))
+    for call, where in orjson.loads(new):
+        merged.setdefault(call, where)
+    return orjson.dumps(sorted(merged.items()))
+
+
+@dataclass(frozen=True)
+class Entry:
+    """Where one tenant's decision id is: its decision, view and audit records (call index -> place)."""
+
+    decision_id: str
+    tenant: str
+    case_id: str | None
+    at_ms: int | None
+    decision: int | None
+    view: int | None
+    audits: tuple[tuple[int, int], ...]
+    label: str | None
+    erased: bool
+
+    @property
+    def complete(self) -> bool:
+        """Whether its decision and view are indexed (its audits are, whenever its decision is: see OutputIndex)."""
+        return self.decision is not None and self.view is not None
+
+
+@dataclass(frozen=True)
+class ContestEntry:
+    """Where a contest of a decision is: its head, and its parts' places by part number."""
+
+    contest_id: str
+    case_id: str
+    head: int
+    parts: tuple[tuple[int, int], ...]
+    erased: bool
+
+
+@dataclass
+class Chunk:
+    """Rows read from the output topics, written in one transaction with how far each partition was read."""
+
+    decisions: list[tuple[str, str, str, int, int, str | None]] = field(default_factory=list)
+    views: list[tuple[str, str, int]] = field(default_factory=list)
+    audits: dict[tuple[str, str], dict[int, int]] = field(default_factory=dict)
+    refusals: list[tuple[str, str, int]] = field(default_factory=list)
+    contests: list[tuple[str, str, str, str, int]] = field(default_factory=list)
+    parts: list[tuple[str, str, int, int]] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return (len(self.decisions) + len(self.views) + len(self.audits) + len(self.refusals) + len(self.contests)
+                + len(self.parts))  # fmt: skip
+
+    def audit(self, decision_id: str, tenant: str, call_index: int, where: int) -> None:
+        self.audits.setdefault((decision_id, tenant), {}).setdefault(call_index, where)
+
+
+_COLUMNS = "decision_id, tenant, case_id, at_ms, decision, view, audits, label, erased"
+
+
+def _entry(row: Sequence[object]) -> Entry:
+    decision_id, tenant, case_id, at_ms, decision, view, audits, label, erased = row
+    pairs = tuple((int(c), int(w)) for c, w in orjson.loads(audits)) if isinstance(audits, bytes) else ()
+    return Entry(str(decision_id), str(tenant), None if case_id is None else str(case_id),
+                 None if at_ms is None else int(str(at_ms)), None if decision is None else int(str(decision)),
+                 None if view is None else int(str(view)), pairs, None if label is None else str(label),
+                 bool(erased))  # fmt: skip
+
+
+class IndexStore:
+    """The index file of one set of output topics. Thread-safe; other processes may share the file."""
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=30)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")  # durable at checkpoints; a lost tail is read again
+        self._db.create_function("merged_audits", 2, _merged_audits, deterministic=True)
+        self._db.executescript(_SCHEMA)
+        self._db.execute("PRAGMA quick_check").fetchone()  # a corrupt file raises here, not at the first lookup
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def file(directory: Path, topic: str, topic_id: str) -> Path:
+        """The file of the output topics whose decisions topic is `topic` with id `topic_id` (URL-safe)."""
+        return directory / f"{topic}-{topic_id.replace('+', '-').replace('/', '_')}.v{_FORMAT}.sqlite"
+
+    @contextmanager
+    def _transaction(self, *, immediate: bool = True) -> Iterator[None]:
+        self._db.execute("BEGIN IMMEDIATE" if immediate else "BEGIN")
+        try:
+            yield
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        self._db.execute("COMMIT")
+
+    def read_to(self, topic: str) -> dict[int, int]:
+        """The first offset not indexed yet of each partition of `topic` read so far."""
+        with self._lock:
+            rows = self._db.execute("SELECT partition, next_offset FROM read_to WHERE topic = ?", (topic,)).fetchall()
+        return {int(p): int(o) for p, o in rows}
+
+    def apply(self, chunk: Chunk, read_to: Mapping[tuple[str, int], int]) -> None:
+        """Adds a chunk's rows and records how far it read, in one transaction; never moves a partition back.
+
+        Rows merge as the first committed record wins, so two processes that index the same records
+        (sharing one file) leave what one would.
+        """
+        with self._lock, self._transaction():
+            self._db.executemany(_UPSERT_DECISION, chunk.decisions)
+            self._db.executemany(_UPSERT_VIEW, chunk.views)
+            self._db.executemany(_UPSERT_AUDITS, [(d, t, orjson.dumps(sorted(calls.items())))
+                                                  for (d, t), calls in chunk.audits.items()])  # fmt: skip
+            self._db.executemany("INSERT OR IGNORE INTO refusals VALUES (?, ?, ?)", chunk.refusals)
+            self._db.executemany("INSERT OR IGNORE INTO contests (decision_id, tenant, contest_id, case_id, place) "
+                                 "VALUES (?, ?, ?, ?, ?)", chunk.contests)  # fmt: skip
+            self._db.executemany("INSERT OR IGNORE INTO contest_parts VALUES (?, ?, ?, ?)", chunk.parts)
+            self._db.executemany(
+                "INSERT INTO read_to VALUES (?, ?, ?) ON CONFLICT (topic, partition) DO UPDATE SET "
+                "next_offset = MAX(next_offset, excluded.next_offset)",
+                [(topic, partition, offset) for (topic, partition), offset in read_to.items()],
+            )
+
+    def entries(self, decision_id: str, tenant: str | None) -> list[Entry]:
+        """The entries of a decision id (of `tenant`, or of every tenant that used it)."""
+        with self._lock:
+            if tenant is None:
+                rows = self._db.execute(f"SELECT {_COLUMNS} FROM decisions WHERE decision_id = ?",  # noqa: S608
+                                        (decision_id,)).fetchall()  # fmt: skip
+            else:
+                rows = self._db.execute(f"SELECT {_COLUMNS} FROM decisions WHERE decision_id = ? AND tenant = ?",  # noqa: S608
+                                        (decision_id, tenant)).fetchall()  # fmt: skip
+        return [_entry(row) for row in rows]
+
+    def of_case(self, tenant: str, case_id: str, after: str | None = None, limit: int = -1) -> list[Entry]:
+        """The case's decided entries, oldest first: after decision id `after` (a page's cursor), at most `limit`."""
+        start = self._cursor(tenant, after)
+        with self._lock:
+            rows = self._db.execute(
+                f"SELECT {_COLUMNS} FROM decisions WHERE tenant = ? AND case_id = ? "  # noqa: S608
+                "AND decision IS NOT NULL AND (at_ms, decision_id) > (?, ?) ORDER BY at_ms, decision_id LIMIT ?",
+                (tenant, case_id, *start, limit),
+            ).fetchall()
+        return [_entry(row) for row in rows]
+
+    def _cursor(self, tenant: str, after: str | None) -> tuple[int, str]:
+        """Where a page after decision id `after` starts: its (time, id); the very start for None or an unknown id."""
+        if after is None:
+            return (-1, "")
+        with self._lock:
+            row = self._db.execute("SELECT at_ms FROM decisions WHERE decision_id = ? AND tenant = ?",
+                                   (after, tenant)).fetchone()  # fmt: skip
+        return (-1, "") if row is None or row[0] is None else (int(row[0]), after)
+
+    def since(self, tenant: str, since_ms: int, after: str | None, limit: int) -> list[Entry]:
+        """One page of the tenant's decided entries from `since_ms` on, oldest first, after decision id `after`."""
+        at_ms, decision_id = max(self._cursor(tenant, after), (since_ms, ""))
+        with self._lock:
+            rows = self._db.execute(
+                f"SELECT {_COLUMNS} FROM decisions WHERE tenant = ? AND decision IS NOT NULL "  # noqa: S608
+                "AND (at_ms, decision_id) > (?, ?) ORDER BY at_ms, decision_id LIMIT ?",
+                (tenant, at_ms, decision_id, limit),
+            ).fetchall()
+        return [_entry(row) for row in rows]
+
+    def refusal(self, trigger_id: str, tenant: str) -> int | None:
+        """The place of the dead letter that refused the tenant's trigger, if one did."""
+        with self._lock:
+            row = self._db.execute("SELECT place FROM refusals WHERE trigger_id = ? AND tenant = ?",
+                                   (trigger_id, tenant)).fetchone()  # fmt: skip
+        return None if row is None else int(row[0])
+
+    def contests(self, decision_id: str, tenant: str) -> list[ContestEntry]:
+        """The contests of a tenant's decision, with their parts' places."""
+        with self._lock, self._transaction(immediate=False):
+            heads = self._db.execute("SELECT contest_id, case_id, place, erased FROM contests WHERE decision_id = ? "
+                                     "AND tenant = ? ORDER BY place", (decision_id, tenant)).fetchall()  # fmt: skip
+            found = []
+            for contest_id, case_id, head, erased in heads:
+                parts = self._db.execute("SELECT part, place FROM contest_parts WHERE tenant = ? AND contest_id = ? "
+                                         "ORDER BY part", (tenant, contest_id)).fetchall()  # fmt: skip
+                found.append(ContestEntry(contest_id, case_id, int(head), tuple((int(p), int(w)) for p, w in parts),
+                                          bool(erased)))  # fmt: skip
+        return found
+
+    def mark_erased(self, tenant: str, case_ids: Iterable[str]) -> int:
+        """Marks the cases' decisions and contests erased (their labels dropped); returns how many decisions."""
+        marked = 0
+        with self._lock, self._transaction():
+            for case_id in case_ids:
+                marked += self._db.execute("UPDATE decisions SET erased = 1, label = NULL WHERE tenant = ? AND "
+                                           "case_id = ?", (tenant, case_id)).rowcount  # fmt: skip
+                self._db.execute("UPDATE contests SET erased = 1 WHERE tenant = ? AND case_id = ?", (tenant, case_id))
+        return marked
+
+    def mark_tenant_erased(self, tenant: str) -> int:
+        """Marks every decision and contest of the tenant erased (its keys are destroyed); returns how many."""
+        with self._lock, self._transaction():
+            marked = self._db.execute("UPDATE decisions SET erased = 1, label = NULL WHERE tenant = ?",
+                                      (tenant,)).rowcount  # fmt: skip
+            self._db.execute("UPDATE contests SET erased = 1 WHERE tenant = ?", (tenant,))
+        return int(marked)
+
+    def note_label(self, decision_id: str, tenant: str, label: str) -> None:
+        """Keeps the label of a decision read and opened (a sealed record's label is not known to the indexer)."""
+        with self._lock:
+            self._db.execute("UPDATE decisions SET label = ? WHERE decision_id = ? AND tenant = ? AND erased = 0",
+                             (label, decision_id, tenant))  # fmt: skip
+
+    def size(self) -> tuple[int, int]:
+        """(bytes of the file's pages in use, decisions indexed)."""
+        with self._lock:
+            pages = int(self._db.execute("PRAGMA page_count").fetchone()[0])
+            free = int(self._db.execute("PRAGMA freelist_count").fetchone()[0])
+            page = int(self._db.execute("PRAGMA page_size").fetchone()[0])
+            count = int(self._db.execute("SELECT COUNT(*) FROM decisions WHERE decision IS NOT NULL").fetchone()[0])
+        return (pages - free) * page, count
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+
+_KEY_SCHEMA = """
+CREATE TABLE IF NOT EXISTS read_to (partition INTEGER PRIMARY KEY, next_offset INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS keys (case_key TEXT PRIMARY KEY, place INTEGER NOT NULL, live INTEGER NOT NULL,
+                                 seq INTEGER NOT NULL) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS keys_by_seq ON keys (seq);
+"""
+
+
+@dataclass(frozen=True)
+class KeyPlace:
+    """Where a case's latest key-topic record is; `live` False for a tombstone or an erased marker."""
+
+    case_key: str
+    place: int
+    live: bool
+    seq: int
+
+
+class KeyStore:
+    """Where each case's latest record on one key topic is (a file per key topic). Thread-safe; shareable.
+
+    `seq` numbers changes across the file: a process asks what changed since the last `seq` it saw,
+    whoever indexed it.
+    """
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=30)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.executescript(_KEY_SCHEMA)
+        self._db.execute("PRAGMA quick_check").fetchone()
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def file(directory: Path, topic: str, topic_id: str) -> Path:
+        """The file of key topic `topic` with id `topic_id` (URL-safe)."""
+        return directory / f"{topic}-{topic_id.replace('+', '-').replace('/', '_')}.keys.v{_FORMAT}.sqlite"
+
+    def read_to(self) -> dict[int, int]:
+        with self._lock:
+            return {int(p): int(o) for p, o in self._db.execute("SELECT partition, next_offset FROM read_to")}
+
+    def apply(self, rows: Sequence[tuple[str, int, bool]], read_to: Mapping[int, int]) -> None:
+        """Records each case's newer place (a later offset wins) and how far each partition was read."""
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                base = int(self._db.execute("SELECT COALESCE(MAX(seq), 0) FROM keys").fetchone()[0])
+                self._db.executemany(
+                    "INSERT INTO keys VALUES (?, ?, ?, ?) ON CONFLICT (case_key) DO UPDATE SET place = excluded.place, "
+                    "live = excluded.live, seq = excluded.seq WHERE excluded.place > keys.place",
+                    [(case_key, where, int(live), base + n) for n, (case_key, where, live) in enumerate(rows, 1)],
+                )
+                self._db.executemany(
+                    "INSERT INTO read_to VALUES (?, ?) ON CONFLICT (partition) DO UPDATE SET "
+                    "next_offset = MAX(next_offset, excluded.next_offset)",
+                    list(read_to.items()),
+                )
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+
+    def place_of(self, case_key: str) -> KeyPlace | None:
+        with self._lock:
+            row = self._db.execute("SELECT case_key, place, live, seq FROM keys WHERE case_key = ?",
+                                   (case_key,)).fetchone()  # fmt: skip
+        return None if row is None else KeyPlace(str(row[0]), int(row[1]), bool(row[2]), int(row[3]))
+
+    def changed_since(self, seq: int) -> list[KeyPlace]:
+        """The cases whose latest record changed after change number `seq`, in order of change."""
+        with self._lock:
+            rows = self._db.execute("SELECT case_key, place, live, seq FROM keys WHERE seq > ? ORDER BY seq",
+                                    (seq,)).fetchall()  # fmt: skip
+        return [KeyPlace(str(k), int(w), bool(live), int(s)) for k, w, live, s in rows]
+
+    def last_seq(self) -> int:
+        with self._lock:
+            return int(self._db.execute("SELECT COALESCE(MAX(seq), 0) FROM keys").fetchone()[0])
+
+    def of_tenant(self, tenant: str) -> list[KeyPlace]:
+        """Every case of the tenant (its key ends the range of `tenant/`)."""
+        with self._lock:
+            rows = self._db.execute("SELECT case_key, place, live, seq FROM keys WHERE case_key >= ? AND "
+                                    "case_key < ?", (f"{tenant}/", f"{tenant}0")).fetchall()  # fmt: skip
+        return [KeyPlace(str(k), int(w), bool(live), int(s)) for k, w, live, s in rows]
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()

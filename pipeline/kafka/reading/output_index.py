@@ -1,0 +1,279 @@
+"""The lookup index of what the workers published: kept current from the output topics, read by offset.
+
+One index file per set of output topics (the shared ones, or a tenant's own) under
+`<DPM_HOME>/index`, named by the decisions topic's id, so a topic made again under its name starts
+a file of its own. `catch_up` reads what was published since the file was last brought up to date
+(by this process or any other on the host) and stores it with the offsets it read to. A lookup
+reads the file, then only the records at their places: its cost does not grow with the topics.
+
+Order of reading, which is what lets a lookup trust an entry: the decisions topic's ends are
+taken first, then views, audit records, dead letters and contests are read to their ends, then
+decisions up to the ends taken first. A decision is committed with its view and audit records in
+one transaction, so every decision indexed has its view and audit records indexed in the same
+SQLite transaction or an earlier one. A decision committed meanwhile waits for the next catch-up.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import threading
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import orjson
+from confluent_kafka import KafkaException
+
+from pipeline.core.event_log import RawRecord
+from pipeline.kafka.cluster.admin import topic_id
+from pipeline.kafka.cluster.topics import TopicNames
+from pipeline.kafka.errors import KafkaAdapterError
+from pipeline.kafka.reading.follow import TopicFollower
+from pipeline.kafka.reading.index_store import Chunk, ContestEntry, Entry, IndexStore, place
+from pipeline.kafka.reading.places import Place, PlaceReader
+from pipeline.wire.dead_letter import refused_trigger
+from pipeline.wire.headers import TENANT_HEADER
+from pipeline.wire.schema_ids import SchemaId
+from pipeline.wire.sealing import SEALED
+
+_LOG = logging.getLogger("pipeline.kafka.reading.output_index")
+_CHUNK = 20_000  # rows written per SQLite transaction while catching up (memory stays bounded)
+
+Progress = Callable[[int], None]  # told the records read so far
+KEEP_CURRENT_S = 1.0  # how often a door's index reads what was published (a lookup of a newer id catches up itself)
+_KEEPERS: dict[Path, OutputIndex] = {}  # the index that keeps each file current in this process
+_KEEPERS_LOCK = threading.Lock()
+
+
+@dataclass(frozen=True)
+class CaughtUp:
+    """What a catch-up read: records, and the decisions among them."""
+
+    records: int
+    decisions: int
+
+
+def _header(raw: RawRecord, name: str) -> str | None:
+    for key, value in raw.headers:
+        if key == name:
+            return value.decode("utf-8", "replace")
+    return None
+
+
+def _clear_fields(raw: RawRecord) -> dict[str, object]:
+    """The record's JSON object (its clear fields, and `sealed` if sealed); {} for a value that is none."""
+    try:
+        body = orjson.loads(raw.value or b"")
+    except orjson.JSONDecodeError:
+        return {}
+    return body if isinstance(body, dict) else {}
+
+
+class OutputIndex:
+    """The index of one set of output topics (`names`), in `directory`. Thread-safe."""
+
+    def __init__(self, client_config: dict[str, str], names: TopicNames, directory: Path) -> None:
+        self.names = names
+        self._config = client_config
+        try:
+            identity = topic_id(client_config, names.decisions)
+        except KafkaAdapterError as exc:
+            raise KafkaAdapterError(f"the output topics of {names.scope} cannot be indexed: {exc}") from exc
+        self.store = _open_store(IndexStore.file(directory, names.decisions, identity))
+        self._catching_up = threading.Lock()
+        self._reader = PlaceReader(client_config)
+        self._stop = threading.Event()
+        self._keeper: threading.Thread | None = None
+
+    # -- keeping it current ------------------------------------------------------------------------------
+
+    def catch_up(self, progress: Progress | None = None, *, contests_only: bool = False) -> CaughtUp:
+        """Indexes what was published since the file was last brought up to date; returns what it read.
+
+        `contests_only`: the contests topic alone (what a decision's contests need; nothing else
+        depends on it). Raises KafkaAdapterError when the topics cannot be read (what was indexed
+        before stays).
+        """
+        topics = (self.names.contests,) if contests_only else self._topics()
+        with self._catching_up:
+            followers = {topic: TopicFollower(self._config, topic, self.store.read_to(topic)) for topic in topics}
+            try:
+                return self._catch_up(followers, progress or (lambda _n: None))
+            except KafkaException as exc:
+                raise KafkaAdapterError(f"indexing {self.names.scope} outputs failed: {exc}") from exc
+            finally:
+                for follower in followers.values():
+                    follower.close()
+
+    def keep_current(self, interval_s: float = KEEP_CURRENT_S) -> None:
+        """Catches up every `interval_s` from a thread of its own until closed (a long-running door's index).
+
+        One keeper per index file in a process (another index of the same file keeps it already: nothing
+        to do), so a door serving many tenants on shared topics reads the topics once, not once per tenant.
+        A failed catch-up is logged and tried again at the next interval; lookups still catch up on a miss.
+        """
+        with _KEEPERS_LOCK:
+            if self._keeper is not None or self.store.path in _KEEPERS:
+                return
+            _KEEPERS[self.store.path] = self
+            self._keeper = threading.Thread(target=self._keep, args=(interval_s,), name="dpm-index-keeper",
+                                            daemon=True)  # fmt: skip
+        self._keeper.start()
+
+    def _keep(self, interval_s: float) -> None:
+        failing = False
+        while not self._stop.wait(interval_s):
+            try:
+                self.catch_up()
+                failing = False
+            except KafkaAdapterError as exc:
+                if not failing:  # once per outage, not once a second
+                    _LOG.warning("keeping the lookup index of %s current failed (tried again every %g s): %s",
+                                 self.names.scope, interval_s, exc)  # fmt: skip
+                failing = True
+
+    def _topics(self) -> tuple[str, ...]:
+        """The topics in the order they are read: decisions last (see the module's docstring)."""
+        names = self.names
+        return (names.views, names.audit, names.dlq, names.contests, names.decisions)
+
+    def _catch_up(self, followers: Mapping[str, TopicFollower], progress: Progress) -> CaughtUp:
+        last = followers.get(self.names.decisions)
+        decisions_end = last.ends() if last is not None else None  # first: see the module's docstring
+        chunk, read, decided = Chunk(), 0, 0
+        for topic, follower in followers.items():
+            ends = decisions_end if topic == self.names.decisions else None
+            for raw in follower.new_records(ends):
+                read += 1
+                decided += self._add(chunk, topic, raw)
+                if len(chunk) >= _CHUNK:
+                    self._write(chunk, followers)
+                    chunk = Chunk()
+                    progress(read)
+            self._write(chunk, followers)
+            chunk = Chunk()
+        progress(read)
+        return CaughtUp(read, decided)
+
+    def _write(self, chunk: Chunk, followers: Mapping[str, TopicFollower]) -> None:
+        read_to = {(topic, p): offset for topic, f in followers.items() for p, offset in f.positions().items()}
+        self.store.apply(chunk, read_to)
+
+    def _add(self, chunk: Chunk, topic: str, raw: RawRecord) -> int:
+        """Adds one record's row to `chunk`; 1 when it is a decision. A record that is not ours is skipped."""
+        where = place(raw.position.partition, raw.position.offset)
+        names = self.names
+        if raw.value is None:
+            return 0  # not a record the workers or auditors write
+        if topic == names.dlq:
+            refused = refused_trigger(raw.value, names.is_triggers)
+            if refused is not None:
+                chunk.refusals.append((refused.trigger_id, refused.tenant, where))
+            return 0
+        if topic == names.contests:
+            self._add_contest(chunk, raw, where)
+            return 0
+        decision_id = (raw.key or b"").decode("utf-8", "replace")
+        if topic == names.decisions:
+            body = _clear_fields(raw)
+            tenant, case_id = body.get("tenant"), body.get("case_id")
+            if not isinstance(tenant, str) or not isinstance(case_id, str) or body.get("decision_id") != decision_id:
+                _LOG.warning("a record at %s %s is no decision the index can place", topic, raw.position)
+                return 0
+            outcome = body.get("decision") if SEALED not in body else None
+            label = outcome.get("label") if isinstance(outcome, dict) else None
+            chunk.decisions.append((decision_id, tenant, case_id, raw.timestamp_ms or 0, where,
+                                    label if isinstance(label, str) else None))  # fmt: skip
+            return 1
+        tenant = _header(raw, TENANT_HEADER)
+        if tenant is None:  # no header (a record from another writer): its clear fields say
+            claimed = _clear_fields(raw).get("tenant")
+            tenant = claimed if isinstance(claimed, str) else None
+        if tenant is None or not decision_id:
+            _LOG.warning("a record at %s %s names no tenant or decision id", topic, raw.position)
+        elif topic == names.views:
+            chunk.views.append((decision_id, tenant, where))
+        else:
+            call_index = _call_index(raw)
+            if call_index is not None:
+                chunk.audit(decision_id, tenant, call_index, where)
+        return 0
+
+    def _add_contest(self, chunk: Chunk, raw: RawRecord, where: int) -> None:
+        body = _clear_fields(raw)
+        tenant, contest_id = body.get("tenant"), body.get("contest_id")
+        if not isinstance(tenant, str) or not isinstance(contest_id, str):
+            return
+        schema = body.get("schema")
+        if schema == SchemaId.CONTEST_PART.value and isinstance(body.get("part"), int):
+            chunk.parts.append((tenant, contest_id, int(str(body["part"])), where))
+        elif schema in (SchemaId.CONTEST.value, SchemaId.CONTEST_V1.value):
+            decision_id, case_id = body.get("decision_id"), body.get("case_id")
+            if isinstance(decision_id, str) and isinstance(case_id, str):
+                chunk.contests.append((decision_id, tenant, contest_id, case_id, where))
+
+    # -- lookups -------------------------------------------------------------------------------------------
+
+    def entries(self, decision_id: str, tenant: str | None) -> list[Entry]:
+        """The complete entries of a decision id (of `tenant`, or any), caught up first if none is complete."""
+        found = [e for e in self.store.entries(decision_id, tenant) if e.complete or e.erased]
+        if found:
+            return found
+        self.catch_up()
+        return [e for e in self.store.entries(decision_id, tenant) if e.complete or e.erased]
+
+    def refusal(self, trigger_id: str, tenant: str) -> RawRecord | None:
+        """The dead letter that refused the tenant's trigger (as far as indexed), read at its place."""
+        where = self.store.refusal(trigger_id, tenant)
+        if where is None:
+            return None
+        return self.read([(self.names.dlq, where)]).get((self.names.dlq, where))
+
+    def contests(self, decision_id: str, tenant: str) -> list[ContestEntry]:
+        """The contests of a tenant's decision, caught up first (a contest is asked for by a person, now)."""
+        self.catch_up(contests_only=True)
+        return self.store.contests(decision_id, tenant)
+
+    def read(self, places: Iterable[Place]) -> dict[Place, RawRecord]:
+        """The records at `places` (see PlaceReader.read). Raises KafkaAdapterError."""
+        return self._reader.read(places)
+
+    def mark_erased(self, tenant: str, case_ids: Sequence[str]) -> int:
+        """Marks the cases' entries erased (the erasure destroyed their key: nothing of them opens again)."""
+        return self.store.mark_erased(tenant, case_ids)
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._keeper is not None:
+            self._keeper.join(timeout=30)
+            with _KEEPERS_LOCK:
+                _KEEPERS.pop(self.store.path, None)
+        self._reader.close()
+        self.store.close()
+
+
+def _call_index(raw: RawRecord) -> int | None:
+    """An audit record's call index: its CloudEvents id ends `/audit/<n>`; else its clear field."""
+    event_id = _header(raw, "ce_id")
+    if event_id is not None and "/audit/" in event_id:
+        tail = event_id.rsplit("/audit/", 1)[1]
+        if tail.isdigit():
+            return int(tail)
+    call_index = _clear_fields(raw).get("call_index")
+    return call_index if isinstance(call_index, int) else None
+
+
+def _open_store(path: Path) -> IndexStore:
+    """The index file at `path`; one that is corrupt is moved aside and a new one made (read again from the topics)."""
+    try:
+        return IndexStore(path)
+    except sqlite3.DatabaseError as exc:
+        aside = path.with_suffix(".corrupt")
+        _LOG.warning("the index file %s cannot be read (%s): moved to %s; it is rebuilt from the topics",
+                     path, exc, aside)  # fmt: skip
+        for suffix in ("", "-wal", "-shm"):
+            source = Path(f"{path}{suffix}")
+            if source.exists():
+                source.replace(Path(f"{aside}{suffix}"))
+        return IndexStore(path)

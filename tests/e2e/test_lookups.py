@@ -1,0 +1,65 @@
+"""Lookups through the index across hosts: found without reading the topics, pages by time, erasure reaches them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pipeline.client import CaseErasedError, DecisionMemory, DecisionNotFoundError
+from pipeline.kafka.cluster.topics import TopicNames
+from pipeline.services.cluster import pipeline_processes
+from tests.integration.test_client_appends import client_settings
+from tests.pipeline_support import create_topics, worker_env
+from tests.processes import dpm_cli
+
+pytestmark = [pytest.mark.e2e, pytest.mark.any_broker]  # the readers' own behaviour
+
+STEPS = [("document", "Credit report: score 702, no defaults."), ("document", "Pay stubs: annual income 84,000."),
+         ("document", "Debt schedule: monthly debt 1,100.")]  # fmt: skip
+
+
+def test_lookups_on_two_hosts_page_by_time_and_answer_an_erased_case_as_erased(
+    kafka_bootstrap: str, kafka_config: dict[str, str], topic_names: TopicNames, tmp_path: Path
+) -> None:
+    create_topics(kafka_config, topic_names)
+    host_a, host_b = tmp_path / "host-a", tmp_path / "host-b"
+    env = worker_env(kafka_bootstrap, topic_names, host_a)
+    with (pipeline_processes([["worker"]], env, tmp_path / "logs"),
+          DecisionMemory("acme", settings=client_settings(kafka_bootstrap, topic_names, host_a)) as acme):  # fmt: skip
+        ids = []
+        for case_id in ("gone", "kept", "kept"):
+            acme.append_many(case_id, STEPS)
+            ids.append(acme.decide(case_id, domain="loan", timeout=120).decision_id)
+        assert acme.decisions_of("kept") == ids[1:]
+        assert acme.decisions_of("kept", limit=1) == ids[1:2]
+        assert acme.decisions_of("kept", after=ids[1]) == ids[2:]
+
+    host_b_env = {**env, "DPM_HOME": str(host_b)}  # another host: an index of its own, built on first use
+    explained = dpm_cli("explain", "--decision", ids[0], "--tenant", "acme", "--json", env=host_b_env)
+    assert explained.returncode == 0, explained.stderr
+    assert json.loads(explained.stdout)["decision_id"] == ids[0]
+    first = json.loads(dpm_cli("decisions", "--tenant", "acme", "--since", "2000-01-01", "--limit", "2", "--json",
+                               env=host_b_env).stdout)  # fmt: skip
+    assert [d["decision_id"] for d in first["decisions"]] == ids[:2]  # oldest first
+    rest = json.loads(dpm_cli("decisions", "--tenant", "acme", "--since", "2000-01-01", "--limit", "2", "--after",
+                              first["next_after"], "--json", env=host_b_env).stdout)  # fmt: skip
+    assert ([d["decision_id"] for d in rest["decisions"]], rest["next_after"]) == (ids[2:], None)
+    refused = dpm_cli("decisions", "--since", "2000-01-01", env=host_b_env)
+    assert refused.returncode != 0
+    assert "--tenant" in refused.stderr
+
+    erased = dpm_cli("erase", "--tenant", "acme", "--case", "gone", env=env)  # on host A
+    assert erased.returncode == 0, erased.stderr
+    with DecisionMemory("acme", settings=client_settings(kafka_bootstrap, topic_names, host_a)) as on_a:
+        with pytest.raises(CaseErasedError):
+            on_a.decision(ids[0])  # marked in host A's index by the erasure
+        assert on_a.decision(ids[1]).decision_id == ids[1]
+    with (DecisionMemory("acme", settings=client_settings(kafka_bootstrap, topic_names, host_b)) as on_b,
+          pytest.raises(CaseErasedError)):  # fmt: skip
+        on_b.decision(ids[0])  # host B's index said live: the record no longer opens, and it learns so
+    with DecisionMemory("globex", settings=client_settings(kafka_bootstrap, topic_names, host_b)) as globex:
+        for decision_id in (ids[0], ids[1], "never-made:dpm"):
+            with pytest.raises(DecisionNotFoundError):
+                globex.decision(decision_id)

@@ -1,0 +1,115 @@
+"""The lookup index against the real broker: incremental, committed-only, durable, and rebuilt when corrupt."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import orjson
+import pytest
+from confluent_kafka import Producer
+
+from pipeline.kafka.cluster.topics import TopicNames
+from pipeline.kafka.reading.index_store import unplace
+from pipeline.kafka.reading.output_index import OutputIndex
+from pipeline.wire.headers import TENANT_HEADER
+from tests.pipeline_support import create_topics
+
+pytestmark = pytest.mark.integration
+
+
+def _publish(producer: Producer, names: TopicNames, decision_id: str, *, tenant: str = "acme",
+             case_id: str = "c1", calls: int = 2) -> None:  # fmt: skip
+    """A decision's records as a worker writes them: keyed by id, the tenant in a header, in clear."""
+    key = decision_id.encode()
+    headers: list[tuple[str, str | bytes | None]] = [(TENANT_HEADER, tenant.encode())]
+    clear = {"decision_id": decision_id, "tenant": tenant, "case_id": case_id}
+    producer.produce(names.views, key=key, value=orjson.dumps({**clear, "view": {}}), headers=headers)
+    decision = {**clear, "decision": {"label": "APPROVE"}}
+    producer.produce(names.decisions, key=key, value=orjson.dumps(decision), headers=headers)
+    for n in range(calls):
+        producer.produce(names.audit, key=key, value=orjson.dumps({**clear, "call_index": n}),
+                         headers=[*headers, ("ce_id", f"{decision_id}/audit/{n}".encode())])  # fmt: skip
+
+
+def _transactional(config: dict[str, str]) -> Producer:
+    producer = Producer({**config, "transactional.id": f"index-test-{uuid.uuid4().hex}"})
+    producer.init_transactions(30)
+    return producer
+
+
+def test_a_restarted_index_reads_only_what_was_published_since(
+    kafka_config: dict[str, str], topic_names: TopicNames, tmp_path: Path
+) -> None:
+    create_topics(kafka_config, topic_names, partitions=2)
+    producer = _transactional(kafka_config)
+    producer.begin_transaction()
+    for n in range(10):
+        _publish(producer, topic_names, f"t{n}:dpm")
+    producer.commit_transaction(30)
+
+    first = OutputIndex(kafka_config, topic_names, tmp_path)
+    assert first.catch_up().decisions == 10
+    [entry] = first.entries("t3:dpm", "acme")
+    assert entry.complete
+    assert (entry.label, len(entry.audits)) == ("APPROVE", 2)
+    records = first.read([(topic_names.decisions, entry.decision or 0), (topic_names.views, entry.view or 0)])
+    assert {orjson.loads(r.value or b"")["decision_id"] for r in records.values()} == {"t3:dpm"}
+    assert first.entries("t3:dpm", "globex") == []  # another tenant's lookup finds nothing
+    first.close()
+
+    producer.begin_transaction()
+    _publish(producer, topic_names, "t10:dpm", case_id="c2")
+    producer.commit_transaction(30)
+    again = OutputIndex(kafka_config, topic_names, tmp_path)  # a fresh process on the same host
+    assert again.entries("t3:dpm", "acme")[0].decision == entry.decision  # found without reading anything
+    caught = again.catch_up()
+    assert caught.decisions == 1
+    assert caught.records <= 4 + 3  # the one decision's records (and transaction markers' neighbours), not all
+    assert [e.decision_id for e in again.store.of_case("acme", "c2")] == ["t10:dpm"]
+    again.close()
+
+
+def test_a_decision_of_an_open_transaction_waits_and_its_records_come_together(
+    kafka_config: dict[str, str], topic_names: TopicNames, tmp_path: Path
+) -> None:
+    create_topics(kafka_config, topic_names, partitions=1)
+    producer = _transactional(kafka_config)
+    producer.begin_transaction()
+    _publish(producer, topic_names, "open:dpm")
+    producer.flush(10)
+    index = OutputIndex(kafka_config, topic_names, tmp_path)
+    assert index.entries("open:dpm", "acme") == []  # not committed: not indexed
+    producer.commit_transaction(30)
+    for _ in range(50):
+        if index.entries("open:dpm", "acme"):
+            break
+    [entry] = index.entries("open:dpm", "acme")
+    assert entry.complete
+    assert len(entry.audits) == 2
+    index.close()
+
+
+def test_a_corrupt_index_file_is_set_aside_and_rebuilt(
+    kafka_config: dict[str, str], topic_names: TopicNames, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    create_topics(kafka_config, topic_names, partitions=1)
+    producer = _transactional(kafka_config)
+    producer.begin_transaction()
+    _publish(producer, topic_names, "t1:dpm")
+    producer.commit_transaction(30)
+    index = OutputIndex(kafka_config, topic_names, tmp_path)
+    index.catch_up()
+    path = index.store.path
+    index.close()
+    for leftover in tmp_path.glob("*-wal"):
+        leftover.unlink()
+    path.write_bytes(b"this is not a database" * 100)
+
+    rebuilt = OutputIndex(kafka_config, topic_names, tmp_path)
+    assert "rebuilt from the topics" in caplog.text
+    [entry] = rebuilt.entries("t1:dpm", "acme")  # read again from the topics on the miss
+    assert unplace(entry.decision or 0)[0] == 0
+    assert entry.complete
+    assert path.with_suffix(".corrupt").exists()
+    rebuilt.close()
