@@ -27,7 +27,15 @@ from typing import Any
 
 import orjson
 
-from benchmarks import api_bench, contest_bench, local_cache_bench, long_horizon, prompt_cache_bench, writes_bench
+from benchmarks import (
+    api_bench,
+    contest_bench,
+    local_cache_bench,
+    long_horizon,
+    lookups_bench,
+    prompt_cache_bench,
+    writes_bench,
+)
 from benchmarks.runs import (
     SMALL_CASES,
     RunSpec,
@@ -53,6 +61,7 @@ SECTIONS = (
     "ui",
     "api",
     "writes",
+    "lookups",
     "long_horizon",
     "contest",
     "prompt_cache",
@@ -68,6 +77,7 @@ TARGETS = {
     "long_horizon": long_horizon.TARGETS,
     "api": api_bench.TARGETS,
     "writes": writes_bench.TARGETS,
+    "lookups": lookups_bench.TARGETS,
     "prompt_cache": {f"{name}/cache_share_of_nocache": share for name, share in prompt_cache_bench.TARGETS.items()},
 }
 LONG_HORIZON_PLOT = Path("docs/long-horizon.png")  # the long-cases page's plot, drawn from the figures file
@@ -183,6 +193,7 @@ MEASURE: dict[str, Callable[[str, Path], dict[str, Any]]] = {
     "ui": _ui,
     "api": api_bench.measure,
     "writes": writes_bench.measure,
+    "lookups": lookups_bench.measure,
     "long_horizon": lambda _bootstrap, _work: long_horizon.measure(),
     "contest": lambda _bootstrap, _work: contest_bench.measure(),
     "prompt_cache": lambda _bootstrap, _work: prompt_cache_bench.with_local(
@@ -282,8 +293,8 @@ def rows(figures: dict[str, Any]) -> list[tuple[str, str]]:
             ("HTTP appends, 8 agents one step at a time", f"{_f(api['http_appends_per_s'])} per second"),
             ("resident memory of 1,000 waiting decide calls", f"{_f(api['waiters_1000_rss_mb'], 2)} MB"),
         ]
-    sections = {"writes": _writes_rows, "long_horizon": _long_horizon_rows, "contest": _contest_rows,
-                "prompt_cache": _prompt_cache_rows}  # fmt: skip
+    sections = {"writes": _writes_rows, "lookups": _lookups_rows, "long_horizon": _long_horizon_rows,
+                "contest": _contest_rows, "prompt_cache": _prompt_cache_rows}  # fmt: skip
     for name, section_rows in sections.items():
         if section := figures.get(name):
             out += section_rows(section)
@@ -347,6 +358,31 @@ def _prompt_cache_rows(cache: dict[str, Any]) -> list[tuple[str, str]]:
                     "before / three tasks on one case, seconds off / on",
                     f"{_identical(local)} / "
                     f"{_f(local['three_tasks_s']['off'])} / {_f(local['three_tasks_s']['on'])} s"))  # fmt: skip
+    return out
+
+
+def _lookups_rows(lookups: dict[str, Any]) -> list[tuple[str, str]]:
+    """One decision found by id, at each size of the output topics: warm, fresh, over HTTP, as a command."""
+    out = []
+    for size, row in lookups["sizes"].items():
+        client, http, index = row["client"], row["http"], row["index"]
+        out += [
+            (f"lookups with {int(size):,} records per output topic: `decision(id)` / `explain(id)` warm, p50 / p99",
+             f"{_f(client['decision']['p50_ms'])} / {_f(client['decision']['p99_ms'])} ms; "
+             f"{_f(client['explain']['p50_ms'])} / {_f(client['explain']['p99_ms'])} ms (targets 20 / 100)"),
+            ("the same, a fresh client's first `decision(id)` (its constructor apart) / `GET /v1/decisions/{id}`",
+             f"{_f(client['fresh_decision']['p50_ms'])} / {_f(client['fresh_decision']['p99_ms'])} ms "
+             f"(constructor {_f(client['fresh_constructor_p50_ms'])} ms); {_f(http['p50_ms'])} / "
+             f"{_f(http['p99_ms'])} ms"),
+            (f"the same, `dpm explain --decision` as a process (median of 3) / the index's first build on a host "
+             f"without one ({index['records']:,} records)",
+             f"{_f(row['cli_explain']['p50_s'], 2)} s / {_f(index['build_s'])} s, {_f(index['bytes_per_decision'])} "
+             f"bytes per decision (target 300); catch-up of {row['catch_up']['decisions']:,} decisions "
+             f"{_f(row['catch_up']['seconds'], 2)} s (target 5)"),
+        ]  # fmt: skip
+    met = ", ".join(name for name, ok in lookups["checks"].items() if not ok) or "none"
+    out.append(("lookups: largest / smallest size, p50", f"x{_f(lookups['largest_over_smallest'], 2)} (target x2); "
+                                                          f"targets not met: {met}"))  # fmt: skip
     return out
 
 
