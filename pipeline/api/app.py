@@ -238,6 +238,18 @@ class ReasonsOut(BaseModel):
     note: str = Field(description="what the reasons are and are not")
 
 
+class ContestOut(BaseModel):
+    contest_id: str
+    kind: str | None = Field(description="whatif, decisive or reasons; null: its case is erased")
+    replay: str = Field(description="MATCH when every re-decision it records reproduces from its recorded answers")
+    detail: str
+
+
+class ContestsOut(BaseModel):
+    decision_id: str
+    contests: list[ContestOut] = Field(description="oldest first, each replayed from its record (no model call)")
+
+
 class CaseDecisionsOut(BaseModel):
     case_id: str
     decision_ids: list[str] = Field(description="oldest first; one page of at most `limit`")
@@ -357,9 +369,12 @@ def create_api(memory_for: MemoryFor, keys: ApiKeys, settings: ApiSettings,
     app.add_api_route(f"/{VERSION}/decisions/{{decision_id}}/reasons", routes.reasons, methods=["GET"],
                       response_model=ReasonsOut, responses=_problems(400, 401, 403, 404, 409, 410, 429, 503),
                       summary="The principal reasons of an adverse decision")  # fmt: skip
+    app.add_api_route(f"/{VERSION}/decisions/{{decision_id}}/contests", routes.contests, methods=["GET"],
+                      response_model=ContestsOut, responses=_problems(400, 401, 403, 404, 410, 429, 503),
+                      summary="A decision's contests, each replayed from its record")  # fmt: skip
     app.add_api_route(f"/{VERSION}/cases/{{case_id}}/decisions", routes.decisions_of, methods=["GET"],
                       response_model=CaseDecisionsOut, responses=_problems(400, 401, 403, 404, 410, 429, 503),
-                      summary="The ids of a case's published decisions")  # fmt: skip
+                      summary="The ids of a case's published decisions, in pages")  # fmt: skip
     app.add_api_route("/healthz", _healthz, methods=["GET"], summary="Liveness: the process answers (no key)")
     app.add_api_route(f"/{VERSION}/tenants/{{tenant}}/cases/{{case_id}}", routes.erase_case, methods=["DELETE"],
                       status_code=204, responses=_problems(400, 401, 403, 429, 503),
@@ -620,6 +635,11 @@ class _Routes:
         return ReasonsOut(decision_id=decision_id, label=given.label, heading=given.heading,
                           reasons=[ReasonOut(**row) for row in outcome["reasons"]], complete=given.complete,
                           note=NOT_ADVICE)  # fmt: skip
+
+    async def contests(self, request: Request, decision_id: DecisionIdParam) -> ContestsOut:
+        """The decision's published contests (what-ifs, decisive analyses, reasons), each replayed from its record."""
+        found = await self._published(request, decision_id, lambda memory, d: memory.contests(d))
+        return ContestsOut(decision_id=decision_id, contests=[ContestOut(**c.to_json()) for c in found])
 
     async def decisions_of(self, request: Request, case_id: CaseId, limit: PageLimit = PAGE_LIMIT,
                            after: PageAfter = None) -> CaseDecisionsOut:  # fmt: skip

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ from pipeline.services.contest import (
     read_contests,
     require_contests_topic,
 )
+from pipeline.services.lookups import open_index
 from pipeline.wire.contest import ContestRecord, facts_wire, reasons_outcome
 
 _out = output_console()
@@ -98,7 +100,8 @@ def explain(
             lines += ["", *given.render(), f"recorded as contest {record.contest_id}"]
         if not decisive and not reasons:
             result["facts"] = _facts_json(found)
-            contests = read_contests(settings, found, cipher_for(found.scope))
+            with closing(open_index(settings, found.scope)) as index:
+                contests = read_contests(index, found, cipher_for(found.scope))
             result["contests"] = [{"contest_id": c.contest_id, "kind": c.kind.value if c.kind else None,
                                    "replay": c.report.status.value} for c in contests]  # fmt: skip
             lines += [f"contest {c.contest_id} ({c.kind.value if c.kind else 'erased'}): {c.report.status.value}"

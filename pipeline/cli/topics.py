@@ -8,6 +8,7 @@ from pipeline.cli.reach import broker_settings
 from pipeline.cli.render import output_console
 from pipeline.kafka.cluster.layout import read_layout, recorded_layout
 from pipeline.kafka.cluster.topics import ErasureBound, TopicNames, create_pipeline_topics
+from pipeline.services.growth import migrate_contests
 
 app = typer.Typer(help="The pipeline's Kafka topics.", no_args_is_help=True)
 _out = output_console()
@@ -68,3 +69,16 @@ def grow(
                f"(generation {growth.from_generation} -> {growth.to_generation}): {growth.events_copied} events, "
                f"{growth.keys_copied} case keys copied in {growth.seconds:.1f} s; restart producers, workers and "
                "baseline members that have not stopped on their own")  # fmt: skip
+
+
+@app.command("migrate-contests")
+def migrate_contests_command() -> None:
+    """Give each contests topic as many partitions as its decisions topic (made before the lookup index); idempotent.
+
+    Partitions are added in place: contests are found through the lookup index, never by partition.
+    """
+    migrated = migrate_contests(broker_settings())
+    for done in migrated:
+        _out.print(f"{done.topic}: {done.before} -> {done.after} partitions")
+    if not migrated:
+        _out.print("every contests topic has its decisions topic's partitions already")

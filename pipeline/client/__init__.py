@@ -25,7 +25,7 @@ from pipeline.client.errors import (
     TopicsRefusedError,
 )
 from pipeline.client.memory import DEFAULT_BUDGET_CHARS, DecisionMemory
-from pipeline.client.results import CitedEvent, Decision, EventPosition, Explanation, Fact, ModelUsage
+from pipeline.client.results import CitedEvent, Contest, Decision, EventPosition, Explanation, Fact, ModelUsage
 from pipeline.core.idempotency import InvalidIdempotencyKeyError
 
 __all__ = [
@@ -35,6 +35,7 @@ __all__ = [
     "CitedEvent",
     "ClientError",
     "ClusterUnavailableError",
+    "Contest",
     "Decision",
     "DecisionMemory",
     "DecisionNotFoundError",

@@ -25,7 +25,7 @@ from pipeline.client.memory import (
     OpenedRequest,
     reading_errors,
 )
-from pipeline.client.results import Decision, EventPosition, Explanation
+from pipeline.client.results import Contest, Decision, EventPosition, Explanation
 from pipeline.config.settings import Settings
 from pipeline.core.contest import AdverseReasons
 from pipeline.core.events import CaseRef
@@ -165,6 +165,9 @@ class AsyncDecisionMemory:
 
     async def reasons(self, decision_id: str, *, max_calls: int = DEFAULT_MAX_CALLS) -> AdverseReasons:
         return await self._run(self.sync.reasons, decision_id, max_calls=max_calls)
+
+    async def contests(self, decision_id: str) -> list[Contest]:
+        return await self._run(self.sync.contests, decision_id)
 
     async def decisions_of(self, case_id: str, *, after: str | None = None, limit: int | None = None) -> list[str]:
         return await self._run(self.sync.decisions_of, case_id, after=after, limit=limit)

@@ -39,7 +39,7 @@ from pipeline.client.errors import (
 )
 from pipeline.client.recent import RecentEvents
 from pipeline.client.replies import Reply, Waiters, trigger_refusal
-from pipeline.client.results import Decision, EventPosition, Explanation, cited_indexes
+from pipeline.client.results import Contest, Decision, EventPosition, Explanation, cited_indexes
 from pipeline.config.settings import Settings
 from pipeline.core.contest import AdverseReasons, ContestError
 from pipeline.core.domains import domain_task
@@ -62,7 +62,14 @@ from pipeline.kafka.writing.sequencer import EventTooLargeError as WriterEventTo
 from pipeline.kafka.writing.sequencer import SeqMismatchError as WriterSeqMismatchError
 from pipeline.keys.store import CaseKeys
 from pipeline.services.cluster import cluster_settings
-from pipeline.services.contest import DEFAULT_MAX_CALLS, ContestRefusedError, Found, contest_reasons, contested_of
+from pipeline.services.contest import (
+    DEFAULT_MAX_CALLS,
+    ContestRefusedError,
+    Found,
+    contest_reasons,
+    contested_of,
+    read_contests,
+)
 from pipeline.services.contest import NotAdverseError as ServiceNotAdverseError
 from pipeline.services.lookups import case_decisions, open_index, published_decision
 from pipeline.services.read_outputs import PublishedOutputs
@@ -522,6 +529,33 @@ class DecisionMemory:
         except (LogChangedError, ContestRefusedError, ContestError) as exc:
             raise ReasonsUnavailableError(f"the reasons of {decision_id} cannot be found: {exc}") from exc
         return reasons
+
+    def contests(self, decision_id: str) -> list[Contest]:
+        """The published contests of a decision of this tenant, oldest first, each replayed from its record.
+
+        Only the decision's records and its contests are read (through the lookup index); the replays
+        use the recorded answers (no model call). DecisionNotFoundError for a decision this tenant
+        cannot read; CaseErasedError for one of an erased case.
+        """
+        key = DecisionKey(self.tenant, DecisionId.parse(decision_id))
+        index = self._lookups()
+        with reading_errors("the output topics"):
+            outputs = published_decision(index, key.decision_id, self.tenant, self._opening())
+        record, view = outputs.decisions.get(key), outputs.views.get(key)
+        if record is None or view is None:
+            raise _unpublished(outputs, key)
+        try:
+            trajectory = self._recorded_events(record)
+        except LogChangedError as exc:
+            raise ClientError(f"the contests of {decision_id} cannot be replayed: {exc}") from exc
+        if trajectory is None:
+            raise _erased(record.case)
+        found = Found(self._names, record, contested_of(record, view.view, trajectory),
+                      tuple(calls_in_order(outputs.audits.get(key, []))))  # fmt: skip
+        with reading_errors("the contests topic"):
+            lines = read_contests(index, found, self._opening())
+        return [Contest(line.contest_id, None if line.kind is None else line.kind.value, line.report.status.value,
+                        line.report.detail) for line in lines]  # fmt: skip
 
     def _recorded_events(self, record: DecisionRecord) -> Trajectory | None:
         """The events at the decision's recorded offsets (None: erased); LogChangedError when they are not."""

@@ -119,3 +119,20 @@ class Explanation:
 def cited_indexes(view: ViewRecord, events_count: int) -> list[int]:
     """The 1-based event indexes the view's facts cite that the case has, in order, each once."""
     return sorted({i for fact in view.view.facts for i in fact.citations if 1 <= i <= events_count})
+
+
+@dataclass(frozen=True)
+class Contest:
+    """A published contest of a decision (a what-if, a decisive analysis, its reasons), replayed from its record.
+
+    `kind` is None when its content cannot be read (its case is erased); `replay` is MATCH when every
+    re-decision it records reproduces from its recorded answers (no model call).
+    """
+
+    contest_id: str
+    kind: str | None
+    replay: str
+    detail: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"contest_id": self.contest_id, "kind": self.kind, "replay": self.replay, "detail": self.detail}

@@ -214,6 +214,17 @@ def _decision_tools(server: MCPServer, memory: Callable[[], Awaitable[AsyncDecis
         return {k: decision[k] for k in ("decision_id", "label", "rationale", "facts", "compliance", "replay_command")}
 
     @server.tool()
+    async def decision_contests(decision_id: str) -> list[dict[str, Any]]:
+        """The decision's contests (what-ifs, decisive analyses, reasons asked by auditors), oldest first.
+
+        Each with its replay status: MATCH when every re-decision it records reproduces from its
+        recorded answers (no model call is made).
+        """
+        with _told():
+            door_checks.decision_id(decision_id)
+            return [contest.to_json() for contest in await (await memory()).contests(decision_id)]
+
+    @server.tool()
     async def decision_reasons(decision_id: str) -> dict[str, Any]:
         """The principal reasons of an adverse decision (a denial, a referral), weightiest first.
 

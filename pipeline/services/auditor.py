@@ -11,14 +11,23 @@ from dataclasses import dataclass
 
 from pipeline.config.settings import Settings
 from pipeline.core.errors import DpmError
-from pipeline.core.events import CaseRef, Trajectory
+from pipeline.core.events import CaseRef, LogPosition, Trajectory
 from pipeline.core.verification import ReplayReport
 from pipeline.kafka.cluster.layout import current_generation
 from pipeline.kafka.cluster.topics import TopicNames
 from pipeline.kafka.errors import KafkaAdapterError
 from pipeline.kafka.keytopic.keystore import case_keys_from
+from pipeline.kafka.reading.index_store import unplace
+from pipeline.kafka.reading.output_index import OutputIndex
 from pipeline.kafka.reading.reader import KafkaEventLog, PooledLog
-from pipeline.services.audit_index import DecisionIndex, IndexedDecision, LiveIndex, read_audits
+from pipeline.services.audit_index import (
+    DecisionIndex,
+    ErasedDecision,
+    IndexedDecision,
+    Listed,
+    LiveIndex,
+    read_audits,
+)
 from pipeline.services.contest import (
     ContestAsk,
     ContestDone,
@@ -29,10 +38,12 @@ from pipeline.services.contest import (
     require_contests_topic,
     run_contest,
 )
+from pipeline.services.lookups import open_index, published
 from pipeline.services.replay import LogChangedError, read_recorded_events, registry_backends, replay_one
 from pipeline.services.tenants import topic_scopes
 from pipeline.wire.audit import AuditRecord, calls_in_order
 from pipeline.wire.decision import DecisionRecord
+from pipeline.wire.trigger import DecisionId, DecisionKey
 
 _LOG = logging.getLogger("pipeline.services.auditor")
 
@@ -57,6 +68,30 @@ class _Scope:
         self._events: dict[str, PooledLog] = {}  # events topic (one per generation) -> its readers, opened on use
         self._events_lock = threading.Lock()
         self.audit_log = PooledLog([KafkaEventLog(config, names.audit) for _ in range(readers)])
+        self._settings = settings
+        self._lookups: OutputIndex | None = None  # the lookup index, opened on first use
+        self._lookups_lock = threading.Lock()
+
+    def looked_up(self, tenant: str, decision_id: DecisionId) -> Listed | None:
+        """The tenant's decision of this id through the lookup index: any published, oldest included."""
+        with self._lookups_lock:
+            if self._lookups is None:
+                self._lookups = open_index(self._settings, self.names, self._config)
+                self._lookups.keep_current()
+        index = self._lookups
+        entries = index.entries(str(decision_id), tenant)
+        if not entries:
+            return None
+        entry = entries[0]
+        outputs = published(index, [entry], self.keys, with_audits=False)
+        key = DecisionKey(tenant, decision_id)
+        if key in outputs.erased:
+            return ErasedDecision(decision_id, outputs.erased[key], entry.at_ms or 0)
+        record = outputs.decisions.get(key)
+        if record is None:
+            return None
+        positions = {call: LogPosition(*unplace(where)) for call, where in entry.audits}
+        return IndexedDecision(record, entry.at_ms or 0, key in outputs.sealed, outputs.views.get(key), positions)
 
     def events_of(self, record: DecisionRecord) -> PooledLog:
         """The readers of the events topic the decision read (v1 records: the first generation's)."""
@@ -67,6 +102,9 @@ class _Scope:
             return self._events[topic]
 
     def close(self) -> None:
+        with self._lookups_lock:
+            if self._lookups is not None:
+                self._lookups.close()
         self.live.close()
         with self._events_lock:
             for log in self._events.values():
@@ -127,6 +165,23 @@ class KafkaAuditor:
                 opened = _Scope(self._settings, scope, self._index, readers=1)
                 with self._scopes_lock:
                     self._scopes[scope.tenant] = opened
+
+    def lookup(self, tenant: str, decision_id: DecisionId) -> Listed | None:
+        """The tenant's decision of this id: from the index of the newest, else through the lookup index.
+
+        The in-memory index holds the newest DPM_UI_MAX_DECISIONS; any older one (last year's) is found
+        through the host's lookup index and read at its places. Raises DpmError when it cannot be read.
+        """
+        found = self._index.get(tenant, decision_id)
+        if found is not None:
+            return found
+        with self._scopes_lock:
+            scopes = [s for s in (self._scopes.get(tenant) if self._by_topic else None, self._scopes.get(None)) if s]
+        for scope in scopes:
+            item = scope.looked_up(tenant, decision_id)
+            if item is not None:
+                return item
+        return None
 
     def _scope(self, item: IndexedDecision) -> _Scope:
         with self._scopes_lock:

@@ -45,6 +45,7 @@ from pipeline.kafka.cluster.topics import TopicNames
 from pipeline.kafka.keytopic.keystore import case_keys_from
 from pipeline.kafka.processing.steps import max_record_bytes
 from pipeline.kafka.reading.index_store import ContestEntry
+from pipeline.kafka.reading.output_index import OutputIndex
 from pipeline.kafka.reading.reader import KafkaEventLog
 from pipeline.kafka.writing.one_record import produce_one
 from pipeline.services.lookups import open_index, published_decision
@@ -272,13 +273,16 @@ class ContestLine:
     report: ReplayReport
 
 
-def read_contests(settings: Settings, found: Found, cipher: CaseCipher | None) -> list[ContestLine]:
-    """Every contest of the found decision, each replayed from its record (and parts), read at its indexed place."""
+def read_contests(index: OutputIndex, found: Found, cipher: CaseCipher | None) -> list[ContestLine]:
+    """Every contest of the found decision (`index` is its scope's), each replayed from its record and parts.
+
+    Only its contests are read, at their indexed places; each is replayed from its recorded answers
+    (no model call).
+    """
     scope, record = found.scope, found.record
-    with closing(open_index(settings, scope)) as index:
-        entries = index.contests(str(record.decision_id), record.case.tenant)
-        heads = [(scope.contests, e.head) for e in entries]
-        read = index.read(heads + [(scope.contests, where) for e in entries for _, where in e.parts])
+    entries = index.contests(str(record.decision_id), record.case.tenant)
+    heads = [(scope.contests, e.head) for e in entries]
+    read = index.read(heads + [(scope.contests, where) for e in entries for _, where in e.parts])
     lines = []
     for entry in entries:
         head = read.get((scope.contests, entry.head))

@@ -32,11 +32,13 @@ from pipeline.kafka.cluster.layout import recorded_layout, write_layout
 from pipeline.kafka.cluster.topics import (
     ErasureBound,
     TopicNames,
+    add_partitions,
     delete_topics,
     ensure_topics,
     partition_counts,
     pipeline_topics,
 )
+from pipeline.services.tenants import topic_scopes
 
 
 @dataclass(frozen=True)
@@ -105,3 +107,30 @@ def grow(settings: Settings, partitions: int, *, settle_s: float = 5.0, progress
     progress(f"generation {new.generation} of {base.scope}* is current")
     return Growth(base.scope, old.generation, new.generation, layout.partitions, partitions, events, keys,
                   time.monotonic() - started)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class ContestsMigrated:
+    """A contests topic taken from `before` partitions to `after` (its scope's decisions topic's count)."""
+
+    topic: str
+    before: int
+    after: int
+
+
+def migrate_contests(settings: Settings) -> list[ContestsMigrated]:
+    """Gives every contests topic (the shared one, or each tenant's own) as many partitions as its decisions topic.
+
+    A pipeline made before the lookup index kept its contests on one partition. Adding partitions in
+    place is safe for contests: they are found through the index by where they are, never by
+    partition; nothing is moved. Idempotent: a topic that has its count already is left alone.
+    """
+    config = settings.kafka.client_config()
+    counts = partition_counts(config)
+    migrated = []
+    for scope in topic_scopes(settings):
+        have, want = counts.get(scope.contests), counts.get(scope.decisions)
+        if have is not None and want is not None and have < want:
+            add_partitions(config, scope.contests, want)
+            migrated.append(ContestsMigrated(scope.contests, have, want))
+    return migrated

@@ -95,6 +95,8 @@ def _read_entries(index: OutputIndex, live: list[Entry], outputs: PublishedOutpu
         for opened in decoded(at(names.decisions, entry.decision), names.decisions, DecisionRecord.from_wire,
                               outputs, cipher):  # fmt: skip
             outputs.decisions.setdefault(opened.record.key, opened.record)
+            if opened.sealed:
+                outputs.sealed.add(opened.record.key)
             label = opened.record.outcome.label
             if opened.sealed and entry.label is None and label is not None:
                 index.store.note_label(entry.decision_id, entry.tenant, label)

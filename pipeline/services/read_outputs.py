@@ -39,6 +39,7 @@ class PublishedOutputs:
     # Decisions of erased cases: their content is sealed under a destroyed key; only ids remain.
     erased: dict[DecisionKey, CaseRef] = field(default_factory=dict)
     erased_ms: dict[DecisionKey, int] = field(default_factory=dict)  # when each was published
+    sealed: set[DecisionKey] = field(default_factory=set)  # decisions whose record was sealed (read by a lookup)
     duplicates: int = 0
     unreadable: int = 0
 

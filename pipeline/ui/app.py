@@ -83,6 +83,10 @@ class Auditor(Protocol):
     @property
     def index(self) -> DecisionIndex: ...
 
+    def lookup(self, tenant: str, decision_id: DecisionId) -> Listed | None:
+        """The tenant's decision of this id: from the index of the newest, else any published (the lookup index)."""
+        ...
+
     def erased(self, items: Sequence[IndexedDecision]) -> set[CaseRef]:
         """The cases of `items` erased, as the key topics say now (read at each call); DpmError when unreadable."""
         ...
@@ -172,7 +176,7 @@ class _Pages:
             decision_id = DecisionId.parse(raw_id or "")
         except InvalidDecisionIdError:
             return None
-        return self.auditor.index.get(tenant, decision_id)
+        return self.auditor.lookup(tenant, decision_id)
 
     def _not_found(self, viewer: Viewer) -> HTMLResponse:
         return self.render("error.html", 404, viewer, message="No such decision.")
@@ -339,7 +343,7 @@ class _Pages:
         if isinstance(item, ErasedDecision):
             return self.render("erased.html", viewer=viewer, item=item)
         other_arch = Architecture.SUMM if item.decision_id.architecture is Architecture.DPM else Architecture.DPM
-        other = self.auditor.index.get(item.case.tenant, DecisionId(item.decision_id.trigger_id, other_arch))
+        other = self.auditor.lookup(item.case.tenant, DecisionId(item.decision_id.trigger_id, other_arch))
         if other is not None and other.case != item.case:
             other = None  # the same trigger id for another case is another trigger
         try:

@@ -107,6 +107,12 @@ def test_a_decision_is_contested_recorded_replayed_and_never_touched(
     listed = _json(["explain", "--decision", yes], env)["contests"]
     assert len(listed) == 1 + len(analysis["decisive"]) + 1  # the analysis, each group's what-if, the uncited one
     assert {c["replay"] for c in listed} == {"MATCH"}, listed
+    with DecisionMemory("contest", settings=client_settings(kafka_bootstrap, topic_names, tmp_path)) as memory:
+        through_client = memory.contests(yes)  # the client library's list: the same contests, the same verdicts
+        assert memory.contests(f"{denied.ref.case_id}:dpm")[0].kind == "reasons"
+    assert [(c.contest_id, c.kind, c.replay) for c in through_client] == [
+        (c["contest_id"], c["kind"], c["replay"]) for c in listed
+    ]
     after = load_outputs(kafka_config, topic_names, cipher=case_keys)
     assert after.decisions == before.decisions  # contests publish on their own topic only
     replayed = dpm_cli("replay", "--all", env=env)

@@ -50,12 +50,13 @@ def test_a_tenant_appends_decides_explains_replays_and_lists_over_http(
             explained = http.get(f"/v1/decisions/{decision_id}/explanation")
             replayed = http.get(f"/v1/decisions/{decision_id}/replay")
             reasons = http.get(f"/v1/decisions/{decision_id}/reasons")
+            contests = http.get(f"/v1/decisions/{decision_id}/contests")
             listed = http.get("/v1/cases/case-7/decisions")
-            paged = http.get("/v1/cases/case-7/decisions", params={"limit": 1}).json()
-            after = http.get("/v1/cases/case-7/decisions", params={"after": decision_id}).json()
+            pages = [http.get("/v1/cases/case-7/decisions", params=asked).json()
+                     for asked in ({"limit": 1}, {"after": decision_id})]  # fmt: skip
         with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {globex}"}, timeout=60) as other:
             theirs = [other.get(f"/v1/decisions/{decision_id}{tail}").status_code
-                      for tail in ("", "/explanation", "/replay", "/reasons")]  # fmt: skip
+                      for tail in ("", "/explanation", "/replay", "/reasons", "/contests")]  # fmt: skip
             their_list = other.get("/v1/cases/case-7/decisions").json()
     assert appended.status_code == 201
     assert [e["seq"] for e in appended.json()["events"]] == list(range(1, len(case.trajectory) + 1))
@@ -77,9 +78,10 @@ def test_a_tenant_appends_decides_explains_replays_and_lists_over_http(
     else:
         assert reasons.status_code == 200, reasons.text
     assert listed.json() == {"case_id": "case-7", "decision_ids": [decision_id], "next_after": None}
-    assert (paged["decision_ids"], paged["next_after"]) == ([decision_id], decision_id)  # a full page: ask on
-    assert (after["decision_ids"], after["next_after"]) == ([], None)
-    assert theirs == [404, 404, 404, 404]  # another tenant's key: as unknown, never 403
+    # a full page says where the next starts
+    assert [(p["decision_ids"], p["next_after"]) for p in pages] == [([decision_id], decision_id), ([], None)]
+    assert contests.json() == {"decision_id": decision_id, "contests": []}  # reasons are computed, not recorded
+    assert theirs == [404, 404, 404, 404, 404]  # another tenant's key: as unknown, never 403
     assert their_list["decision_ids"] == []
 
 

@@ -8,8 +8,12 @@ from pathlib import Path
 import pytest
 
 from pipeline.client import CaseErasedError, DecisionMemory, DecisionNotFoundError
-from pipeline.kafka.cluster.topics import TopicNames
+from pipeline.kafka.cluster.admin import admin_client, topic_partitions
+from pipeline.kafka.cluster.topics import TopicNames, TopicSpec, ensure_topics, pipeline_topics
+from pipeline.services.audit_index import IndexedDecision
+from pipeline.services.auditor import KafkaAuditor
 from pipeline.services.cluster import pipeline_processes
+from pipeline.wire.trigger import DecisionId
 from tests.integration.test_client_appends import client_settings
 from tests.pipeline_support import create_topics, worker_env
 from tests.processes import dpm_cli
@@ -35,6 +39,17 @@ def test_lookups_on_two_hosts_page_by_time_and_answer_an_erased_case_as_erased(
         assert acme.decisions_of("kept") == ids[1:]
         assert acme.decisions_of("kept", limit=1) == ids[1:2]
         assert acme.decisions_of("kept", after=ids[1]) == ids[2:]
+
+    settings = client_settings(kafka_bootstrap, topic_names, host_a)
+    auditor = KafkaAuditor(settings.model_copy(update={"ui": settings.ui.model_copy(update={"max_decisions": 1})}))
+    auditor.refresh()  # the pages' index of the newest keeps one decision: the others are older than it holds
+    assert len(auditor.index) == 1
+    oldest = auditor.lookup("acme", DecisionId.parse(ids[0]))
+    assert isinstance(oldest, IndexedDecision)  # opened all the same, through the lookup index
+    assert (oldest.view is not None, len(auditor.audits(oldest)) >= 1) == (True, True)
+    assert auditor.events(oldest).trajectory is not None
+    assert auditor.lookup("globex", DecisionId.parse(ids[0])) is None
+    auditor.close()
 
     host_b_env = {**env, "DPM_HOME": str(host_b)}  # another host: an index of its own, built on first use
     explained = dpm_cli("explain", "--decision", ids[0], "--tenant", "acme", "--json", env=host_b_env)
@@ -63,3 +78,21 @@ def test_lookups_on_two_hosts_page_by_time_and_answer_an_erased_case_as_erased(
         for decision_id in (ids[0], ids[1], "never-made:dpm"):
             with pytest.raises(DecisionNotFoundError):
                 globex.decision(decision_id)
+
+
+def test_a_one_partition_contests_topic_is_refused_with_its_fix_and_migrated_in_place(
+    kafka_bootstrap: str, kafka_config: dict[str, str], topic_names: TopicNames, tmp_path: Path
+) -> None:
+    outputs = {"cleanup.policy": "delete", "retention.ms": "-1"}
+    ensure_topics(admin_client(kafka_config), (TopicSpec(topic_names.contests, 1, outputs),), 1)  # as made before
+    env = worker_env(kafka_bootstrap, topic_names, tmp_path)
+    refused = dpm_cli("topics", "create", "--partitions", "3", env=env)
+    assert refused.returncode == 1
+    assert "partitions=1 (needs 3: `dpm topics migrate-contests` adds the partitions in place)" in refused.stderr
+    assert ensure_topics(admin_client(kafka_config), pipeline_topics(topic_names, 3)[:-1], 1).created  # the rest
+    migrated = dpm_cli("topics", "migrate-contests", env=env)
+    assert f"{topic_names.contests}: 1 -> 3 partitions" in migrated.stdout, migrated.stdout + migrated.stderr
+    assert "has its decisions topic's partitions already" in dpm_cli("topics", "migrate-contests", env=env).stdout
+    created = dpm_cli("topics", "create", "--partitions", "3", env=env)
+    assert created.returncode == 0, created.stderr
+    assert topic_partitions(kafka_config, topic_names.contests) == 3

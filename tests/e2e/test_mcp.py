@@ -53,6 +53,8 @@ async def _agent(client: Client, steps: list[tuple[str, str]], domain: str) -> D
     [listed] = (await client.read_resource("dpm://cases/case-7/decisions")).contents
     assert isinstance(listed, TextResourceContents)
     reasons = await client.call_tool("decision_reasons", {"decision_id": decided["decision_id"]})
+    contests = await client.call_tool("decision_contests", {"decision_id": decided["decision_id"]})
+    assert contests.structured_content == {"result": []}  # none yet: the reasons above are computed, not recorded
     return seqs, decided, explained, json.loads(listed.text), reasons
 
 
@@ -87,7 +89,8 @@ def test_an_agent_over_stdio_appends_its_steps_and_gets_a_cited_decision(
     for refused in after_erasure:  # the reply the server's client kept is gone with the key
         assert refused.is_error
         assert "was erased" in refused.content[0].text
-    assert tools == ["append_event", "decision_reasons", "explain_decision", "get_decision", "request_decision"]
+    assert tools == ["append_event", "decision_contests", "decision_reasons", "explain_decision", "get_decision",
+                     "request_decision"]  # fmt: skip
     assert seqs == list(range(1, 9))
     assert decided["label"] in case.task.label_space
     assert all(c["text"] == steps[c["seq"] - 1][1] for f in explained["facts"] for c in f["cites"])

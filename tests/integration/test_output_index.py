@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import uuid
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
 from confluent_kafka import Producer
 
 from pipeline.kafka.cluster.topics import TopicNames
-from pipeline.kafka.reading.index_store import unplace
+from pipeline.kafka.reading import output_index
+from pipeline.kafka.reading.index_store import place, unplace
 from pipeline.kafka.reading.output_index import OutputIndex
+from pipeline.kafka.reading.places import PlaceReader
 from pipeline.wire.headers import TENANT_HEADER
 from tests.pipeline_support import create_topics
 
@@ -113,3 +116,55 @@ def test_a_corrupt_index_file_is_set_aside_and_rebuilt(
     assert entry.complete
     assert path.with_suffix(".corrupt").exists()
     rebuilt.close()
+
+
+def test_an_index_stopped_mid_catch_up_goes_on_where_it_stopped_with_no_entry_twice_or_missing(
+    kafka_config: dict[str, str], topic_names: TopicNames, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    create_topics(kafka_config, topic_names, partitions=2)
+    producer = _transactional(kafka_config)
+    producer.begin_transaction()
+    for n in range(60):
+        _publish(producer, topic_names, f"t{n}:dpm", case_id=f"c{n % 7}")
+    producer.commit_transaction(30)
+    monkeypatch.setattr(output_index, "_CHUNK", 25)  # many SQLite transactions in one catch-up
+    index = OutputIndex(kafka_config, topic_names, tmp_path)
+    applied = 0
+    real_apply = index.store.apply
+
+    def killed_after_three(*args: Any) -> None:  # the process dies before its fourth transaction
+        nonlocal applied
+        applied += 1
+        if applied > 3:
+            raise KeyboardInterrupt
+        real_apply(*args)
+
+    monkeypatch.setattr(index.store, "apply", killed_after_three)
+    with pytest.raises(KeyboardInterrupt):
+        index.catch_up()
+    index.close()
+
+    restarted = OutputIndex(kafka_config, topic_names, tmp_path)
+    caught = restarted.catch_up()
+    assert caught.records < 4 * 60  # went on from the stored offsets, not from the start
+    found = [e for n in range(7) for e in restarted.store.of_case("acme", f"c{n}")]
+    assert sorted(e.decision_id for e in found) == sorted(f"t{n}:dpm" for n in range(60))  # each once
+    assert all(e.complete and len(e.audits) == 2 for e in found)
+    restarted.close()
+
+
+def test_places_far_apart_are_sought_and_a_place_past_the_end_is_missing_not_waited_for(
+    kafka_config: dict[str, str], topic_names: TopicNames
+) -> None:
+    create_topics(kafka_config, topic_names, partitions=1)
+    plain = Producer(kafka_config)
+    for n in range(1_000):
+        plain.produce(topic_names.views, key=b"k", value=str(n).encode(), partition=0)
+    plain.flush(30)
+    reader = PlaceReader(kafka_config)
+    wanted = [(topic_names.views, place(0, offset)) for offset in (3, 4, 600, 999, 1_005)]
+    found = reader.read(wanted)
+    assert {unplace(where)[1]: raw.value for (_, where), raw in found.items()} == {3: b"3", 4: b"4", 600: b"600",
+                                                                                  999: b"999"}  # fmt: skip
+    assert reader.read([(topic_names.views, place(0, 10))])[(topic_names.views, place(0, 10))].value == b"10"
+    reader.close()

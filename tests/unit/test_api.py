@@ -65,7 +65,11 @@ class FakeMemory:
             raise CaseErasedError("case acme/erased-case was erased")
         raise DecisionNotFoundError(decision_id)
 
-    async def decisions_of(self, case_id: str) -> list[str]:
+    async def decisions_of(self, case_id: str, *, after: str | None = None, limit: int | None = None) -> list[str]:
+        return []
+
+    async def contests(self, decision_id: str) -> list[object]:
+        await self.decision(decision_id)
         return []
 
     async def collect(self, decision_id: str, wait_s: float) -> object:

@@ -73,6 +73,7 @@ def _call(name: str, arguments: dict[str, Any], max_wait_s: float = 60.0) -> tup
         ("get_decision", {"decision_id": "k-1:dpm", "wait_s": 301}, "wait_s: must be a number of seconds from 0 to 60"),
         ("explain_decision", {"decision_id": "k-1"}, "decision_id: is not a decision id"),
         ("decision_reasons", {"decision_id": "k-1:dpm\n"}, "decision_id: is not a decision id"),
+        ("decision_contests", {"decision_id": "k-1"}, "decision_id: is not a decision id"),
     ],
 )
 def test_a_bad_argument_is_a_tool_error_that_says_what_and_nothing_is_written(

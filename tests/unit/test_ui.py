@@ -24,7 +24,7 @@ from pipeline.core.window import Window
 from pipeline.kafka.cluster.topics import TopicNames
 from pipeline.kafka.errors import KafkaAdapterError
 from pipeline.llm.extractive.backend import ExtractiveBackend
-from pipeline.services.audit_index import DecisionFilter, DecisionIndex, ErasedDecision, IndexedDecision
+from pipeline.services.audit_index import DecisionFilter, DecisionIndex, ErasedDecision, IndexedDecision, Listed
 from pipeline.services.auditor import CaseEvents
 from pipeline.services.contest import ContestAsk, ContestDone, Found, contested_of, run_contest
 from pipeline.ui import Tokens, create_app
@@ -80,6 +80,9 @@ class _Auditor:
                 for audit in published.audits:
                     self.index.add_audit(audit, LogPosition(0, audit.call_index))
                 self.audit_records[record.decision_id] = list(published.audits)
+
+    def lookup(self, tenant: str, decision_id: DecisionId) -> Listed | None:
+        return self.index.get(tenant, decision_id)
 
     def erased(self, items: Sequence[IndexedDecision]) -> set[CaseRef]:
         if self.key_topic_down:

@@ -9,7 +9,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 from confluent_kafka import KafkaException
-from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
+from confluent_kafka.admin import AdminClient, ConfigResource, NewPartitions, NewTopic, ResourceType
 
 from pipeline.core.errors import DpmError
 from pipeline.kafka.cluster.admin import admin_client, admin_request, fetch_metadata
@@ -185,6 +185,8 @@ class TopicSpec:
     configs: Mapping[str, str] = field(default_factory=dict)
     # Settings an operator may tune on a live topic: a difference is reported as drift, not refused.
     tunable: Mapping[str, str] = field(default_factory=dict)
+    # What brings a topic that has fewer partitions to the count, when partitions can be added in place.
+    fewer_partitions_fix: str | None = None
 
 
 @dataclass(frozen=True)
@@ -234,10 +236,24 @@ def pipeline_topics(
         # One record per scope (wire/layout.py): the current generation of the case-partitioned topics and
         # their partition count, kept forever; every process reads it at start and while it runs.
         TopicSpec(names.layout, 1, {"cleanup.policy": "compact", "retention.ms": _KEEP_FOREVER}),
-        # Contests of decisions (wire/contest.py), kept like the outputs and sealed like them. One partition: they
-        # are asked for by people, one at a time, and a reader finds a decision's contests in one place.
-        TopicSpec(names.contests, 1, outputs),
+        # Contests of decisions (wire/contest.py), kept like the outputs and sealed like them, partitioned like
+        # them: a reader finds a decision's contests through the lookup index, wherever they are. A contests
+        # topic made with one partition (before the index) gains the rest in place.
+        TopicSpec(names.contests, partitions, outputs, fewer_partitions_fix=MIGRATE_CONTESTS),
     )
+
+
+MIGRATE_CONTESTS = "`dpm topics migrate-contests` adds the partitions in place"
+
+
+def add_partitions(client_config: dict[str, str], topic: str, count: int, timeout_s: float = 30.0) -> None:
+    """Takes `topic` to `count` partitions (records stay where they are; new ones spread over all)."""
+    admin = admin_client(client_config)  # kept referenced until answered: its futures fail once it is gone
+    try:
+        for future in admin.create_partitions([NewPartitions(topic, count)], request_timeout=timeout_s).values():
+            future.result(timeout=timeout_s + 1)
+    except KafkaException as exc:
+        raise KafkaAdapterError(f"adding partitions to {topic} failed: {exc.args[0]}") from exc
 
 
 # The Summ-only baseline's faust tables (their changelogs are `<app id>-<table>-changelog`).
@@ -311,7 +327,8 @@ def _differences(wanted: Mapping[str, str], configs: dict[str, str], verb: str =
 def _conflicts(spec: TopicSpec, partitions: int, configs: dict[str, str]) -> list[str]:
     found = _differences(spec.configs, configs)
     if partitions != spec.partitions:
-        found.insert(0, f"partitions={partitions} (needs {spec.partitions})")
+        fix = f": {spec.fewer_partitions_fix}" if partitions < spec.partitions and spec.fewer_partitions_fix else ""
+        found.insert(0, f"partitions={partitions} (needs {spec.partitions}{fix})")
     return found
 
 

@@ -42,7 +42,7 @@ _RUN_FETCH = {"max.partition.fetch.bytes": 262_144, "fetch.wait.max.ms": 1}
 # after parsing it: CPU for nothing on both sides. With queued.min.messages 1 that prefetch waits
 # fetch.queue.backoff.ms, by which time a seek has usually replaced it. A seek does not cut that wait
 # short (at 5 ms a far position took 2.5 ms), so it stays at 1 ms: 40% less CPU per far position.
-_POINT_FETCH = {"max.partition.fetch.bytes": 1, "fetch.wait.max.ms": 0, "queued.min.messages": 1,
+POINT_FETCH = {"max.partition.fetch.bytes": 1, "fetch.wait.max.ms": 0, "queued.min.messages": 1,
                 "fetch.queue.backoff.ms": 1}  # fmt: skip
 
 
@@ -132,7 +132,7 @@ class KafkaEventLog:
             return []
         if self._pool is None:
             self._pool = ThreadPoolExecutor(self._point_readers, thread_name_prefix="event-reader")
-            self._points = [self._new_consumer(_POINT_FETCH) for _ in range(self._point_readers)]
+            self._points = [self._new_consumer(POINT_FETCH) for _ in range(self._point_readers)]
         pool = self._pool
         return [pool.submit(self._read_points, reader, chunk, deadline)
                 for reader, chunk in zip(self._points, _chunks(runs, self._point_readers), strict=False)]  # fmt: skip
