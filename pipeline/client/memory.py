@@ -511,18 +511,8 @@ class DecisionMemory:
         domain does not mark adverse; DecisionNotFoundError for one this tenant cannot read; CaseErasedError
         for one of an erased case.
         """
-        key = DecisionKey(self.tenant, DecisionId.parse(decision_id))
-        with reading_errors("the output topics"):
-            outputs = published_decision(self._lookups(), key.decision_id, self.tenant, self._opening())
-        record, view = outputs.decisions.get(key), outputs.views.get(key)
-        if record is None or view is None:
-            raise _unpublished(outputs, key)
         try:
-            trajectory = self._recorded_events(record)
-            if trajectory is None:
-                raise _erased(record.case)
-            found = Found(self._names, record, contested_of(record, view.view, trajectory),
-                          tuple(calls_in_order(outputs.audits.get(key, []))))  # fmt: skip
+            found = self._found(decision_id)
             reasons, _ = contest_reasons(self._settings, found, Asker(f"client:{self.tenant}", 0), max_calls)
         except ServiceNotAdverseError as exc:
             raise NotAdverseError(str(exc)) from exc
@@ -537,25 +527,31 @@ class DecisionMemory:
         use the recorded answers (no model call). DecisionNotFoundError for a decision this tenant
         cannot read; CaseErasedError for one of an erased case.
         """
+        try:
+            found = self._found(decision_id)
+        except LogChangedError as exc:
+            raise ClientError(f"the contests of {decision_id} cannot be replayed: {exc}") from exc
+        with reading_errors("the contests topic"):
+            lines = read_contests(self._lookups(), found, self._opening())
+        return [Contest(line.contest_id, None if line.kind is None else line.kind.value, line.report.status.value,
+                        line.report.detail) for line in lines]  # fmt: skip
+
+    def _found(self, decision_id: str) -> Found:
+        """The tenant's decision as a contest takes it: record, view, recorded calls and the events it read.
+
+        DecisionNotFoundError, CaseErasedError; LogChangedError when its recorded offsets hold other events.
+        """
         key = DecisionKey(self.tenant, DecisionId.parse(decision_id))
-        index = self._lookups()
         with reading_errors("the output topics"):
-            outputs = published_decision(index, key.decision_id, self.tenant, self._opening())
+            outputs = published_decision(self._lookups(), key.decision_id, self.tenant, self._opening())
         record, view = outputs.decisions.get(key), outputs.views.get(key)
         if record is None or view is None:
             raise _unpublished(outputs, key)
-        try:
-            trajectory = self._recorded_events(record)
-        except LogChangedError as exc:
-            raise ClientError(f"the contests of {decision_id} cannot be replayed: {exc}") from exc
+        trajectory = self._recorded_events(record)
         if trajectory is None:
             raise _erased(record.case)
-        found = Found(self._names, record, contested_of(record, view.view, trajectory),
-                      tuple(calls_in_order(outputs.audits.get(key, []))))  # fmt: skip
-        with reading_errors("the contests topic"):
-            lines = read_contests(index, found, self._opening())
-        return [Contest(line.contest_id, None if line.kind is None else line.kind.value, line.report.status.value,
-                        line.report.detail) for line in lines]  # fmt: skip
+        return Found(self._names, record, contested_of(record, view.view, trajectory),
+                     tuple(calls_in_order(outputs.audits.get(key, []))))  # fmt: skip
 
     def _recorded_events(self, record: DecisionRecord) -> Trajectory | None:
         """The events at the decision's recorded offsets (None: erased); LogChangedError when they are not."""

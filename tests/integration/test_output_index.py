@@ -110,11 +110,11 @@ def test_a_corrupt_index_file_is_set_aside_and_rebuilt(
     path.write_bytes(b"this is not a database" * 100)
 
     rebuilt = OutputIndex(kafka_config, topic_names, tmp_path)
-    assert "rebuilt from the topics" in caplog.text
+    assert "it is rebuilt from its topics" in caplog.text
     [entry] = rebuilt.entries("t1:dpm", "acme")  # read again from the topics on the miss
     assert unplace(entry.decision or 0)[0] == 0
     assert entry.complete
-    assert path.with_suffix(".corrupt").exists()
+    assert Path(f"{path}.corrupt").exists()
     rebuilt.close()
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from pipeline.core.events import LogPosition
 from pipeline.kafka.writing.case_heads import KEPT_BATCHES, Batch, CaseHead, SentTrigger
-from pipeline.kafka.writing.head_store import Folded, HeadStore, store_file
+from pipeline.kafka.writing.head_store import Folded, HeadStore, heads_file
 
 
 def test_a_head_folds_a_case_s_events_in_order_and_keeps_their_offsets_as_runs() -> None:
@@ -208,6 +208,6 @@ def test_forgetting_a_case_drops_its_runs_and_batches_with_it(tmp_path: Path) ->
 
 
 def test_a_store_file_is_named_by_its_topic_and_id_in_one_directory(tmp_path: Path) -> None:
-    path = store_file(tmp_path, "dpm.events", "B3TL92riT/+7CBwb/0Y+lw")  # an id as librdkafka spells it
+    path = heads_file(tmp_path, "dpm.events", "B3TL92riT/+7CBwb/0Y+lw")  # an id as librdkafka spells it
     assert path.parent == tmp_path
     assert path.name == "dpm.events-B3TL92riT_-7CBwb_0Y-lw.v2.sqlite"

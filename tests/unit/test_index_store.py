@@ -136,3 +136,26 @@ def test_contest_parts_come_with_their_head(tmp_path: Path) -> None:
     assert (contest.contest_id, contest.head) == ("k1", place(0, 5))
     assert contest.parts == ((0, place(0, 3)), (1, place(0, 4)))
     assert store.contests("t1:dpm", "globex") == []
+
+
+def test_a_file_damaged_under_its_schema_is_set_aside_at_first_use_and_started_anew(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "i.sqlite"
+    store = IndexStore(path)
+    chunk = Chunk()
+    for n in range(2_000):  # pages enough that the table lies beyond the schema's page
+        _decided(chunk, f"t{n}:dpm", case_id=f"case-{n}", where=n)
+    store.apply(chunk, {("d", 0): 2_000})
+    store.close()
+    with path.open("r+b") as damaged:  # the first page (the schema) intact, the rest overwritten
+        damaged.seek(4096 * 2)
+        damaged.write(b"\xff" * 4096 * 20)
+
+    reopened = IndexStore(path)
+    assert reopened.entries("t5:dpm", "acme") == []  # read on an empty file: the next catch-up rebuilds it
+    assert "it is rebuilt from its topics" in caplog.text
+    assert Path(f"{path}.corrupt").exists()
+    assert reopened.read_to("d") == {}
+    reopened.apply(chunk, {("d", 0): 2_000})
+    assert reopened.entries("t5:dpm", "acme")[0].case_id == "case-5"

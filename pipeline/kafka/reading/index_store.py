@@ -13,13 +13,14 @@ A place is one integer, `offset * 4096 + partition`: one varint where two column
 from __future__ import annotations
 
 import sqlite3
-import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import orjson
+
+from pipeline.kafka.local_stores import RebuildableStore, rebuilt_on_damage, store_file
 
 MAX_PARTITIONS = 4096  # a place packs the partition in its low 12 bits
 _FORMAT = 1  # in the file's name: a process of another format keeps a file of its own (and reads anew)
@@ -144,24 +145,22 @@ def _entry(row: Sequence[object]) -> Entry:
                  bool(erased))  # fmt: skip
 
 
-class IndexStore:
-    """The index file of one set of output topics. Thread-safe; other processes may share the file."""
+class IndexStore(RebuildableStore):
+    """The index file of one set of output topics. Thread-safe; other processes may share the file.
+
+    A damaged file is set aside and started anew (RebuildableStore): the next catch-up rebuilds it.
+    """
 
     def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self.path = path
-        self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=30)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")  # durable at checkpoints; a lost tail is read again
-        self._db.create_function("merged_audits", 2, _merged_audits, deterministic=True)
-        self._db.executescript(_SCHEMA)
-        self._db.execute("PRAGMA quick_check").fetchone()  # a corrupt file raises here, not at the first lookup
-        self._lock = threading.Lock()
+        super().__init__(path, _SCHEMA)
+
+    def _prepare(self, db: sqlite3.Connection) -> None:
+        db.create_function("merged_audits", 2, _merged_audits, deterministic=True)
 
     @staticmethod
     def file(directory: Path, topic: str, topic_id: str) -> Path:
-        """The file of the output topics whose decisions topic is `topic` with id `topic_id` (URL-safe)."""
-        return directory / f"{topic}-{topic_id.replace('+', '-').replace('/', '_')}.v{_FORMAT}.sqlite"
+        """The file of the output topics whose decisions topic is `topic` with id `topic_id`."""
+        return store_file(directory, topic, topic_id, f"v{_FORMAT}")
 
     @contextmanager
     def _transaction(self, *, immediate: bool = True) -> Iterator[None]:
@@ -173,12 +172,14 @@ class IndexStore:
             raise
         self._db.execute("COMMIT")
 
+    @rebuilt_on_damage
     def read_to(self, topic: str) -> dict[int, int]:
         """The first offset not indexed yet of each partition of `topic` read so far."""
         with self._lock:
             rows = self._db.execute("SELECT partition, next_offset FROM read_to WHERE topic = ?", (topic,)).fetchall()
         return {int(p): int(o) for p, o in rows}
 
+    @rebuilt_on_damage
     def apply(self, chunk: Chunk, read_to: Mapping[tuple[str, int], int]) -> None:
         """Adds a chunk's rows and records how far it read, in one transaction; never moves a partition back.
 
@@ -200,6 +201,7 @@ class IndexStore:
                 [(topic, partition, offset) for (topic, partition), offset in read_to.items()],
             )
 
+    @rebuilt_on_damage
     def entries(self, decision_id: str, tenant: str | None) -> list[Entry]:
         """The entries of a decision id (of `tenant`, or of every tenant that used it)."""
         with self._lock:
@@ -211,6 +213,7 @@ class IndexStore:
                                         (decision_id, tenant)).fetchall()  # fmt: skip
         return [_entry(row) for row in rows]
 
+    @rebuilt_on_damage
     def of_case(self, tenant: str, case_id: str, after: str | None = None, limit: int = -1) -> list[Entry]:
         """The case's decided entries, oldest first: after decision id `after` (a page's cursor), at most `limit`."""
         start = self._cursor(tenant, after)
@@ -231,6 +234,7 @@ class IndexStore:
                                    (after, tenant)).fetchone()  # fmt: skip
         return (-1, "") if row is None or row[0] is None else (int(row[0]), after)
 
+    @rebuilt_on_damage
     def since(self, tenant: str, since_ms: int, after: str | None, limit: int) -> list[Entry]:
         """One page of the tenant's decided entries from `since_ms` on, oldest first, after decision id `after`."""
         at_ms, decision_id = max(self._cursor(tenant, after), (since_ms, ""))
@@ -242,6 +246,7 @@ class IndexStore:
             ).fetchall()
         return [_entry(row) for row in rows]
 
+    @rebuilt_on_damage
     def refusal(self, trigger_id: str, tenant: str) -> int | None:
         """The place of the dead letter that refused the tenant's trigger, if one did."""
         with self._lock:
@@ -249,6 +254,7 @@ class IndexStore:
                                    (trigger_id, tenant)).fetchone()  # fmt: skip
         return None if row is None else int(row[0])
 
+    @rebuilt_on_damage
     def contests(self, decision_id: str, tenant: str) -> list[ContestEntry]:
         """The contests of a tenant's decision, with their parts' places."""
         with self._lock, self._transaction(immediate=False):
@@ -262,6 +268,7 @@ class IndexStore:
                                           bool(erased)))  # fmt: skip
         return found
 
+    @rebuilt_on_damage
     def mark_erased(self, tenant: str, case_ids: Iterable[str]) -> int:
         """Marks the cases' decisions and contests erased (their labels dropped); returns how many decisions."""
         marked = 0
@@ -272,6 +279,7 @@ class IndexStore:
                 self._db.execute("UPDATE contests SET erased = 1 WHERE tenant = ? AND case_id = ?", (tenant, case_id))
         return marked
 
+    @rebuilt_on_damage
     def mark_tenant_erased(self, tenant: str) -> int:
         """Marks every decision and contest of the tenant erased (its keys are destroyed); returns how many."""
         with self._lock, self._transaction():
@@ -280,12 +288,14 @@ class IndexStore:
             self._db.execute("UPDATE contests SET erased = 1 WHERE tenant = ?", (tenant,))
         return int(marked)
 
+    @rebuilt_on_damage
     def note_label(self, decision_id: str, tenant: str, label: str) -> None:
         """Keeps the label of a decision read and opened (a sealed record's label is not known to the indexer)."""
         with self._lock:
             self._db.execute("UPDATE decisions SET label = ? WHERE decision_id = ? AND tenant = ? AND erased = 0",
                              (label, decision_id, tenant))  # fmt: skip
 
+    @rebuilt_on_damage
     def size(self) -> tuple[int, int]:
         """(bytes of the file's pages in use, decisions indexed)."""
         with self._lock:
@@ -295,9 +305,6 @@ class IndexStore:
             count = int(self._db.execute("SELECT COUNT(*) FROM decisions WHERE decision IS NOT NULL").fetchone()[0])
         return (pages - free) * page, count
 
-    def close(self) -> None:
-        with self._lock:
-            self._db.close()
 
 
 _KEY_SCHEMA = """
@@ -318,32 +325,27 @@ class KeyPlace:
     seq: int
 
 
-class KeyStore:
+class KeyStore(RebuildableStore):
     """Where each case's latest record on one key topic is (a file per key topic). Thread-safe; shareable.
 
     `seq` numbers changes across the file: a process asks what changed since the last `seq` it saw,
-    whoever indexed it.
+    whoever indexed it. A damaged file is set aside and started anew, as IndexStore's.
     """
 
     def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self.path = path
-        self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=30)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.executescript(_KEY_SCHEMA)
-        self._db.execute("PRAGMA quick_check").fetchone()
-        self._lock = threading.Lock()
+        super().__init__(path, _KEY_SCHEMA)
 
     @staticmethod
     def file(directory: Path, topic: str, topic_id: str) -> Path:
-        """The file of key topic `topic` with id `topic_id` (URL-safe)."""
-        return directory / f"{topic}-{topic_id.replace('+', '-').replace('/', '_')}.keys.v{_FORMAT}.sqlite"
+        """The file of key topic `topic` with id `topic_id`."""
+        return store_file(directory, topic, topic_id, f"keys.v{_FORMAT}")
 
+    @rebuilt_on_damage
     def read_to(self) -> dict[int, int]:
         with self._lock:
             return {int(p): int(o) for p, o in self._db.execute("SELECT partition, next_offset FROM read_to")}
 
+    @rebuilt_on_damage
     def apply(self, rows: Sequence[tuple[str, int, bool]], read_to: Mapping[int, int]) -> None:
         """Records each case's newer place (a later offset wins) and how far each partition was read."""
         with self._lock:
@@ -365,12 +367,14 @@ class KeyStore:
                 raise
             self._db.execute("COMMIT")
 
+    @rebuilt_on_damage
     def place_of(self, case_key: str) -> KeyPlace | None:
         with self._lock:
             row = self._db.execute("SELECT case_key, place, live, seq FROM keys WHERE case_key = ?",
                                    (case_key,)).fetchone()  # fmt: skip
         return None if row is None else KeyPlace(str(row[0]), int(row[1]), bool(row[2]), int(row[3]))
 
+    @rebuilt_on_damage
     def changed_since(self, seq: int) -> list[KeyPlace]:
         """The cases whose latest record changed after change number `seq`, in order of change."""
         with self._lock:
@@ -378,10 +382,12 @@ class KeyStore:
                                     (seq,)).fetchall()  # fmt: skip
         return [KeyPlace(str(k), int(w), bool(live), int(s)) for k, w, live, s in rows]
 
+    @rebuilt_on_damage
     def last_seq(self) -> int:
         with self._lock:
             return int(self._db.execute("SELECT COALESCE(MAX(seq), 0) FROM keys").fetchone()[0])
 
+    @rebuilt_on_damage
     def of_tenant(self, tenant: str) -> list[KeyPlace]:
         """Every case of the tenant (its key ends the range of `tenant/`)."""
         with self._lock:
@@ -389,6 +395,3 @@ class KeyStore:
                                     "case_key < ?", (f"{tenant}/", f"{tenant}0")).fetchall()  # fmt: skip
         return [KeyPlace(str(k), int(w), bool(live), int(s)) for k, w, live, s in rows]
 
-    def close(self) -> None:
-        with self._lock:
-            self._db.close()

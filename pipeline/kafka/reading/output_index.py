@@ -16,7 +16,6 @@ SQLite transaction or an earlier one. A decision committed meanwhile waits for t
 from __future__ import annotations
 
 import logging
-import sqlite3
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -80,7 +79,7 @@ class OutputIndex:
             identity = topic_id(client_config, names.decisions)
         except KafkaAdapterError as exc:
             raise KafkaAdapterError(f"the output topics of {names.scope} cannot be indexed: {exc}") from exc
-        self.store = _open_store(IndexStore.file(directory, names.decisions, identity))
+        self.store = IndexStore(IndexStore.file(directory, names.decisions, identity))
         self._catching_up = threading.Lock()
         self._reader = PlaceReader(client_config)
         self._stop = threading.Event()
@@ -262,18 +261,3 @@ def _call_index(raw: RawRecord) -> int | None:
             return int(tail)
     call_index = _clear_fields(raw).get("call_index")
     return call_index if isinstance(call_index, int) else None
-
-
-def _open_store(path: Path) -> IndexStore:
-    """The index file at `path`; one that is corrupt is moved aside and a new one made (read again from the topics)."""
-    try:
-        return IndexStore(path)
-    except sqlite3.DatabaseError as exc:
-        aside = path.with_suffix(".corrupt")
-        _LOG.warning("the index file %s cannot be read (%s): moved to %s; it is rebuilt from the topics",
-                     path, exc, aside)  # fmt: skip
-        for suffix in ("", "-wal", "-shm"):
-            source = Path(f"{path}{suffix}")
-            if source.exists():
-                source.replace(Path(f"{aside}{suffix}"))
-        return IndexStore(path)

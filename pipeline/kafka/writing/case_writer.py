@@ -26,7 +26,7 @@ from pipeline.kafka.cluster.admin import topic_id, topic_partitions
 from pipeline.kafka.cluster.partitioning import case_partition
 from pipeline.kafka.cluster.topics import TopicNames
 from pipeline.kafka.processing.steps import Output
-from pipeline.kafka.writing.head_store import HeadStore, store_file
+from pipeline.kafka.writing.head_store import HeadStore, heads_file
 from pipeline.kafka.writing.sequencer import (
     SOURCE,
     Appended,
@@ -150,7 +150,7 @@ class CaseWriters:
             # One file per topic incarnation (its id): another cluster's topic of the same name, or the topic
             # made again, has a file of its own, never rows folded from another log.
             identity = topic_id(self._config, events)
-            store = _Shared.store(store_file(self._state_dir / "heads", events, identity))
+            store = _Shared.store(heads_file(self._state_dir / "heads", events, identity))
             store.adopt(events, identity, related=(self._names.triggers,))
             self._store = store
         return self._store

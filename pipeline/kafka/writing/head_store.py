@@ -18,6 +18,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from pipeline.kafka.local_stores import open_store, store_file
 from pipeline.kafka.writing.case_heads import Batch, CaseHead
 
 _SCHEMA = """
@@ -36,13 +37,9 @@ _TABLES = ("heads", "runs", "batches")  # a case's rows: its head's rest (and ve
 _FORMAT = 2  # in the store file's name: a process of another format keeps a file of its own (and folds anew)
 
 
-def store_file(directory: Path, topic: str, topic_id: str) -> Path:
-    """The store file of an events topic's incarnation (its id), in this store's format.
-
-    The id as Kafka spells it (URL-safe base64): librdkafka's spelling has `/` and `+`, and a `/`
-    in the name made a directory of part of the id.
-    """
-    return directory / f"{topic}-{topic_id.replace('+', '-').replace('/', '_')}.v{_FORMAT}.sqlite"
+def heads_file(directory: Path, topic: str, topic_id: str) -> Path:
+    """The store file of an events topic's incarnation (its id), in this store's format."""
+    return store_file(directory, topic, topic_id, f"v{_FORMAT}")
 
 
 @dataclass(frozen=True)
@@ -59,12 +56,8 @@ class HeadStore:
     """Heads by (events topic, case key), and the next offset to fold of each (topic, partition). Thread-safe."""
 
     def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
-        self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=30)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")  # durable at checkpoints; a lost tail is folded again
-        self._db.executescript(_SCHEMA)
+        self._db = open_store(path, _SCHEMA)
         self._lock = threading.Lock()
 
     def adopt(self, topic: str, topic_id: str, related: Iterable[str] = ()) -> None:

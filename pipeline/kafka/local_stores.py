@@ -1,0 +1,110 @@
+"""The SQLite files of a process's local state stores (case heads, the lookup index): how they are named and opened.
+
+Each is a store in the manner of Kafka Streams' state stores: kept from a topic that serves as its
+changelog, shared by the processes of one host, and named by the topic's id, so a topic deleted and
+made again under its name gets a file of its own.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import sqlite3
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Concatenate, ParamSpec, TypeVar
+
+
+def store_file(directory: Path, topic: str, topic_id: str, kind: str) -> Path:
+    """`<topic>-<id>.<kind>.sqlite`, the id as Kafka spells it (URL-safe base64).
+
+    librdkafka's spelling of an id has `/` and `+`, and a `/` in the name made a directory of part of it.
+    """
+    return directory / f"{topic}-{topic_id.replace('+', '-').replace('/', '_')}.{kind}.sqlite"
+
+
+def open_store(path: Path, schema: str) -> sqlite3.Connection:
+    """The store file at `path` in WAL mode (readers never wait for the writer), its tables made if new.
+
+    Autocommit (`isolation_level=None`): every store runs its own BEGIN / COMMIT. Synchronous NORMAL:
+    durable at checkpoints; a tail lost in a power cut is read again from the changelog, since the
+    offsets read are stored in the same transaction as what they added.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    db = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=30)
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute("PRAGMA synchronous=NORMAL")
+    db.executescript(schema)
+    return db
+
+
+_LOG = logging.getLogger("pipeline.kafka.local_stores")
+_Store = TypeVar("_Store", bound="RebuildableStore")
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+class RebuildableStore:
+    """A store file that is only a cache of its changelog: a damaged one is set aside and started anew.
+
+    Set aside, not deleted (`<file>.corrupt`, for whoever wants to look), with a warning that says so;
+    the new file holds no offsets, so the next catch-up reads the changelog from the start. A file
+    that is busy (another process holds its write lock past the timeout) is not damage: that error is
+    raised as it is.
+    """
+
+    def __init__(self, path: Path, schema: str) -> None:
+        self.path, self._schema = path, schema
+        self._lock = threading.Lock()
+        try:
+            self._db = self._connected()
+        except sqlite3.OperationalError:
+            raise
+        except sqlite3.DatabaseError as exc:
+            self._move_aside(exc)
+            self._db = self._connected()
+
+    def _connected(self) -> sqlite3.Connection:
+        db = open_store(self.path, self._schema)
+        self._prepare(db)
+        db.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()  # reads the schema: a file that is none fails
+        return db
+
+    def _prepare(self, db: sqlite3.Connection) -> None:
+        """Readies a new connection (SQL functions a store's statements use)."""
+
+    def _move_aside(self, exc: BaseException) -> None:
+        aside = Path(f"{self.path}.corrupt")
+        _LOG.warning("the store file %s cannot be read (%s): moved to %s; it is rebuilt from its topics",
+                     self.path, exc, aside)  # fmt: skip
+        for suffix in ("", "-wal", "-shm"):
+            source = Path(f"{self.path}{suffix}")
+            if source.exists():
+                source.replace(Path(f"{aside}{suffix}"))
+
+    def _start_anew(self, exc: BaseException) -> None:
+        with self._lock:
+            self._db.close()
+            self._move_aside(exc)
+            self._db = self._connected()
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+
+def rebuilt_on_damage(method: Callable[Concatenate[_Store, _P], _R]) -> Callable[Concatenate[_Store, _P], _R]:
+    """A store method that, on a damaged file, starts the file anew and runs once more (on the empty file)."""
+
+    @functools.wraps(method)
+    def run(store: _Store, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        try:
+            return method(store, *args, **kwargs)
+        except sqlite3.OperationalError:
+            raise  # busy or locked: not damage
+        except sqlite3.DatabaseError as exc:
+            store._start_anew(exc)
+            return method(store, *args, **kwargs)
+
+    return run
