@@ -306,7 +306,6 @@ class IndexStore(RebuildableStore):
         return (pages - free) * page, count
 
 
-
 _KEY_SCHEMA = """
 CREATE TABLE IF NOT EXISTS read_to (partition INTEGER PRIMARY KEY, next_offset INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS keys (case_key TEXT PRIMARY KEY, place INTEGER NOT NULL, live INTEGER NOT NULL,
@@ -394,4 +393,3 @@ class KeyStore(RebuildableStore):
             rows = self._db.execute("SELECT case_key, place, live, seq FROM keys WHERE case_key >= ? AND "
                                     "case_key < ?", (f"{tenant}/", f"{tenant}0")).fetchall()  # fmt: skip
         return [KeyPlace(str(k), int(w), bool(live), int(s)) for k, w, live, s in rows]
-
