@@ -54,6 +54,7 @@ REAL = 20  # real decisions, made first: the oldest in every topic
 LOOKUPS = 60  # per measurement (the twenty ids in turn)
 CATCH_UP = 10_000  # decisions published while no process read
 TENANT = "acme"
+Headers = list[tuple[str, str | bytes | None]]
 TARGETS = {"warm_p50_ms": 20.0, "warm_p99_ms": 100.0, "largest_over_smallest": 2.0, "cli_explain_1m_s": 1.5,
            "catch_up_10k_s": 5.0, "index_bytes_per_decision": 300.0}  # fmt: skip
 
@@ -75,13 +76,23 @@ class Filler:
                                    "compression.type": "lz4", "enable.idempotence": True})  # fmt: skip
         self.written = 0
 
+    def _produce(self, topic: str, key: bytes, value: bytes, headers: Headers, partition: int = -1) -> None:
+        """Produces one record, waiting for deliveries while the producer's queue is full."""
+        while True:
+            try:
+                self._producer.produce(topic, key=key, value=value, headers=headers, partition=partition)
+            except BufferError:
+                self._producer.poll(0.1)
+            else:
+                return
+
     def decisions(self, count: int) -> None:
-        names, produce = self.names, self._producer.produce
+        names, produce = self.names, self._produce
         for n in range(self.written, self.written + count):
             decision_id = f"filler-{n:09d}:dpm"
             tenant, case_id = f"other-{n % 97}", f"case-{n}"
             key = decision_id.encode()
-            headers: list[tuple[str, str | bytes | None]] = [(TENANT_HEADER, tenant.encode())]
+            headers: Headers = [(TENANT_HEADER, tenant.encode())]
             clear = {"decision_id": decision_id, "tenant": tenant, "case_id": case_id}
             produce(names.views, key=key, value=orjson.dumps({**clear, "schema": "filler"}), headers=headers)
             produce(names.decisions, key=key, value=orjson.dumps({**clear, "decision": {"label": "APPROVE"}}),
@@ -90,7 +101,7 @@ class Filler:
                     headers=[*headers, ("ce_id", f"{decision_id}/audit/0".encode())])  # fmt: skip
             case = CaseRef(tenant, case_id)
             record = KeyRecord(case, uuid.uuid4().hex[:16], "v1", os.urandom(60), int(time.time() * 1000))
-            produce(names.keys, key=case.key.encode(), value=record.encode(),
+            produce(names.keys, key=case.key.encode(), value=record.encode(), headers=[],
                     partition=case_partition(case, PARTITIONS))  # fmt: skip
             if n % 10_000 == 0:
                 self._producer.poll(0)

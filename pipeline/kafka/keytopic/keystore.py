@@ -8,6 +8,7 @@ import uuid
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+import orjson
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from pipeline.config.settings import Settings, SettingsError
@@ -24,7 +25,7 @@ from pipeline.keys.providers import KeyProvider, LocalFileKeyProvider, shared_la
 from pipeline.keys.ring import KeyRing
 from pipeline.keys.store import CaseKeys, TenantCaseKeys
 from pipeline.wire.headers import standard_headers
-from pipeline.wire.key import KeyErased, KeyRecord, KeyValue, decode_key_value
+from pipeline.wire.key import KeyErased, KeyValue, decode_key_value
 from pipeline.wire.rejection import RejectedError, Rejection
 from pipeline.wire.schema_ids import SchemaId
 
@@ -136,15 +137,14 @@ class IndexedKeyTopic(KafkaKeyTopic):
         """Reads the records published since the file's offsets, applies the loaded cases', stores every place."""
         rows: list[tuple[str, int, bool]] = []
         for raw in follower.new_records():
-            try:
-                case, record = checked_key_record(raw.key, raw.value, self._tenant)
-            except RejectedError as exc:
-                _APP_LOG.warning("key record %r of %s skipped: %s", (raw.key or b"")[:120], self._topic, exc)
-                continue
+            case = _case_of((raw.key or b"").decode("utf-8", "replace"))
+            if case is None or (self._tenant is not None and case.tenant != self._tenant):
+                continue  # a record no reader of this topic can use: checked, and logged, if it is ever loaded
             where = place(raw.position.partition, raw.position.offset)
-            rows.append((case.key, where, isinstance(record, KeyRecord)))
+            # Only the place is kept: the record is checked whole when a case it names is loaded, here or later.
+            rows.append((case.key, where, _is_key(raw.value)))
             if case in self._loaded:
-                ring.apply(case, record)
+                self._apply(ring, raw.key, raw.value)
                 self._loaded[case] = where
             if len(rows) >= _KEY_CHUNK:
                 self._store.apply(rows, follower.positions())
@@ -181,6 +181,17 @@ class IndexedKeyTopic(KafkaKeyTopic):
 
 
 _KEY_CHUNK = 20_000  # places stored per SQLite transaction while a key topic is indexed
+
+
+def _is_key(value: bytes | None) -> bool:
+    """Whether a key-topic value is a wrapped key (not a tombstone, not an erased marker), by its schema alone."""
+    if value is None:
+        return False
+    try:
+        found = orjson.loads(value)
+    except orjson.JSONDecodeError:
+        return False
+    return isinstance(found, dict) and found.get("schema") == SchemaId.KEY.value
 
 
 def _case_of(case_key: str) -> CaseRef | None:

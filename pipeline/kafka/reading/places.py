@@ -52,8 +52,15 @@ class PlaceReader:
                 raise KafkaAdapterError(f"reading records at their places failed: {exc}") from exc
 
     def _read(self, pending: dict[tuple[str, int], list[int]]) -> dict[Place, RawRecord]:
+        """Reads until every partition's places are found or passed.
+
+        A partition is unassigned as soon as it is done: what the consumer fetched past its places
+        (a whole record batch, thousands of records when its producer batched them) is dropped with it,
+        not polled through while the other partitions finish. Polling through them had made one lookup
+        in 1,000,000 records take 0.7 s.
+        """
         consumer = self._consumer = self._consumer or _consumer(self._config)
-        consumer.assign([TopicPartition(topic, p, offsets[0]) for (topic, p), offsets in pending.items()])
+        consumer.incremental_assign([TopicPartition(topic, p, offsets[0]) for (topic, p), offsets in pending.items()])
         found: dict[Place, RawRecord] = {}
         try:
             while pending:
@@ -63,18 +70,18 @@ class PlaceReader:
                 tp = (msg.topic() or "", msg.partition() or 0)
                 offsets = pending.get(tp)
                 if offsets is None:
-                    continue  # fetched for an earlier read, or for a partition done
+                    continue  # queued for a partition just unassigned
                 error = msg.error()
-                if error is not None:
-                    if error.code() != KafkaError._PARTITION_EOF:
-                        raise KafkaAdapterError(f"reading {tp[0]}[{tp[1]}] failed: {error.str()}")
-                    del pending[tp]  # the end: what is left holds no record
-                    continue
-                _take(consumer, msg, offsets, found)
-                if not offsets:
+                if error is not None and error.code() != KafkaError._PARTITION_EOF:
+                    raise KafkaAdapterError(f"reading {tp[0]}[{tp[1]}] failed: {error.str()}")
+                if error is None:
+                    _take(consumer, msg, offsets, found)
+                if error is not None or not offsets:  # its end (what is left holds no record), or all found
                     del pending[tp]
+                    consumer.incremental_unassign([TopicPartition(*tp)])
         finally:
-            consumer.unassign()
+            if pending:
+                consumer.incremental_unassign([TopicPartition(*tp) for tp in pending])
         return found
 
     def _reset(self) -> None:
