@@ -376,7 +376,8 @@ def _lookups_rows(lookups: dict[str, Any]) -> list[tuple[str, str]]:
              f"{_f(http['p99_ms'])} ms"),
             (f"the same, `dpm explain --decision` as a process (median of 3) / the index's first build on a host "
              f"without one ({index['records']:,} records)",
-             f"{_f(row['cli_explain']['p50_s'], 2)} s / {_f(index['build_s'])} s, {_f(index['bytes_per_decision'])} "
+             f"{_f(row['cli_explain']['p50_s'], 2)} s (the auditor's page of the oldest: {_f(row['ui_oldest_ms'])} ms) "
+             f"/ {_f(index['build_s'])} s, {_f(index['bytes_per_decision'])} "
              f"bytes per decision (target 300); catch-up of {row['catch_up']['decisions']:,} decisions "
              f"{_f(row['catch_up']['seconds'], 2)} s (target 5)"),
         ]  # fmt: skip

@@ -20,6 +20,7 @@ from pipeline.kafka.keytopic.keystore import case_keys_from
 from pipeline.kafka.reading.index_store import unplace
 from pipeline.kafka.reading.output_index import OutputIndex
 from pipeline.kafka.reading.reader import KafkaEventLog, PooledLog
+from pipeline.keys.store import CaseKeys
 from pipeline.services.audit_index import (
     DecisionIndex,
     ErasedDecision,
@@ -70,20 +71,23 @@ class _Scope:
         self.audit_log = PooledLog([KafkaEventLog(config, names.audit) for _ in range(readers)])
         self._settings = settings
         self._lookups: OutputIndex | None = None  # the lookup index, opened on first use
+        self._lookup_keys: CaseKeys | None = None  # its case keys, each case's read by its place
         self._lookups_lock = threading.Lock()
 
     def looked_up(self, tenant: str, decision_id: DecisionId) -> Listed | None:
         """The tenant's decision of this id through the lookup index: any published, oldest included."""
         with self._lookups_lock:
-            if self._lookups is None:
+            if self._lookups is None or self._lookup_keys is None:
                 self._lookups = open_index(self._settings, self.names, self._config)
                 self._lookups.keep_current()
-        index = self._lookups
+                self._lookup_keys = case_keys_from(self._settings, client_config=self._config, names=self.names,
+                                                   by_case=True)  # fmt: skip
+        index, keys = self._lookups, self._lookup_keys
         entries = index.entries(str(decision_id), tenant)
         if not entries:
             return None
         entry = entries[0]
-        outputs = published(index, [entry], self.keys, with_audits=False)
+        outputs = published(index, [entry], keys, with_audits=False)
         key = DecisionKey(tenant, decision_id)
         if key in outputs.erased:
             return ErasedDecision(decision_id, outputs.erased[key], entry.at_ms or 0)
@@ -103,8 +107,9 @@ class _Scope:
 
     def close(self) -> None:
         with self._lookups_lock:
-            if self._lookups is not None:
-                self._lookups.close()
+            for opened in (self._lookups, self._lookup_keys):
+                if opened is not None:
+                    opened.close()
         self.live.close()
         with self._events_lock:
             for log in self._events.values():
