@@ -56,6 +56,7 @@ from pipeline.client import (
     SeqMismatchError,
     TopicsMissingError,
     TopicsRefusedError,
+    UnknownCursorError,
 )
 from pipeline.client.memory import DEFAULT_BUDGET_CHARS
 from pipeline.config.settings import ApiSettings
@@ -373,7 +374,7 @@ def create_api(memory_for: MemoryFor, keys: ApiKeys, settings: ApiSettings,
                       response_model=ContestsOut, responses=_problems(400, 401, 403, 404, 410, 429, 503),
                       summary="A decision's contests, each replayed from its record")  # fmt: skip
     app.add_api_route(f"/{VERSION}/cases/{{case_id}}/decisions", routes.decisions_of, methods=["GET"],
-                      response_model=CaseDecisionsOut, responses=_problems(400, 401, 403, 404, 410, 429, 503),
+                      response_model=CaseDecisionsOut, responses=_problems(400, 401, 403, 404, 410, 422, 429, 503),
                       summary="The ids of a case's published decisions, in pages")  # fmt: skip
     app.add_api_route("/healthz", _healthz, methods=["GET"], summary="Liveness: the process answers (no key)")
     app.add_api_route(f"/{VERSION}/tenants/{{tenant}}/cases/{{case_id}}", routes.erase_case, methods=["DELETE"],
@@ -707,6 +708,8 @@ _FIXED_PROBLEMS: tuple[tuple[type[ClientError], tuple[int, str, str, str]], ...]
                        "owes no reasons")),
     (ReasonsUnavailableError, (409, "reasons-unavailable", "Conflict", "the decision's recorded events are no longer "
                                "what it read, or its model could not answer")),
+    (UnknownCursorError, (422, "unknown-cursor", "Unprocessable request", "`after` is none of the case's decisions: "
+                          "give the `next_after` of the page before, or leave it out for the first page")),
 )  # fmt: skip
 
 

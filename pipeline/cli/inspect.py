@@ -37,10 +37,8 @@ from pipeline.services.replay import (
     select_decisions,
     select_erased,
 )
-from pipeline.services.tenants import topic_scopes
-from pipeline.wire.decision import DecisionRecord
+from pipeline.services.tenants import topic_scopes, topics_of
 from pipeline.wire.trigger import DecisionId, DecisionKey
-from pipeline.wire.view import ViewRecord
 
 _out = output_console()
 
@@ -121,35 +119,41 @@ def _time_ms(text: str) -> int:
 
 def _page_since(settings: Settings, tenant: str, since_ms: int, after: str | None, limit: int, *,
                 as_json: bool) -> None:  # fmt: skip
-    """One page of the tenant's decisions from `since_ms`, oldest first, read through the lookup index."""
+    """One page of the tenant's decisions from `since_ms`, oldest first, read through the lookup index.
+
+    On the tenant's current topics (with tenancy by topic, its own). Pages go by publish time, up to
+    what is settled: a decision is stamped when produced and may commit up to the transaction timeout
+    later, so the newest DPM_TRANSACTION_TIMEOUT_MS (and 5 s for clocks) wait for a later page, and no
+    page is ever passed by one that commits late.
+    """
+    scope = topics_of(settings, tenant)
+    settled_ms = int(time.time() * 1000) - settings.worker.transaction_timeout_ms - _CLOCK_MARGIN_MS
     config = settings.kafka.client_config()
-    chosen: list[DecisionRecord] = []
-    views: dict[DecisionKey, ViewRecord] = {}
-    erased: list[str] = []
-    last: str | None = None
-    for scope in topic_scopes(settings, tenant):
-        with (
-            closing(case_keys_from(settings, names=scope, by_case=True)) as keys,
-            closing(open_index(settings, scope, config)) as index,
-        ):
-            index.catch_up()
-            entries = index.store.since(tenant, since_ms, after, limit)
-            outputs = published(index, entries, keys, with_audits=False)
-        for entry in entries:
-            key = DecisionKey(tenant, DecisionId.parse(entry.decision_id))
-            if key in outputs.decisions:
-                chosen.append(outputs.decisions[key])
-            elif key in outputs.erased:
-                erased.append(entry.decision_id)
-        views |= outputs.views
-        last = entries[-1].decision_id if len(entries) == limit else last
+    with (
+        closing(case_keys_from(settings, names=scope, by_case=True)) as keys,
+        closing(open_index(settings, scope, config)) as index,
+    ):
+        index.catch_up()
+        entries = index.store.since(tenant, since_ms, settled_ms, after, limit)
+        if entries is None:
+            raise DpmError(f"--after {after}: tenant {tenant} has no published decision of that id")
+        outputs = published(index, entries, keys, with_audits=False)
+    chosen = [outputs.decisions[k] for k in (DecisionKey(tenant, DecisionId.parse(e.decision_id)) for e in entries)
+              if k in outputs.decisions]  # fmt: skip
+    erased = [e.decision_id for e in entries if DecisionKey(tenant, DecisionId.parse(e.decision_id)) in outputs.erased]
+    last = entries[-1].decision_id if len(entries) == limit else None
     if as_json:
-        print_json({"decisions": decisions_json(chosen, views), "erased": erased, "next_after": last})
+        print_json({"decisions": decisions_json(chosen, outputs.views), "erased": erased, "next_after": last})
         return
     print_decisions(_out, chosen)
     if erased:
         _out.print(f"{len(erased)} decision(s) of erased cases (content destroyed): " + ", ".join(erased))
-    _out.print(f"next page: --after {last}" if last else "last page")
+    settle_s = (settings.worker.transaction_timeout_ms + _CLOCK_MARGIN_MS) / 1000
+    _out.print(f"next page: --after {last}" if last else f"last page (decisions of the last {settle_s:g} s come "
+                                                         "once they are settled)")  # fmt: skip
+
+
+_CLOCK_MARGIN_MS = 5_000  # hosts' clocks apart, at most: a decision's stamp is its producer's clock
 
 
 def _published(settings: Settings, tenant: str | None, case_id: str | None) -> PublishedOutputs:
@@ -164,7 +168,7 @@ def _published(settings: Settings, tenant: str | None, case_id: str | None) -> P
         with closing(case_keys_from(settings, names=scope, by_case=one_case)) as keys:
             if tenant is not None and case_id is not None:
                 with closing(open_index(settings, scope, config)) as index:
-                    entries = case_decisions(index, CaseRef(tenant, case_id))
+                    entries = case_decisions(index, CaseRef(tenant, case_id)) or []
                     outputs.absorb(published(index, entries, keys, with_audits=False))
             else:
                 outputs.absorb(load_outputs(config, scope, cipher=keys, with_audits=False, with_triggers=False))

@@ -23,6 +23,7 @@ from pipeline.client.errors import (
     SeqMismatchError,
     TopicsMissingError,
     TopicsRefusedError,
+    UnknownCursorError,
 )
 from pipeline.client.memory import DEFAULT_BUDGET_CHARS, DecisionMemory
 from pipeline.client.results import CitedEvent, Contest, Decision, EventPosition, Explanation, Fact, ModelUsage
@@ -55,4 +56,5 @@ __all__ = [
     "SeqMismatchError",
     "TopicsMissingError",
     "TopicsRefusedError",
+    "UnknownCursorError",
 ]

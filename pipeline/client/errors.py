@@ -84,6 +84,10 @@ class DecisionNotFoundError(ClientError):
     """No decision with that id was published for this tenant (yet)."""
 
 
+class UnknownCursorError(ClientError):
+    """A page was asked for after a decision id that is none of the case's decisions: nothing to start after."""
+
+
 class IdempotencyKeyReusedError(ClientError):
     """The idempotency key was used before with another request (other events, or another decision): nothing written.
 

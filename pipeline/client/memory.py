@@ -36,6 +36,7 @@ from pipeline.client.errors import (
     SeqMismatchError,
     TopicsMissingError,
     TopicsRefusedError,
+    UnknownCursorError,
 )
 from pipeline.client.recent import RecentEvents
 from pipeline.client.replies import Reply, Waiters, trigger_refusal
@@ -569,7 +570,10 @@ class DecisionMemory:
         if limit is not None and limit < 1:
             raise ClientError(f"limit {limit}: a page holds at least one decision")
         with reading_errors("the output topics"):
-            return [entry.decision_id for entry in case_decisions(self._lookups(), case, after, limit)]
+            page = case_decisions(self._lookups(), case, after, limit)
+        if page is None:
+            raise UnknownCursorError(f"after={after!r} is none of case {case_id}'s decisions: nothing to start after")
+        return [entry.decision_id for entry in page]
 
     def look_up(self, decision_id: DecisionId) -> None:
         """Completes the calls waiting for a decision from what is published already (a retried request)."""

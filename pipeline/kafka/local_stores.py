@@ -15,6 +15,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Concatenate, ParamSpec, TypeVar
 
+from pipeline.kafka.errors import KafkaAdapterError
+
 
 def store_file(directory: Path, topic: str, topic_id: str, kind: str) -> Path:
     """`<topic>-<id>.<kind>.sqlite`, the id as Kafka spells it (URL-safe base64).
@@ -45,36 +47,59 @@ _P = ParamSpec("_P")
 _R = TypeVar("_R")
 
 
+class LocalStoreError(KafkaAdapterError):
+    """A store file of this host could not be used (busy past the timeout, read-only, closed, a disk error)."""
+
+
+class StoreRebuiltError(LocalStoreError):
+    """The store file was found damaged and started anew: what was being written must be read again."""
+
+
+def _damage(exc: sqlite3.Error) -> bool:
+    """Whether SQLite says the file itself is bad ("file is not a database", "disk image is malformed").
+
+    Only the base DatabaseError: its subclasses are busy or locked files (OperationalError), a closed
+    connection or a wrong statement (ProgrammingError, InterfaceError), broken constraints: not the file.
+    """
+    return type(exc) is sqlite3.DatabaseError
+
+
 class RebuildableStore:
     """A store file that is only a cache of its changelog: a damaged one is set aside and started anew.
 
     Set aside, not deleted (`<file>.corrupt`, for whoever wants to look), with a warning that says so;
-    the new file holds no offsets, so the next catch-up reads the changelog from the start. A file
-    that is busy (another process holds its write lock past the timeout) is not damage: that error is
-    raised as it is.
+    the new file holds no offsets, so the next catch-up reads the changelog from the start. Another
+    process on the file meets the same damage: it finds the file already replaced and opens the new
+    one, never moving that aside. Any other SQLite error is a LocalStoreError.
     """
 
     def __init__(self, path: Path, schema: str) -> None:
         self.path, self._schema = path, schema
         self._lock = threading.Lock()
         try:
-            self._db = self._connected()
-        except sqlite3.OperationalError:
-            raise
-        except sqlite3.DatabaseError as exc:
-            self._move_aside(exc)
-            self._db = self._connected()
+            self._db, self._inode = self._connected()
+        except sqlite3.Error as exc:
+            if not _damage(exc):
+                raise LocalStoreError(f"the store file {path} cannot be opened: {exc}") from exc
+            self._move_aside(exc, None)
+            self._db, self._inode = self._connected()
 
-    def _connected(self) -> sqlite3.Connection:
+    def _connected(self) -> tuple[sqlite3.Connection, int]:
         db = open_store(self.path, self._schema)
         self._prepare(db)
         db.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()  # reads the schema: a file that is none fails
-        return db
+        return db, self.path.stat().st_ino
 
     def _prepare(self, db: sqlite3.Connection) -> None:
         """Readies a new connection (SQL functions a store's statements use)."""
 
-    def _move_aside(self, exc: BaseException) -> None:
+    def _move_aside(self, exc: BaseException, inode: int | None) -> None:
+        """Moves the damaged file aside, unless it is no longer the one this store opened (`inode`)."""
+        try:
+            if inode is not None and self.path.stat().st_ino != inode:
+                return  # another process moved it aside already and started the new one
+        except FileNotFoundError:
+            return
         aside = Path(f"{self.path}.corrupt")
         _LOG.warning("the store file %s cannot be read (%s): moved to %s; it is rebuilt from its topics",
                      self.path, exc, aside)  # fmt: skip
@@ -86,8 +111,8 @@ class RebuildableStore:
     def _start_anew(self, exc: BaseException) -> None:
         with self._lock:
             self._db.close()
-            self._move_aside(exc)
-            self._db = self._connected()
+            self._move_aside(exc, self._inode)
+            self._db, self._inode = self._connected()
 
     def close(self) -> None:
         with self._lock:
@@ -95,16 +120,44 @@ class RebuildableStore:
 
 
 def rebuilt_on_damage(method: Callable[Concatenate[_Store, _P], _R]) -> Callable[Concatenate[_Store, _P], _R]:
-    """A store method that, on a damaged file, starts the file anew and runs once more (on the empty file)."""
+    """A store method that reads: on a damaged file it starts the file anew and runs once more (on the empty file).
+
+    Any other SQLite error is raised as a LocalStoreError.
+    """
 
     @functools.wraps(method)
     def run(store: _Store, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
         try:
             return method(store, *args, **kwargs)
-        except sqlite3.OperationalError:
-            raise  # busy or locked: not damage
-        except sqlite3.DatabaseError as exc:
+        except sqlite3.Error as exc:
+            if not _damage(exc):
+                raise LocalStoreError(f"the store file {store.path} could not be used: {exc}") from exc
             store._start_anew(exc)
+        try:
             return method(store, *args, **kwargs)
+        except sqlite3.Error as exc:
+            raise LocalStoreError(f"the store file {store.path} could not be used: {exc}") from exc
+
+    return run
+
+
+def written_or_rebuilt(method: Callable[Concatenate[_Store, _P], _R]) -> Callable[Concatenate[_Store, _P], _R]:
+    """A store method that writes what was read from the changelog with the offsets read to: never run twice.
+
+    On a damaged file it starts the file anew and raises StoreRebuiltError: the rows in hand are a
+    part of what the new file needs, and its offsets must say it holds nothing, so the caller reads
+    the changelog again from where the new file says (the start). Any other SQLite error is a
+    LocalStoreError.
+    """
+
+    @functools.wraps(method)
+    def run(store: _Store, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        try:
+            return method(store, *args, **kwargs)
+        except sqlite3.Error as exc:
+            if not _damage(exc):
+                raise LocalStoreError(f"the store file {store.path} could not be written: {exc}") from exc
+            store._start_anew(exc)
+            raise StoreRebuiltError(f"the store file {store.path} was damaged and started anew") from exc
 
     return run

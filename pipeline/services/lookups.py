@@ -46,10 +46,11 @@ def published_decision(
 
 def case_decisions(
     index: OutputIndex, case: CaseRef, after: str | None = None, limit: int | None = None
-) -> list[Entry]:
+) -> list[Entry] | None:
     """The case's decided entries, oldest first, after indexing what was published since the last look.
 
-    A page: after the decision id `after` (the last of the page before), at most `limit`.
+    A page: after the decision id `after` (the last of the page before), at most `limit`; None when
+    `after` is none of the case's decisions.
     """
     index.catch_up()
     return index.store.of_case(case.tenant, case.case_id, after, -1 if limit is None else limit)
@@ -71,7 +72,9 @@ def published(
         if cipher is not None:
             cipher.sync()
         _read_entries(index, live, outputs, cipher, with_audits=with_audits)
-    erased = set(outputs.erased.values())
+    # Kept in the index only when the key topic says so (a tombstone or an erased marker read): a record that
+    # does not open for another reason (no keys here, a KEK file missing on this host) is not an erasure.
+    erased = {case for case in set(outputs.erased.values()) if cipher is not None and cipher.erased(case)}
     for tenant in {case.tenant for case in erased}:
         index.mark_erased(tenant, [c.case_id for c in erased if c.tenant == tenant])
     return outputs
@@ -97,9 +100,6 @@ def _read_entries(index: OutputIndex, live: list[Entry], outputs: PublishedOutpu
             outputs.decisions.setdefault(opened.record.key, opened.record)
             if opened.sealed:
                 outputs.sealed.add(opened.record.key)
-            label = opened.record.outcome.label
-            if opened.sealed and entry.label is None and label is not None:
-                index.store.note_label(entry.decision_id, entry.tenant, label)
         for view in decoded(at(names.views, entry.view), names.views, ViewRecord.from_wire, outputs, cipher):
             outputs.views.setdefault(view.record.key, view.record)
         for call_index, where in entry.audits if with_audits else ():

@@ -178,6 +178,14 @@ class _Pages:
             return None
         return self.auditor.lookup(tenant, decision_id)
 
+    def _found(self, viewer: Viewer, tenant: str | None, raw_id: str | None) -> Listed | Response:
+        """The decision the page asks for, or the page that says why not (404 for unknown and foreign alike)."""
+        try:
+            item = self._item(viewer.principal, tenant, raw_id)
+        except DpmError as exc:
+            return self.render("error.html", 503, viewer, message=f"The decision could not be looked up: {exc}")
+        return self._not_found(viewer) if item is None else item
+
     def _not_found(self, viewer: Viewer) -> HTMLResponse:
         return self.render("error.html", 404, viewer, message="No such decision.")
 
@@ -265,9 +273,9 @@ class _Pages:
         if isinstance(viewer, Response):
             return viewer
         params = request.query_params
-        item = self._item(viewer.principal, params.get("tenant"), params.get("id"))
-        if item is None:
-            return self._not_found(viewer)
+        item = self._found(viewer, params.get("tenant"), params.get("id"))
+        if isinstance(item, Response):
+            return item
         return self._decision_page(viewer, item, replay=False)
 
     async def replay(self, request: Request) -> Response:
@@ -279,9 +287,9 @@ class _Pages:
                                        str(form.get("id") or ""))  # fmt: skip
 
     def _replayed(self, viewer: Viewer, tenant: str, raw_id: str) -> Response:
-        item = self._item(viewer.principal, tenant, raw_id)
-        if item is None:
-            return self._not_found(viewer)
+        item = self._found(viewer, tenant, raw_id)
+        if isinstance(item, Response):
+            return item
         return self._decision_page(viewer, item, replay=True)
 
     def may_contest(self, principal: Principal) -> bool:
@@ -308,9 +316,9 @@ class _Pages:
                                        str(form.get("id") or ""), ask)  # fmt: skip
 
     def _contested(self, viewer: Viewer, tenant: str, raw_id: str, ask: ContestAsk) -> Response:
-        item = self._item(viewer.principal, tenant, raw_id)
-        if item is None:
-            return self._not_found(viewer)
+        item = self._found(viewer, tenant, raw_id)
+        if isinstance(item, Response):
+            return item
         return self._decision_page(viewer, item, replay=False, contest=ask)
 
     def _replay(self, item: IndexedDecision, audits: list[AuditRecord]) -> ReplayReport | str:
@@ -343,7 +351,10 @@ class _Pages:
         if isinstance(item, ErasedDecision):
             return self.render("erased.html", viewer=viewer, item=item)
         other_arch = Architecture.SUMM if item.decision_id.architecture is Architecture.DPM else Architecture.DPM
-        other = self.auditor.lookup(item.case.tenant, DecisionId(item.decision_id.trigger_id, other_arch))
+        try:
+            other = self.auditor.lookup(item.case.tenant, DecisionId(item.decision_id.trigger_id, other_arch))
+        except DpmError:
+            other = None  # the other architecture's decision is a link, not the page
         if other is not None and other.case != item.case:
             other = None  # the same trigger id for another case is another trigger
         try:

@@ -53,7 +53,7 @@ def test_a_tenant_appends_decides_explains_replays_and_lists_over_http(
             contests = http.get(f"/v1/decisions/{decision_id}/contests")
             listed = http.get("/v1/cases/case-7/decisions")
             pages = [http.get("/v1/cases/case-7/decisions", params=asked).json()
-                     for asked in ({"limit": 1}, {"after": decision_id})]  # fmt: skip
+                     for asked in ({"limit": 1}, {"after": decision_id}, {"after": "none-such:dpm"})]  # fmt: skip
         with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {globex}"}, timeout=60) as other:
             theirs = [other.get(f"/v1/decisions/{decision_id}{tail}").status_code
                       for tail in ("", "/explanation", "/replay", "/reasons", "/contests")]  # fmt: skip
@@ -79,7 +79,8 @@ def test_a_tenant_appends_decides_explains_replays_and_lists_over_http(
         assert reasons.status_code == 200, reasons.text
     assert listed.json() == {"case_id": "case-7", "decision_ids": [decision_id], "next_after": None}
     # a full page says where the next starts
-    assert [(p["decision_ids"], p["next_after"]) for p in pages] == [([decision_id], decision_id), ([], None)]
+    assert [(p["decision_ids"], p["next_after"]) for p in pages[:2]] == [([decision_id], decision_id), ([], None)]
+    assert pages[2]["type"].endswith("/unknown-cursor")  # a cursor that is none of the case's: refused, not page one
     assert contests.json() == {"decision_id": decision_id, "contests": []}  # reasons are computed, not recorded
     assert theirs == [404, 404, 404, 404, 404]  # another tenant's key: as unknown, never 403
     assert their_list["decision_ids"] == []

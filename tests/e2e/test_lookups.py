@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
 
-from pipeline.client import CaseErasedError, DecisionMemory, DecisionNotFoundError
+from pipeline.client import CaseErasedError, DecisionMemory, DecisionNotFoundError, UnknownCursorError
 from pipeline.kafka.cluster.admin import admin_client, topic_partitions
 from pipeline.kafka.cluster.topics import TopicNames, TopicSpec, ensure_topics, pipeline_topics
 from pipeline.services.audit_index import IndexedDecision
@@ -39,6 +40,9 @@ def test_lookups_on_two_hosts_page_by_time_and_answer_an_erased_case_as_erased(
         assert acme.decisions_of("kept") == ids[1:]
         assert acme.decisions_of("kept", limit=1) == ids[1:2]
         assert acme.decisions_of("kept", after=ids[1]) == ids[2:]
+        with pytest.raises(UnknownCursorError):
+            acme.decisions_of("kept", after=ids[0])  # a decision of another case: no place to start after
+        decided_at = time.monotonic()
 
     settings = client_settings(kafka_bootstrap, topic_names, host_a)
     auditor = KafkaAuditor(settings.model_copy(update={"ui": settings.ui.model_copy(update={"max_decisions": 1})}))
@@ -51,7 +55,10 @@ def test_lookups_on_two_hosts_page_by_time_and_answer_an_erased_case_as_erased(
     assert auditor.lookup("globex", DecisionId.parse(ids[0])) is None
     auditor.close()
 
-    host_b_env = {**env, "DPM_HOME": str(host_b)}  # another host: an index of its own, built on first use
+    # another host: an index of its own, built on first use; pages by time list what is settled: published
+    # more than the transaction timeout (1 s here) and 5 s for clocks ago
+    host_b_env = {**env, "DPM_HOME": str(host_b), "DPM_TRANSACTION_TIMEOUT_MS": "1000"}
+    time.sleep(max(0.0, decided_at + 6.5 - time.monotonic()))
     explained = dpm_cli("explain", "--decision", ids[0], "--tenant", "acme", "--json", env=host_b_env)
     assert explained.returncode == 0, explained.stderr
     assert json.loads(explained.stdout)["decision_id"] == ids[0]

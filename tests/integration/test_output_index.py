@@ -69,7 +69,7 @@ def test_a_restarted_index_reads_only_what_was_published_since(
     caught = again.catch_up()
     assert caught.decisions == 1
     assert caught.records <= 4 + 3  # the one decision's records (and transaction markers' neighbours), not all
-    assert [e.decision_id for e in again.store.of_case("acme", "c2")] == ["t10:dpm"]
+    assert [e.decision_id for e in again.store.of_case("acme", "c2") or []] == ["t10:dpm"]
     again.close()
 
 
@@ -147,7 +147,7 @@ def test_an_index_stopped_mid_catch_up_goes_on_where_it_stopped_with_no_entry_tw
     restarted = OutputIndex(kafka_config, topic_names, tmp_path)
     caught = restarted.catch_up()
     assert caught.records < 4 * 60  # went on from the stored offsets, not from the start
-    found = [e for n in range(7) for e in restarted.store.of_case("acme", f"c{n}")]
+    found = [e for n in range(7) for e in restarted.store.of_case("acme", f"c{n}") or []]
     assert sorted(e.decision_id for e in found) == sorted(f"t{n}:dpm" for n in range(60))  # each once
     assert all(e.complete and len(e.audits) == 2 for e in found)
     restarted.close()

@@ -18,6 +18,7 @@ from pipeline.kafka.cluster.layout import current_generation
 from pipeline.kafka.cluster.partitioning import case_partition
 from pipeline.kafka.cluster.topics import TopicNames
 from pipeline.kafka.errors import KafkaAdapterError
+from pipeline.kafka.local_stores import StoreRebuiltError
 from pipeline.kafka.reading.follow import TopicFollower
 from pipeline.kafka.reading.index_store import KeyStore, place
 from pipeline.kafka.reading.places import PlaceReader
@@ -124,7 +125,7 @@ class IndexedKeyTopic(KafkaKeyTopic):
         with self._lock:
             self._follower.skip_to(self._store.read_to())  # what other processes on the host indexed is not read again
             try:
-                self._index(self._follower, ring)
+                self._indexed(ring)
             except KafkaException as exc:
                 raise KafkaAdapterError(f"indexing the key topic {self._topic} failed: {exc}") from exc
             for changed in self._store.changed_since(self._seen):
@@ -132,6 +133,14 @@ class IndexedKeyTopic(KafkaKeyTopic):
                 case = _case_of(changed.case_key)
                 if case is not None and case in self._loaded and self._loaded[case] != changed.place:
                     self._apply_place(ring, case, changed.place, live=changed.live)
+
+    def _indexed(self, ring: KeyRing) -> None:
+        try:
+            self._index(self._follower, ring)
+        except StoreRebuiltError:  # the file was damaged and started anew: index the whole topic into it
+            self._follower.start_over({})
+            self._seen = 0
+            self._index(self._follower, ring)
 
     def _index(self, follower: TopicFollower, ring: KeyRing) -> None:
         """Reads the records published since the file's offsets, applies the loaded cases', stores every place."""

@@ -75,6 +75,10 @@ class TopicFollower:
             if offset > self._next.get(partition, 0):
                 self._next[partition] = offset
 
+    def start_over(self, positions: Mapping[int, int]) -> None:
+        """Goes on from exactly `positions` (the log's start for any other partition), earlier ones included."""
+        self._next = dict(positions)
+
     def positions(self) -> dict[int, int]:
         """The first offset not read yet of each partition read so far (what `start` takes to go on from here)."""
         return dict(self._next)

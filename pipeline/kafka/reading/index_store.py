@@ -20,19 +20,19 @@ from pathlib import Path
 
 import orjson
 
-from pipeline.kafka.local_stores import RebuildableStore, rebuilt_on_damage, store_file
+from pipeline.kafka.local_stores import RebuildableStore, rebuilt_on_damage, store_file, written_or_rebuilt
 
 MAX_PARTITIONS = 4096  # a place packs the partition in its low 12 bits
-_FORMAT = 1  # in the file's name: a process of another format keeps a file of its own (and reads anew)
+_FORMAT = 2  # in the file's name: a process of another format keeps a file of its own (and reads anew)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS read_to (topic TEXT, partition INTEGER, next_offset INTEGER NOT NULL,
                                     PRIMARY KEY (topic, partition)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS decisions (decision_id TEXT NOT NULL, tenant TEXT NOT NULL, case_id TEXT,
                                       at_ms INTEGER, decision INTEGER, view INTEGER, audits BLOB, label TEXT,
-                                      erased INTEGER NOT NULL DEFAULT 0,
+                                      erased INTEGER NOT NULL DEFAULT 0, seq INTEGER,
                                       PRIMARY KEY (decision_id, tenant)) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS decisions_by_case ON decisions (tenant, case_id);
+CREATE INDEX IF NOT EXISTS decisions_by_case ON decisions (tenant, case_id, seq);
 CREATE INDEX IF NOT EXISTS decisions_by_time ON decisions (tenant, at_ms);
 CREATE TABLE IF NOT EXISTS refusals (trigger_id TEXT, tenant TEXT, place INTEGER NOT NULL,
                                      PRIMARY KEY (trigger_id, tenant)) WITHOUT ROWID;
@@ -44,11 +44,14 @@ CREATE TABLE IF NOT EXISTS contest_parts (tenant TEXT, contest_id TEXT, part INT
 """
 
 # Later records of an id already indexed (a trigger decided twice) are not its: the first committed is.
+# `seq` numbers decisions in the order they were indexed (a case's pages follow it: a decision indexed
+# later never lands behind a page already read); given with the decision, never changed after.
 _UPSERT_DECISION = """
-INSERT INTO decisions (decision_id, tenant, case_id, at_ms, decision, label) VALUES (?, ?, ?, ?, ?, ?)
+INSERT INTO decisions (decision_id, tenant, case_id, at_ms, decision, label, seq) VALUES (?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (decision_id, tenant) DO UPDATE SET
   case_id = COALESCE(case_id, excluded.case_id), at_ms = COALESCE(at_ms, excluded.at_ms),
   label = CASE WHEN decision IS NULL THEN excluded.label ELSE label END,
+  seq = CASE WHEN decision IS NULL THEN excluded.seq ELSE seq END,
   decision = COALESCE(decision, excluded.decision)
 """
 _UPSERT_VIEW = """
@@ -179,7 +182,7 @@ class IndexStore(RebuildableStore):
             rows = self._db.execute("SELECT partition, next_offset FROM read_to WHERE topic = ?", (topic,)).fetchall()
         return {int(p): int(o) for p, o in rows}
 
-    @rebuilt_on_damage
+    @written_or_rebuilt
     def apply(self, chunk: Chunk, read_to: Mapping[tuple[str, int], int]) -> None:
         """Adds a chunk's rows and records how far it read, in one transaction; never moves a partition back.
 
@@ -187,7 +190,8 @@ class IndexStore(RebuildableStore):
         (sharing one file) leave what one would.
         """
         with self._lock, self._transaction():
-            self._db.executemany(_UPSERT_DECISION, chunk.decisions)
+            base = int(self._db.execute("SELECT COALESCE(MAX(seq), 0) FROM decisions").fetchone()[0])
+            self._db.executemany(_UPSERT_DECISION, [(*row, base + n) for n, row in enumerate(chunk.decisions, 1)])
             self._db.executemany(_UPSERT_VIEW, chunk.views)
             self._db.executemany(_UPSERT_AUDITS, [(d, t, orjson.dumps(sorted(calls.items())))
                                                   for (d, t), calls in chunk.audits.items()])  # fmt: skip
@@ -214,35 +218,47 @@ class IndexStore(RebuildableStore):
         return [_entry(row) for row in rows]
 
     @rebuilt_on_damage
-    def of_case(self, tenant: str, case_id: str, after: str | None = None, limit: int = -1) -> list[Entry]:
-        """The case's decided entries, oldest first: after decision id `after` (a page's cursor), at most `limit`."""
-        start = self._cursor(tenant, after)
+    def of_case(self, tenant: str, case_id: str, after: str | None = None, limit: int = -1) -> list[Entry] | None:
+        """The case's decided entries in the order they were indexed: after decision id `after`, at most `limit`.
+
+        None when `after` is no decision of the case (a cursor that cannot be placed is refused, not
+        taken for the start).
+        """
         with self._lock:
+            start = 0
+            if after is not None:
+                row = self._db.execute("SELECT seq FROM decisions WHERE decision_id = ? AND tenant = ? AND case_id = ? "
+                                       "AND decision IS NOT NULL", (after, tenant, case_id)).fetchone()  # fmt: skip
+                if row is None:
+                    return None
+                start = int(row[0])
             rows = self._db.execute(
                 f"SELECT {_COLUMNS} FROM decisions WHERE tenant = ? AND case_id = ? "  # noqa: S608
-                "AND decision IS NOT NULL AND (at_ms, decision_id) > (?, ?) ORDER BY at_ms, decision_id LIMIT ?",
-                (tenant, case_id, *start, limit),
+                "AND decision IS NOT NULL AND seq > ? ORDER BY seq LIMIT ?",
+                (tenant, case_id, start, limit),
             ).fetchall()
         return [_entry(row) for row in rows]
 
-    def _cursor(self, tenant: str, after: str | None) -> tuple[int, str]:
-        """Where a page after decision id `after` starts: its (time, id); the very start for None or an unknown id."""
-        if after is None:
-            return (-1, "")
-        with self._lock:
-            row = self._db.execute("SELECT at_ms FROM decisions WHERE decision_id = ? AND tenant = ?",
-                                   (after, tenant)).fetchone()  # fmt: skip
-        return (-1, "") if row is None or row[0] is None else (int(row[0]), after)
-
     @rebuilt_on_damage
-    def since(self, tenant: str, since_ms: int, after: str | None, limit: int) -> list[Entry]:
-        """One page of the tenant's decided entries from `since_ms` on, oldest first, after decision id `after`."""
-        at_ms, decision_id = max(self._cursor(tenant, after), (since_ms, ""))
+    def since(self, tenant: str, since_ms: int, until_ms: int, after: str | None, limit: int) -> list[Entry] | None:
+        """One page of the tenant's decided entries published from `since_ms` to before `until_ms`, oldest first.
+
+        After decision id `after` (the last of the page before); None when `after` is no decision of
+        the tenant. Ordered by publish time: a caller gives an `until_ms` no decision can still be
+        committed before (see `dpm decisions --since`), so no page is passed by one indexed later.
+        """
         with self._lock:
+            at_ms, decision_id = since_ms, ""
+            if after is not None:
+                row = self._db.execute("SELECT at_ms FROM decisions WHERE decision_id = ? AND tenant = ? "
+                                       "AND decision IS NOT NULL", (after, tenant)).fetchone()  # fmt: skip
+                if row is None:
+                    return None
+                at_ms, decision_id = max((int(row[0]), after), (since_ms, ""))
             rows = self._db.execute(
                 f"SELECT {_COLUMNS} FROM decisions WHERE tenant = ? AND decision IS NOT NULL "  # noqa: S608
-                "AND (at_ms, decision_id) > (?, ?) ORDER BY at_ms, decision_id LIMIT ?",
-                (tenant, at_ms, decision_id, limit),
+                "AND (at_ms, decision_id) > (?, ?) AND at_ms < ? ORDER BY at_ms, decision_id LIMIT ?",
+                (tenant, at_ms, decision_id, until_ms, limit),
             ).fetchall()
         return [_entry(row) for row in rows]
 
@@ -287,13 +303,6 @@ class IndexStore(RebuildableStore):
                                       (tenant,)).rowcount  # fmt: skip
             self._db.execute("UPDATE contests SET erased = 1 WHERE tenant = ?", (tenant,))
         return int(marked)
-
-    @rebuilt_on_damage
-    def note_label(self, decision_id: str, tenant: str, label: str) -> None:
-        """Keeps the label of a decision read and opened (a sealed record's label is not known to the indexer)."""
-        with self._lock:
-            self._db.execute("UPDATE decisions SET label = ? WHERE decision_id = ? AND tenant = ? AND erased = 0",
-                             (label, decision_id, tenant))  # fmt: skip
 
     @rebuilt_on_damage
     def size(self) -> tuple[int, int]:
@@ -344,7 +353,7 @@ class KeyStore(RebuildableStore):
         with self._lock:
             return {int(p): int(o) for p, o in self._db.execute("SELECT partition, next_offset FROM read_to")}
 
-    @rebuilt_on_damage
+    @written_or_rebuilt
     def apply(self, rows: Sequence[tuple[str, int, bool]], read_to: Mapping[int, int]) -> None:
         """Records each case's newer place (a later offset wins) and how far each partition was read."""
         with self._lock:

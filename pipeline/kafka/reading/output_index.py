@@ -28,6 +28,7 @@ from pipeline.core.event_log import RawRecord
 from pipeline.kafka.cluster.admin import topic_id
 from pipeline.kafka.cluster.topics import TopicNames
 from pipeline.kafka.errors import KafkaAdapterError
+from pipeline.kafka.local_stores import StoreRebuiltError
 from pipeline.kafka.reading.follow import TopicFollower
 from pipeline.kafka.reading.index_store import Chunk, ContestEntry, Entry, IndexStore, place
 from pipeline.kafka.reading.places import Place, PlaceReader
@@ -96,14 +97,20 @@ class OutputIndex:
         """
         topics = (self.names.contests,) if contests_only else self._topics()
         with self._catching_up:
-            followers = {topic: TopicFollower(self._config, topic, self.store.read_to(topic)) for topic in topics}
             try:
-                return self._catch_up(followers, progress or (lambda _n: None))
-            except KafkaException as exc:
-                raise KafkaAdapterError(f"indexing {self.names.scope} outputs failed: {exc}") from exc
-            finally:
-                for follower in followers.values():
-                    follower.close()
+                return self._caught_up(topics, progress or (lambda _n: None))
+            except StoreRebuiltError:  # the file was damaged and started anew: read everything into it
+                return self._caught_up(topics, progress or (lambda _n: None))
+
+    def _caught_up(self, topics: tuple[str, ...], progress: Progress) -> CaughtUp:
+        followers = {topic: TopicFollower(self._config, topic, self.store.read_to(topic)) for topic in topics}
+        try:
+            return self._catch_up(followers, progress)
+        except KafkaException as exc:
+            raise KafkaAdapterError(f"indexing {self.names.scope} outputs failed: {exc}") from exc
+        finally:
+            for follower in followers.values():
+                follower.close()
 
     def keep_current(self, interval_s: float = KEEP_CURRENT_S) -> None:
         """Catches up every `interval_s` from a thread of its own until closed (a long-running door's index).
@@ -126,7 +133,7 @@ class OutputIndex:
             try:
                 self.catch_up()
                 failing = False
-            except KafkaAdapterError as exc:
+            except KafkaAdapterError as exc:  # LocalStoreError too (a store file busy or unwritable)
                 if not failing:  # once per outage, not once a second
                     _LOG.warning("keeping the lookup index of %s current failed (tried again every %g s): %s",
                                  self.names.scope, interval_s, exc)  # fmt: skip
@@ -150,6 +157,8 @@ class OutputIndex:
                     self._write(chunk, followers)
                     chunk = Chunk()
                     progress(read)
+                    if self._stop.is_set():  # closing: what is written stands, the rest waits for the next one
+                        return CaughtUp(read, decided)
             self._write(chunk, followers)
             chunk = Chunk()
         progress(read)
