@@ -16,7 +16,9 @@ SQLite transaction or an earlier one. A decision committed meanwhile waits for t
 from __future__ import annotations
 
 import logging
+import math
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -85,6 +87,8 @@ class OutputIndex:
         self._reader = PlaceReader(client_config)
         self._stop = threading.Event()
         self._keeper: threading.Thread | None = None
+        # When the last whole catch-up began: lookups that missed while it ran wait for it, not run their own.
+        self._covered_from = -math.inf
 
     # -- keeping it current ------------------------------------------------------------------------------
 
@@ -96,11 +100,18 @@ class OutputIndex:
         before stays).
         """
         topics = (self.names.contests,) if contests_only else self._topics()
+        asked = time.monotonic()
         with self._catching_up:
+            if not contests_only and self._covered_from >= asked:
+                return CaughtUp(0, 0)  # one that began after this was asked has read all it could have
+            began = time.monotonic()
             try:
-                return self._caught_up(topics, progress or (lambda _n: None))
+                caught = self._caught_up(topics, progress or (lambda _n: None))
             except StoreRebuiltError:  # the file was damaged and started anew: read everything into it
-                return self._caught_up(topics, progress or (lambda _n: None))
+                caught = self._caught_up(topics, progress or (lambda _n: None))
+            if not contests_only:
+                self._covered_from = began
+            return caught
 
     def _caught_up(self, topics: tuple[str, ...], progress: Progress) -> CaughtUp:
         followers = {topic: TopicFollower(self._config, topic, self.store.read_to(topic)) for topic in topics}
