@@ -77,11 +77,12 @@ class _Scope:
     def looked_up(self, tenant: str, decision_id: DecisionId) -> Listed | None:
         """The tenant's decision of this id through the lookup index: any published, oldest included."""
         with self._lookups_lock:
-            if self._lookups is None or self._lookup_keys is None:
-                self._lookups = open_index(self._settings, self.names, self._config)
-                self._lookups.keep_current()
+            if self._lookup_keys is None:
                 self._lookup_keys = case_keys_from(self._settings, client_config=self._config, names=self.names,
                                                    by_case=True)  # fmt: skip
+            if self._lookups is None:
+                self._lookups = open_index(self._settings, self.names, self._config)
+                self._lookups.keep_current()
         index, keys = self._lookups, self._lookup_keys
         entries = index.entries(str(decision_id), tenant)
         if not entries:
