@@ -45,11 +45,12 @@ def test_the_producer_writes_inputs_through_case_writers_and_reads_its_replies()
     grants = _of(Role.PRODUCER)
     # The segments topic: a door running as this principal erases a case's segment views (an admin key's DELETE).
     assert _topics(grants, "Write") == {NAMES.events, NAMES.triggers, NAMES.keys, NAMES.segments}
-    # Sealing needs the case keys; a case's writer reads its partitions back; the client waits for its replies
-    # and replays its decisions (memory.replay reads their audit records).
+    # Sealing needs the case keys; a case's writer reads its partitions back; the client waits for its replies,
+    # replays its decisions (memory.replay reads their audit records) and lists their contests.
     assert _topics(grants, "Read") == {NAMES.events, NAMES.triggers, NAMES.keys, NAMES.layout, NAMES.views,
-                                       NAMES.decisions, NAMES.dlq, NAMES.audit, NAMES.segments}  # fmt: skip
-    assert not _topics(grants, "Write") & {NAMES.views, NAMES.decisions, NAMES.dlq, NAMES.audit}
+                                       NAMES.decisions, NAMES.dlq, NAMES.audit, NAMES.segments,
+                                       NAMES.contests}  # fmt: skip
+    assert not _topics(grants, "Write") & {NAMES.views, NAMES.decisions, NAMES.dlq, NAMES.audit, NAMES.contests}
     writers = [g for g in grants if g.resource is Resource.TRANSACTIONAL_ID]
     assert writers == [Grant("User:producer", Resource.TRANSACTIONAL_ID, "bank.writer.", Pattern.PREFIXED,
                              ("Write", "Describe"))]  # fmt: skip

@@ -57,7 +57,7 @@ def test_a_tenant_producer_is_granted_its_own_topics_only() -> None:
     acme = [g for g in grants if g.principal == tenant_principal("acme")]
     topics = {g.name for g in acme if g.resource is Resource.TOPIC}
     assert topics == {f"bank.acme.{t}" for t in ("events", "triggers", "keys", "views", "decisions", "audit", "dlq",
-                                                 "layout", "segments")}  # fmt: skip
+                                                 "layout", "segments", "contests")}  # fmt: skip
     writes = {g.name for g in acme if "Write" in g.operations}  # segments: its door erases a case's segment views
     assert writes == {"bank.acme.events", "bank.acme.triggers", "bank.acme.keys", "bank.acme.segments",
                       "bank.acme.writer."}  # fmt: skip

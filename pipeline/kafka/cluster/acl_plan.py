@@ -144,7 +144,8 @@ def _producer(names: TopicNames, who: str) -> list[Grant]:
     """The agents: events and triggers written through one writer per case (kafka/writing/case_writer.py).
 
     The writer reads the case's partitions back (its last seq, the triggers sent); the agents wait
-    for their decisions and dead letters, and replay them from their audit records (client library).
+    for their decisions and dead letters, replay them from their audit records and list their
+    contests (client library, and the doors' routes over it).
     The doors (`dpm api`, `dpm mcp`) run as this principal and erase a case for an admin key
     (services/erase.py): its data key and events are already theirs to tombstone, and its segment
     views, found by their keys, need reading and writing the segments topic in every generation.
@@ -154,7 +155,7 @@ def _producer(names: TopicNames, who: str) -> list[Grant]:
     return [*_generations(who, (names.events, names.triggers), _READ_WRITE),
             Grant(who, Resource.GROUP, names.doors_group, Pattern.LITERAL, ("Read", "Describe")),
             *_generations(who, (names.keys, names.segments), _READ_WRITE), *_topics(who, (names.layout,), _READ),
-            *_topics(who, (names.views, names.decisions, names.dlq, names.audit), _READ),
+            *_topics(who, (names.views, names.decisions, names.dlq, names.audit, names.contests), _READ),
             Grant(who, Resource.TRANSACTIONAL_ID, names.writer_prefix, Pattern.PREFIXED, _WRITE)]  # fmt: skip
 
 

@@ -29,7 +29,7 @@ from confluent_kafka import KafkaException
 from pipeline.core.event_log import RawRecord
 from pipeline.kafka.cluster.admin import topic_id
 from pipeline.kafka.cluster.topics import TopicNames
-from pipeline.kafka.errors import KafkaAdapterError
+from pipeline.kafka.errors import KafkaAdapterError, NotAuthorizedError
 from pipeline.kafka.local_stores import StoreRebuiltError
 from pipeline.kafka.reading.follow import TopicFollower
 from pipeline.kafka.reading.index_store import Chunk, ContestEntry, Entry, IndexStore, place
@@ -89,6 +89,7 @@ class OutputIndex:
         self._keeper: threading.Thread | None = None
         # When the last whole catch-up began: lookups that missed while it ran wait for it, not run their own.
         self._covered_from = -math.inf
+        self._contests_refused = False
 
     # -- keeping it current ------------------------------------------------------------------------------
 
@@ -161,19 +162,30 @@ class OutputIndex:
         chunk, read, decided = Chunk(), 0, 0
         for topic, follower in followers.items():
             ends = decisions_end if topic == self.names.decisions else None
-            for raw in follower.new_records(ends):
-                read += 1
-                decided += self._add(chunk, topic, raw)
-                if len(chunk) >= _CHUNK:
-                    self._write(chunk, followers)
-                    chunk = Chunk()
-                    progress(read)
-                    if self._stop.is_set():  # closing: what is written stands, the rest waits for the next one
-                        return CaughtUp(read, decided)
+            try:
+                for raw in follower.new_records(ends):
+                    read += 1
+                    decided += self._add(chunk, topic, raw)
+                    if len(chunk) >= _CHUNK:
+                        self._write(chunk, followers)
+                        chunk = Chunk()
+                        progress(read)
+                        if self._stop.is_set():  # closing: what is written stands, the rest waits for the next one
+                            return CaughtUp(read, decided)
+            except NotAuthorizedError as exc:
+                if topic != self.names.contests:
+                    raise
+                self._no_contests(exc)  # a principal not granted the contests: its decisions are found all the same
             self._write(chunk, followers)
             chunk = Chunk()
         progress(read)
         return CaughtUp(read, decided)
+
+    def _no_contests(self, exc: NotAuthorizedError) -> None:
+        if not self._contests_refused:  # once: a keeper would say it every second
+            _LOG.warning("contests are not indexed: %s; decisions are. Apply the principal's plan again "
+                         "(`dpm acl plan`): it reads the contests topic, which every door lists", exc)  # fmt: skip
+        self._contests_refused = True
 
     def _write(self, chunk: Chunk, followers: Mapping[str, TopicFollower]) -> None:
         read_to = {(topic, p): offset for topic, f in followers.items() for p, offset in f.positions().items()}
