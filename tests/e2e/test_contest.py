@@ -208,7 +208,8 @@ def test_a_million_character_case_is_contested_published_split_where_it_must_be_
     assert changed["changed"], changed
     published = list(read_topic(kafka_config, topic_names.contests))
     assert len(published) > 3, "the second analysis was split into parts"
-    assert all(len(r.value or b"") <= 40_000 for r in published[1:])
+    # partitioned like the outputs, the topic is read partition by partition: the first head is found by its key
+    assert all(len(r.value or b"") <= 40_000 for r in published if r.key != head.key)
     assert any(b"/part/" in (r.key or b"") for r in published)
 
     listed = _json(["explain", "--decision", decision], env)["contests"]
