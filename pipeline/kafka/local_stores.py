@@ -119,6 +119,13 @@ class RebuildableStore:
             self._db.close()
 
 
+def _started_anew_on_damage(store: RebuildableStore, exc: sqlite3.Error, doing: str) -> None:
+    """Starts a damaged store file anew; any other SQLite error is raised as a LocalStoreError."""
+    if not _damage(exc):
+        raise LocalStoreError(f"the store file {store.path} could not be {doing}: {exc}") from exc
+    store._start_anew(exc)
+
+
 def rebuilt_on_damage(method: Callable[Concatenate[_Store, _P], _R]) -> Callable[Concatenate[_Store, _P], _R]:
     """A store method that reads: on a damaged file it starts the file anew and runs once more (on the empty file).
 
@@ -130,9 +137,7 @@ def rebuilt_on_damage(method: Callable[Concatenate[_Store, _P], _R]) -> Callable
         try:
             return method(store, *args, **kwargs)
         except sqlite3.Error as exc:
-            if not _damage(exc):
-                raise LocalStoreError(f"the store file {store.path} could not be used: {exc}") from exc
-            store._start_anew(exc)
+            _started_anew_on_damage(store, exc, "used")
         try:
             return method(store, *args, **kwargs)
         except sqlite3.Error as exc:
@@ -155,9 +160,7 @@ def written_or_rebuilt(method: Callable[Concatenate[_Store, _P], _R]) -> Callabl
         try:
             return method(store, *args, **kwargs)
         except sqlite3.Error as exc:
-            if not _damage(exc):
-                raise LocalStoreError(f"the store file {store.path} could not be written: {exc}") from exc
-            store._start_anew(exc)
+            _started_anew_on_damage(store, exc, "written")
             raise StoreRebuiltError(f"the store file {store.path} was damaged and started anew") from exc
 
     return run
