@@ -49,12 +49,13 @@ from pipeline.core.explanation import fact_rows
 from pipeline.core.idempotency import append_fingerprint, check_idempotency_key, decision_fingerprint
 from pipeline.core.task import Architecture, TaskSpec
 from pipeline.core.verification import ReplayReport
-from pipeline.kafka.cluster.admin import ensure_reachable, fetch_metadata, group_members, refused_topics
+from pipeline.kafka.cluster.admin import absent_topics, ensure_reachable, group_members
 from pipeline.kafka.cluster.topics import TopicNames
 from pipeline.kafka.errors import BrokerUnavailableError, KafkaAdapterError
 from pipeline.kafka.keytopic.erasures import ErasureWatch
 from pipeline.kafka.keytopic.keystore import case_keys_from
 from pipeline.kafka.reading.output_index import OutputIndex
+from pipeline.kafka.reading.places import PlaceReader
 from pipeline.kafka.reading.reader import KafkaEventLog, PooledLog
 from pipeline.kafka.reading.replies import START_TIMEOUT_S, ReplyReader
 from pipeline.kafka.writing.case_writer import READ_TIMEOUT_S, CaseWriters
@@ -163,6 +164,7 @@ class DecisionMemory:
         self._erasures = ErasureWatch(self._config, names.keys, tenant, self._forget_case)
         self._index: OutputIndex | None = None
         self._lookup_keys: CaseKeys | None = None
+        self._places = PlaceReader(self._config)  # the index's and the lookup keys' reads: one connection, made on use
         self._index_lock = threading.Lock()
 
     def __enter__(self) -> DecisionMemory:
@@ -600,7 +602,7 @@ class DecisionMemory:
         """The lookup index of this tenant's output topics, opened on first use (it asks the cluster for a topic id)."""
         with self._index_lock:
             if self._index is None:
-                self._index = open_index(self._settings, self._names, self._config)
+                self._index = open_index(self._settings, self._names, self._config, self._places)
             return self._index
 
     def keep_index_current(self) -> None:
@@ -620,7 +622,8 @@ class DecisionMemory:
         """
         with self._index_lock:
             if self._lookup_keys is None:
-                self._lookup_keys = case_keys_from(self._settings, names=self._names, by_case=True)
+                self._lookup_keys = case_keys_from(self._settings, names=self._names, by_case=True,
+                                                   reader=self._places)  # fmt: skip
             return self._lookup_keys
 
     def typed(self, reply: Reply) -> Decision:
@@ -696,14 +699,8 @@ class DecisionMemory:
             for opened in (self._index, self._lookup_keys):
                 if opened is not None:
                     opened.close()
+            self._places.close()
         self._keys.close()
-
-
-def _refused(config: dict[str, str], missing: list[str], timeout_s: float) -> list[str]:
-    try:
-        return refused_topics(config, missing, timeout_s)
-    except KafkaAdapterError:  # the describe's own failure: the listing's answer (missing) stands
-        return []
 
 
 def _connected(settings: Settings, config: dict[str, str], tenant: str, timeout_s: float) -> TopicNames:
@@ -711,13 +708,12 @@ def _connected(settings: Settings, config: dict[str, str], tenant: str, timeout_
     try:
         ensure_reachable(config, timeout_s)
         names = topics_of(settings, tenant)
-        present = set(fetch_metadata(config, timeout_s).topics)
+        missing, refused = absent_topics(config, [names.events, names.triggers, names.decisions, names.views,
+                                                  names.dlq], timeout_s)  # fmt: skip
     except BrokerUnavailableError as exc:
         raise ClusterUnavailableError(str(exc)) from exc
     except KafkaAdapterError as exc:
         raise ClientError(f"connecting to the cluster failed: {exc}") from exc
-    missing = [t for t in (names.events, names.triggers, names.decisions, names.views, names.dlq) if t not in present]
-    refused = _refused(config, missing, timeout_s)
     if refused:
         raise TopicsRefusedError(f"the cluster refuses the principal of DPM_KAFKA_CONFIG the tenant {tenant!r}'s "
                                  f"topics ({', '.join(refused)}): use that tenant's own credentials, or grant them "

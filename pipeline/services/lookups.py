@@ -14,6 +14,7 @@ from pipeline.core.events import CaseRef
 from pipeline.kafka.cluster.topics import TopicNames
 from pipeline.kafka.reading.index_store import Entry
 from pipeline.kafka.reading.output_index import OutputIndex
+from pipeline.kafka.reading.places import PlaceReader
 from pipeline.services.read_outputs import PublishedOutputs, decoded
 from pipeline.wire.audit import AuditRecord
 from pipeline.wire.decision import DecisionRecord
@@ -22,9 +23,13 @@ from pipeline.wire.trigger import DecisionId, DecisionKey
 from pipeline.wire.view import ViewRecord
 
 
-def open_index(settings: Settings, names: TopicNames, client_config: dict[str, str] | None = None) -> OutputIndex:
-    """The lookup index of `names`' output topics on this host (made on first use; caught up on a miss)."""
-    return OutputIndex(client_config or settings.kafka.client_config(), names, settings.index_dir())
+def open_index(settings: Settings, names: TopicNames, client_config: dict[str, str] | None = None,
+               reader: PlaceReader | None = None) -> OutputIndex:  # fmt: skip
+    """The lookup index of `names`' output topics on this host (made on first use; caught up on a miss).
+
+    Its records are read through `reader` when given (shared; its owner closes it).
+    """
+    return OutputIndex(client_config or settings.kafka.client_config(), names, settings.index_dir(), reader)
 
 
 def published_decision(

@@ -28,6 +28,7 @@ def test_settings_read_environment_and_clientread_properties(tmp_path: Path, mon
     settings = Settings.from_env()
     assert settings.kafka.client_config() == {
         "bootstrap.servers": "kafka-1:9093,kafka-2:9093",
+        "reconnect.backoff.ms": "20",  # the product's default, which the file may override
         "security.protocol": "SASL_SSL",
         "sasl.mechanism": "PLAIN",
     }

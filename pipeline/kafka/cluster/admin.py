@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from confluent_kafka import KafkaError, KafkaException, TopicCollection
-from confluent_kafka.admin import AdminClient, TopicMetadata
+from confluent_kafka.admin import AdminClient, TopicDescription
 
 from pipeline.kafka.errors import BrokerUnavailableError, KafkaAdapterError, NotAuthorizedError, wrapped
 
@@ -112,22 +112,10 @@ def fetch_metadata(client_config: dict[str, str], timeout_s: float = 5.0) -> Clu
     """Performs one metadata request; raises BrokerUnavailableError when no broker answers.
 
     A broker that answers but refuses the credentials (a wrong SASL password or user) raises
-    KafkaAdapterError saying so, with librdkafka's reason, which never holds the secret.
+    KafkaAdapterError saying so, with librdkafka's reason, which never holds the secret. It lists
+    every topic: what `dpm broker status` shows; a probe that needs no topics is `ensure_reachable`.
     """
-    errors: list[KafkaError] = []
-    # Its own quiet logger: serving error_cb below serves the library's queued log lines too, and a
-    # refused connection must reach the user as this function's one error, not as log lines first.
-    admin = AdminClient({**client_config, "error_cb": errors.append}, logger=_PROBE_LOG)  # type: ignore[dict-item]
-    try:
-        metadata = admin.list_topics(timeout=timeout_s)
-    except KafkaException as exc:
-        admin.poll(0)  # serves error_cb: the reason behind a failed request
-        where = client_config.get("bootstrap.servers")
-        refused = [e for e in errors if e.code() == KafkaError._AUTHENTICATION]
-        if refused:
-            raise KafkaAdapterError(f"Kafka at {where} refused the credentials of DPM_KAFKA_CONFIG: "
-                                    f"{refused[0].str()}") from exc  # fmt: skip
-        raise BrokerUnavailableError(f"no Kafka broker answered at {where}: {exc.args[0]}") from exc
+    metadata = _probed(client_config, lambda admin: admin.list_topics(timeout=timeout_s))
     return ClusterInfo(
         cluster_id=metadata.cluster_id,
         broker_ids=tuple(sorted(metadata.brokers)),
@@ -135,22 +123,51 @@ def fetch_metadata(client_config: dict[str, str], timeout_s: float = 5.0) -> Clu
     )
 
 
-def refused_topics(client_config: dict[str, str], topics: list[str], timeout_s: float = 5.0) -> list[str]:
-    """Of `topics`, those the cluster refuses to describe to this principal (a listing hides them as if absent).
+_T = TypeVar("_T")
 
-    A describe, not a metadata request by name, which a broker with auto-creation would answer by
-    creating the topic.
+
+def _probed(client_config: dict[str, str], ask: Callable[[AdminClient], _T]) -> _T:
+    """`ask(admin)` of a fresh AdminClient; BrokerUnavailableError, or KafkaAdapterError for refused credentials."""
+    errors: list[KafkaError] = []
+    # Its own quiet logger: serving error_cb below serves the library's queued log lines too, and a
+    # refused connection must reach the user as this function's one error, not as log lines first.
+    admin = AdminClient({**client_config, "error_cb": errors.append}, logger=_PROBE_LOG)  # type: ignore[dict-item]
+    try:
+        return ask(admin)
+    except (KafkaException, TimeoutError) as exc:
+        admin.poll(0)  # serves error_cb: the reason behind a failed request
+        where = client_config.get("bootstrap.servers")
+        refused = [e for e in errors if e.code() == KafkaError._AUTHENTICATION]
+        if refused:
+            raise KafkaAdapterError(f"Kafka at {where} refused the credentials of DPM_KAFKA_CONFIG: "
+                                    f"{refused[0].str()}") from exc  # fmt: skip
+        reason = exc.args[0] if exc.args else "no answer in time"
+        raise BrokerUnavailableError(f"no Kafka broker answered at {where}: {reason}") from exc
+
+
+def absent_topics(
+    client_config: dict[str, str], topics: list[str], timeout_s: float = 5.0
+) -> tuple[list[str], list[str]]:
+    """Of `topics`, those that do not exist and those the cluster refuses to describe to this principal.
+
+    One DescribeTopics request: not a metadata request by name, which a broker with auto-creation
+    would answer by creating the topic, nor a listing, which hides refused topics as if absent.
     """
     if not topics:
-        return []
+        return [], []
     admin = AdminClient(client_config, logger=_PROBE_LOG)  # type: ignore[arg-type]
     try:
         futures = admin.describe_topics(TopicCollection(topics), request_timeout=timeout_s)
         errors = {topic: future.exception(timeout=timeout_s + 1) for topic, future in futures.items()}
     except (KafkaException, TimeoutError) as exc:
         raise KafkaAdapterError(f"describing the topics {', '.join(topics)} failed: {exc}") from exc
+    codes = {t: e.args[0].code() for t, e in errors.items() if isinstance(e, KafkaException)}
     refused = KafkaError.TOPIC_AUTHORIZATION_FAILED
-    return [t for t, error in errors.items() if isinstance(error, KafkaException) and error.args[0].code() == refused]
+    unexpected = [t for t, code in codes.items() if code not in _NO_SUCH_TOPIC and code != refused]
+    if unexpected:
+        topic = unexpected[0]
+        raise KafkaAdapterError(f"describing the topic {topic} failed: {errors[topic]}")
+    return [t for t in topics if codes.get(t) in _NO_SUCH_TOPIC], [t for t in topics if codes.get(t) == refused]
 
 
 # How long a one-shot command waits for a broker before saying none answers: a broker on loopback
@@ -160,8 +177,8 @@ REACH_TIMEOUT_S = 2.0
 
 def ensure_reachable(client_config: dict[str, str], timeout_s: float = REACH_TIMEOUT_S) -> None:
     """Raises BrokerUnavailableError, one line naming the address and what to do, unless a broker answers."""
-    try:
-        fetch_metadata(client_config, timeout_s=timeout_s)
+    try:  # DescribeCluster: a fresh client's first metadata listing waits about 50 ms more (see _described)
+        _probed(client_config, lambda admin: admin.describe_cluster(request_timeout=timeout_s).result(timeout_s + 1))
     except BrokerUnavailableError as exc:
         address = client_config.get("bootstrap.servers", "")
         if _listening(address):  # a server is there: it wants another protocol than the one we speak
@@ -204,33 +221,48 @@ def wait_for_brokers(client_config: dict[str, str], expected_brokers: int, timeo
     raise BrokerUnavailableError(f"cluster not ready after {timeout_s:.0f}s: {last_error}")
 
 
-def _described(client_config: dict[str, str], topic: str) -> TopicMetadata | None:
-    """The topic's metadata, None when it does not exist; KafkaAdapterError when the cluster cannot be asked."""
+def _described(client_config: dict[str, str], topic: str, timeout_s: float = 10.0) -> TopicDescription | None:
+    """The topic's description, None when it does not exist; KafkaAdapterError when the cluster cannot be asked.
+
+    Asked with DescribeTopics, not `list_topics`: a fresh client's first `list_topics` waits about
+    50 ms for librdkafka's broker state to settle (measured on loopback), DescribeTopics a few ms,
+    and every fresh lookup process asks for a partition count or two.
+    """
+    admin = admin_client(client_config)
     try:
-        metadata = admin_client(client_config).list_topics(topic, timeout=10)
+        future = admin.describe_topics(TopicCollection([topic]), request_timeout=timeout_s)[topic]
+        return future.result(timeout=timeout_s + 1)  # type: ignore[no-any-return]
     except KafkaException as exc:
+        error: KafkaError = exc.args[0]
+        if error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+            raise _not_authorized(topic) from exc
+        if error.code() in _NO_SUCH_TOPIC:
+            return None
         raise wrapped(exc, f"cannot read the metadata of {topic}") from exc
-    return usable_topic(topic, metadata.topics.get(topic))
+    except TimeoutError as exc:
+        raise BrokerUnavailableError(f"describing {topic}: no answer in {timeout_s:g} s") from exc
 
 
-def usable_topic(topic: str, found: TopicMetadata | None) -> TopicMetadata | None:
-    """`found` if the topic exists with partitions, else None; NotAuthorizedError when the principal may not see it."""
-    if found is not None and found.error is not None and found.error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
-        raise NotAuthorizedError(f"not authorized to use topic {topic}: the principal of DPM_KAFKA_CONFIG has no ACL "
-                                 "for it (see `dpm acl plan`)")  # fmt: skip
-    return None if found is None or found.error is not None or not found.partitions else found
+# What a topic that does not exist (or is not made yet: no leaders) answers to DescribeTopics.
+_NO_SUCH_TOPIC = frozenset({KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError.LEADER_NOT_AVAILABLE})
 
 
-def _topic(client_config: dict[str, str], topic: str) -> TopicMetadata:
-    found = _described(client_config, topic)
-    if found is None:
+def _not_authorized(topic: str) -> NotAuthorizedError:
+    return NotAuthorizedError(f"not authorized to use topic {topic}: the principal of DPM_KAFKA_CONFIG has no ACL "
+                              "for it (see `dpm acl plan`)")  # fmt: skip
+
+
+def _topic(client_config: dict[str, str], topic: str, timeout_s: float = 10.0) -> TopicDescription:
+    found = _described(client_config, topic, timeout_s)
+    if found is None or not found.partitions:
         raise KafkaAdapterError(f"topic {topic} does not exist: run `dpm topics create`")
     return found
 
 
 def topic_exists(client_config: dict[str, str], topic: str) -> bool:
     """Whether `topic` exists; KafkaAdapterError when the cluster cannot be asked."""
-    return _described(client_config, topic) is not None
+    found = _described(client_config, topic)
+    return found is not None and bool(found.partitions)
 
 
 def topic_partitions(client_config: dict[str, str], topic: str) -> int:
@@ -241,7 +273,7 @@ def topic_partitions(client_config: dict[str, str], topic: str) -> int:
 def topic_replication(client_config: dict[str, str], topic: str) -> int:
     """How many replicas each partition of `topic` has (its first partition's count)."""
     partitions = _topic(client_config, topic).partitions
-    return len(partitions[min(partitions)].replicas)
+    return len(min(partitions, key=lambda info: info.id).replicas)
 
 
 def group_members(client_config: dict[str, str], group: str, timeout_s: float = 5.0) -> int | None:
@@ -260,11 +292,4 @@ def group_members(client_config: dict[str, str], group: str, timeout_s: float = 
 
 def topic_id(client_config: dict[str, str], topic: str, timeout_s: float = 10.0) -> str:
     """The cluster's id of `topic` (a topic deleted and made again under its name has another)."""
-    admin = AdminClient(client_config, logger=_PROBE_LOG)  # type: ignore[arg-type]
-    try:
-        future = admin.describe_topics(TopicCollection([topic]), request_timeout=timeout_s)[topic]
-        return str(future.result(timeout=timeout_s + 1).topic_id)
-    except KafkaException as exc:
-        raise wrapped(exc, f"describing {topic} failed") from exc
-    except TimeoutError as exc:
-        raise BrokerUnavailableError(f"describing {topic}: no answer in {timeout_s:g} s") from exc
+    return str(_topic(client_config, topic, timeout_s).topic_id)

@@ -113,10 +113,12 @@ class IndexedKeyTopic(KafkaKeyTopic):
     Publishing is as KafkaKeyTopic's.
     """
 
-    def __init__(self, client_config: dict[str, str], topic: str, directory: Path, tenant: str | None = None) -> None:
+    def __init__(self, client_config: dict[str, str], topic: str, directory: Path, tenant: str | None = None,
+                 reader: PlaceReader | None = None) -> None:  # fmt: skip
+        """`reader`: the reader of places to read key records with (its owner closes it), else one of its own."""
         super().__init__(client_config, topic, tenant)
         self._store = KeyStore(KeyStore.file(directory, topic, topic_id(client_config, topic)))
-        self._reader = PlaceReader(client_config)
+        self._reader, self._owns_reader = reader or PlaceReader(client_config), reader is None
         self._loaded: dict[CaseRef, int | None] = {}  # case -> the place applied to the ring (None: none found)
         self._seen = self._store.last_seq()  # changes before this point are read when a case is loaded
         self._lock = threading.Lock()
@@ -185,7 +187,8 @@ class IndexedKeyTopic(KafkaKeyTopic):
 
     def close(self) -> None:
         super().close()
-        self._reader.close()
+        if self._owns_reader:
+            self._reader.close()
         self._store.close()
 
 
@@ -255,12 +258,14 @@ def case_keys_from(
     client_config: dict[str, str] | None = None,
     names: TopicNames | None = None,
     by_case: bool = False,
+    reader: PlaceReader | None = None,
 ) -> CaseKeys:
     """The case keys the settings name (local file provider), whether or not new content is sealed.
 
     `client_config` and `names` override the settings' cluster and topics (a private demo cluster);
     by default the keys topic of the shared topics' current generation. `by_case`: each case's key
-    is read by its place when first asked for (IndexedKeyTopic), for a process that opens a few cases.
+    is read by its place when first asked for (IndexedKeyTopic), for a process that opens a few cases,
+    through `reader` when given.
     """
     config = client_config or settings.kafka.client_config()
     prefix = names.prefix if names else settings.kafka.topic_prefix
@@ -273,7 +278,7 @@ def case_keys_from(
     names = names or current_generation(config, TopicNames(prefix))
     provider = LocalFileKeyProvider(settings.keys_dir(names.prefix))
     if by_case:
-        topic = IndexedKeyTopic(config, names.keys, settings.index_dir(), names.tenant)
+        topic = IndexedKeyTopic(config, names.keys, settings.index_dir(), names.tenant, reader)
         return CaseKeys(KeyRing(provider), topic)
     return kafka_case_keys(config, names.keys, provider, names.tenant)
 

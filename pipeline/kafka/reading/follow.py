@@ -6,12 +6,12 @@ import logging
 import time
 from collections.abc import Iterator, Mapping
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException
 
 from pipeline.core.event_log import RawRecord
 from pipeline.kafka.cluster.admin import reader_group, topic_partitions
 from pipeline.kafka.errors import KafkaAdapterError
-from pipeline.kafka.reading.range_reads import read_ranges, renewed
+from pipeline.kafka.reading.range_reads import latest_offsets, read_ranges, renewed
 
 _LOG = logging.getLogger("pipeline.kafka.librdkafka")
 _NO_LEADER_YET = (KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE)
@@ -48,26 +48,22 @@ class TopicFollower:
         return self._partitions
 
     def ends(self) -> dict[int, int]:
-        """Every partition's end: its last stable offset (read_committed).
+        """Every partition's end: its last stable offset (read_committed), all asked in one ListOffsets request.
 
         Asked through the consumer, whose leader metadata is refreshed as soon as a broker is lost; an
-        AdminClient kept asking the dead leader, 10 s a time, until its metadata aged out.
+        AdminClient kept asking the dead leader, 10 s a time, until its metadata aged out. A
+        read_committed consumer's "latest" offset is the last stable one, as its high watermark is.
         """
-        return {p: self._end(TopicPartition(self.topic, p)) for p in range(self.partition_count())}
-
-    def _end(self, tp: TopicPartition) -> int:
-        """One partition's end, asked again for up to _LEADER_WAIT_S while the partition has no leader.
-
-        A partition just created, or whose broker is just back, has none for a moment: not a failure.
-        """
+        partitions = range(self.partition_count())
         deadline = time.monotonic() + _LEADER_WAIT_S
         while True:
             try:
-                return int(self._consumer.get_watermark_offsets(tp, timeout=10)[1])
+                return latest_offsets(self._consumer, self.topic, partitions)
             except KafkaException as exc:
+                # A partition just created, or whose broker is just back, has no leader for a moment: not a failure.
                 if exc.args[0].code() not in _NO_LEADER_YET or time.monotonic() > deadline:
                     raise
-                time.sleep(0.2)
+            time.sleep(0.2)
 
     def skip_to(self, positions: Mapping[int, int]) -> None:
         """Goes on from `positions` where they are past this follower's own (what another reader has handled)."""

@@ -73,9 +73,15 @@ def _clear_fields(raw: RawRecord) -> dict[str, object]:
 
 
 class OutputIndex:
-    """The index of one set of output topics (`names`), in `directory`. Thread-safe."""
+    """The index of one set of output topics (`names`), in `directory`. Thread-safe.
 
-    def __init__(self, client_config: dict[str, str], names: TopicNames, directory: Path) -> None:
+    Its records are read through `reader` when given (shared with the case keys' reads: one
+    connection less to open; its owner closes it), else through its own.
+    """
+
+    def __init__(
+        self, client_config: dict[str, str], names: TopicNames, directory: Path, reader: PlaceReader | None = None
+    ) -> None:
         self.names = names
         self._config = client_config
         try:
@@ -84,7 +90,7 @@ class OutputIndex:
             raise KafkaAdapterError(f"the output topics of {names.scope} cannot be indexed: {exc}") from exc
         self.store = IndexStore(IndexStore.file(directory, names.decisions, identity))
         self._catching_up = threading.Lock()
-        self._reader = PlaceReader(client_config)
+        self._reader, self._owns_reader = reader or PlaceReader(client_config), reader is None
         self._stop = threading.Event()
         self._keeper: threading.Thread | None = None
         # When the last whole catch-up began: lookups that missed while it ran wait for it, not run their own.
@@ -280,7 +286,8 @@ class OutputIndex:
             self._keeper.join(timeout=30)
             with _KEEPERS_LOCK:
                 _KEEPERS.pop(self.store.path, None)
-        self._reader.close()
+        if self._owns_reader:
+            self._reader.close()
         self.store.close()
 
 

@@ -18,7 +18,7 @@ from pipeline.core.events import CaseRef, LogPosition
 from pipeline.kafka.cluster.admin import reader_group, topic_partitions
 from pipeline.kafka.cluster.partitioning import case_partition
 from pipeline.kafka.errors import KafkaAdapterError
-from pipeline.kafka.reading.range_reads import read_points, read_range, renewed
+from pipeline.kafka.reading.range_reads import latest_offsets, read_points, read_range, renewed
 
 _LOG = logging.getLogger("pipeline.kafka.librdkafka")
 # Offsets at most this far apart are read through as one run; farther ones are read by seeking. Here
@@ -146,9 +146,9 @@ class KafkaEventLog:
         outside = next((p for p in positions if not 0 <= p.partition < count), None)
         if outside is not None:
             raise PositionOutOfRangeError(f"partition {outside.partition} does not exist ({self._topic} has {count})")
-        for partition in {p.partition for p in positions if p.offset >= self._ends.get(p.partition, 0)}:
-            _, self._ends[partition] = self._consumer.get_watermark_offsets(TopicPartition(self._topic, partition),
-                                                                            timeout=10)  # fmt: skip
+        stale = {p.partition for p in positions if p.offset >= self._ends.get(p.partition, 0)}
+        if stale:
+            self._ends.update(latest_offsets(self._consumer, self._topic, sorted(stale)))
         past = next((p for p in positions if p.offset >= self._ends[p.partition]), None)
         if past is not None:
             end = self._ends[past.partition]
