@@ -9,6 +9,7 @@ from typing import Any
 import orjson
 import typer
 
+from pipeline.cli.index_progress import IndexProgress
 from pipeline.cli.reach import broker_settings
 from pipeline.cli.render import output_console, print_json
 from pipeline.core.contest import AdverseReasons, ContestError, Decisive, EventChange, WhatIf
@@ -56,7 +57,7 @@ def whatif(
     settings = broker_settings()
     cipher_for, close = keys_for(settings)
     try:
-        found = find_decision(settings, decision, tenant, cipher_for)
+        found = find_decision(settings, decision, tenant, cipher_for, IndexProgress.of(settings))
         require_contests_topic(settings, found.scope)
         outcome, record = contest_whatif(settings, found, changes, asker(settings, why), max_calls)
         publish_contest(settings, found, record, cipher_for(found.scope))
@@ -83,7 +84,7 @@ def explain(
     settings = broker_settings()
     cipher_for, close = keys_for(settings)
     try:
-        found = find_decision(settings, decision, tenant, cipher_for)
+        found = find_decision(settings, decision, tenant, cipher_for, IndexProgress.of(settings))
         if decisive or reasons:
             require_contests_topic(settings, found.scope)
         result: dict[str, Any] = {"decision_id": str(found.record.decision_id), "label": found.contested.label}
@@ -100,7 +101,7 @@ def explain(
             lines += ["", *given.render(), f"recorded as contest {record.contest_id}"]
         if not decisive and not reasons:
             result["facts"] = _facts_json(found)
-            with closing(open_index(settings, found.scope)) as index:
+            with closing(open_index(settings, found.scope, report=IndexProgress.of(settings))) as index:
                 contests = read_contests(index, found, cipher_for(found.scope))
             result["contests"] = [{"contest_id": c.contest_id, "kind": c.kind.value if c.kind else None,
                                    "replay": c.report.status.value} for c in contests]  # fmt: skip

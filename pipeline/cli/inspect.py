@@ -9,6 +9,7 @@ from itertools import groupby
 
 import typer
 
+from pipeline.cli.index_progress import IndexProgress
 from pipeline.cli.reach import broker_settings
 from pipeline.cli.render import (
     comparison_json,
@@ -131,7 +132,7 @@ def _page_since(settings: Settings, tenant: str, since_ms: int, after: str | Non
     config = settings.kafka.client_config()
     with (
         closing(case_keys_from(settings, names=scope, by_case=True)) as keys,
-        closing(open_index(settings, scope, config)) as index,
+        closing(open_index(settings, scope, config, report=IndexProgress.of(settings))) as index,
     ):
         index.catch_up()
         entries = index.store.since(tenant, since_ms, settled_ms, after, limit)
@@ -167,7 +168,7 @@ def _published(settings: Settings, tenant: str | None, case_id: str | None) -> P
     for scope in topic_scopes(settings, tenant):
         with closing(case_keys_from(settings, names=scope, by_case=one_case)) as keys:
             if tenant is not None and case_id is not None:
-                with closing(open_index(settings, scope, config)) as index:
+                with closing(open_index(settings, scope, config, report=IndexProgress.of(settings))) as index:
                     entries = case_decisions(index, CaseRef(tenant, case_id)) or []
                     outputs.absorb(published(index, entries, keys, with_audits=False))
             else:
@@ -198,7 +199,7 @@ def replay(
     for scope in topic_scopes(settings, tenant):  # each decision is replayed against the events topic it read
         with closing(case_keys_from(settings, names=scope, by_case=decision is not None)) as keys:
             if decision is not None:  # one decision: its records only, found through the lookup index
-                with closing(open_index(settings, scope, config)) as index:
+                with closing(open_index(settings, scope, config, report=IndexProgress.of(settings))) as index:
                     outputs = published_decision(index, DecisionId.parse(decision), tenant, keys)
             else:
                 outputs = load_outputs(config, scope, cipher=keys, with_triggers=False)

@@ -174,6 +174,13 @@ class PathSettings(_Group):
     java_home: Path | None = Field(
         None, validation_alias="JAVA_HOME", description="JDK that runs the local broker (unset: java on PATH)"
     )
+    # About two seconds of reading: an index is built at about 55,000 offsets a second (docs/operations/capacity.md).
+    index_progress_from: int = Field(
+        100_000,
+        ge=0,
+        validation_alias="DPM_INDEX_PROGRESS_FROM",
+        description="offsets a lookup index's catch-up reads from which a command says so and shows a progress bar",
+    )
 
 
 class ModelSettings(_Group):

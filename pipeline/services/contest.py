@@ -45,7 +45,7 @@ from pipeline.kafka.cluster.topics import TopicNames
 from pipeline.kafka.keytopic.keystore import case_keys_from
 from pipeline.kafka.processing.steps import max_record_bytes
 from pipeline.kafka.reading.index_store import ContestEntry
-from pipeline.kafka.reading.output_index import OutputIndex
+from pipeline.kafka.reading.output_index import CatchUpReport, OutputIndex
 from pipeline.kafka.reading.reader import KafkaEventLog
 from pipeline.kafka.writing.one_record import produce_one
 from pipeline.services.lookups import open_index, published_decision
@@ -104,8 +104,12 @@ def asker(settings: Settings, why: str) -> Asker:
     return Asker(f"User:{user}" if user else f"os:{getpass.getuser()}", int(time.time() * 1000), why)
 
 
-def find_decision(settings: Settings, decision: str, tenant: str | None, cipher_for: CipherFor) -> Found:
-    """The published decision `decision` (of `tenant`, when several tenants used the id), with its events read."""
+def find_decision(settings: Settings, decision: str, tenant: str | None, cipher_for: CipherFor,
+                  report: CatchUpReport | None = None) -> Found:  # fmt: skip
+    """The published decision `decision` (of `tenant`, when several tenants used the id), with its events read.
+
+    Found through the lookup index, whose catch-ups are told to `report` when given.
+    """
     try:
         wanted = DecisionId.parse(decision)
     except InvalidDecisionIdError as exc:
@@ -113,7 +117,7 @@ def find_decision(settings: Settings, decision: str, tenant: str | None, cipher_
     config = settings.kafka.client_config()
     for scope in topic_scopes(settings, tenant):
         cipher = cipher_for(scope)
-        with closing(open_index(settings, scope, config)) as index:
+        with closing(open_index(settings, scope, config, report=report)) as index:
             outputs = published_decision(index, wanted, tenant, cipher)
         erased = [case for key, case in outputs.erased.items()
                   if key.decision_id == wanted and tenant in (None, case.tenant)]  # fmt: skip

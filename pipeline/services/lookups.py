@@ -13,7 +13,7 @@ from pipeline.core.event_log import RawRecord
 from pipeline.core.events import CaseRef
 from pipeline.kafka.cluster.topics import TopicNames
 from pipeline.kafka.reading.index_store import Entry
-from pipeline.kafka.reading.output_index import OutputIndex
+from pipeline.kafka.reading.output_index import CatchUpReport, OutputIndex
 from pipeline.kafka.reading.places import PlaceReader
 from pipeline.services.read_outputs import PublishedOutputs, decoded
 from pipeline.wire.audit import AuditRecord
@@ -24,12 +24,14 @@ from pipeline.wire.view import ViewRecord
 
 
 def open_index(settings: Settings, names: TopicNames, client_config: dict[str, str] | None = None,
-               reader: PlaceReader | None = None) -> OutputIndex:  # fmt: skip
+               reader: PlaceReader | None = None, report: CatchUpReport | None = None) -> OutputIndex:  # fmt: skip
     """The lookup index of `names`' output topics on this host (made on first use; caught up on a miss).
 
-    Its records are read through `reader` when given (shared; its owner closes it).
+    Its records are read through `reader` when given (shared; its owner closes it); its catch-ups
+    are told to `report` when given (a command's progress bar).
     """
-    return OutputIndex(client_config or settings.kafka.client_config(), names, settings.index_dir(), reader)
+    config = client_config or settings.kafka.client_config()
+    return OutputIndex(config, names, settings.index_dir(), reader, report)
 
 
 def published_decision(

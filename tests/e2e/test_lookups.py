@@ -59,9 +59,13 @@ def test_lookups_on_two_hosts_page_by_time_and_answer_an_erased_case_as_erased(
     # more than the transaction timeout (1 s here) and 5 s for clocks ago
     host_b_env = {**env, "DPM_HOME": str(host_b), "DPM_TRANSACTION_TIMEOUT_MS": "1000"}
     time.sleep(max(0.0, decided_at + 6.5 - time.monotonic()))
-    explained = dpm_cli("explain", "--decision", ids[0], "--tenant", "acme", "--json", env=host_b_env)
+    # host B has no index yet: its first command builds one, says so and shows its progress (from 1 offset here)
+    explained = dpm_cli("explain", "--decision", ids[0], "--tenant", "acme", "--json",
+                        env={**host_b_env, "DPM_INDEX_PROGRESS_FROM": "1"})  # fmt: skip
     assert explained.returncode == 0, explained.stderr
-    assert json.loads(explained.stdout)["decision_id"] == ids[0]
+    assert json.loads(explained.stdout)["decision_id"] == ids[0]  # stdout stays the answer
+    assert "offsets of the output topics into" in explained.stderr
+    assert str(host_b / "index") in explained.stderr
     first = json.loads(dpm_cli("decisions", "--tenant", "acme", "--since", "2000-01-01", "--limit", "2", "--json",
                                env=host_b_env).stdout)  # fmt: skip
     assert [d["decision_id"] for d in first["decisions"]] == ids[:2]  # oldest first

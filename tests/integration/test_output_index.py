@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import uuid
 from pathlib import Path
 from typing import Any
@@ -168,3 +170,101 @@ def test_places_far_apart_are_sought_and_a_place_past_the_end_is_missing_not_wai
                                                                                   999: b"999"}  # fmt: skip
     assert reader.read([(topic_names.views, place(0, 10))])[(topic_names.views, place(0, 10))].value == b"10"
     reader.close()
+
+
+class _Told:
+    """A catch-up report that keeps what it was told."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, int]] = []
+
+    def begun(self, backlog: int, path: Path) -> None:
+        self.calls.append(("begun", backlog))
+
+    def advanced(self, done: int) -> None:
+        self.calls.append(("advanced", done))
+
+    def ended(self) -> None:
+        self.calls.append(("ended", 0))
+
+
+def test_a_catch_up_reports_its_backlog_and_reads_all_of_it(
+    kafka_config: dict[str, str], topic_names: TopicNames, tmp_path: Path
+) -> None:
+    """What a command's progress bar shows: the offsets to read first, then how many are read, to the last."""
+    create_topics(kafka_config, topic_names, partitions=2)
+    producer = _transactional(kafka_config)
+    producer.begin_transaction()
+    for n in range(30):
+        _publish(producer, topic_names, f"p{n}:dpm")
+    producer.commit_transaction(30)
+    told = _Told()
+    index = OutputIndex(kafka_config, topic_names, tmp_path, report=told)
+    index.catch_up()
+    (first, backlog), *advances, last = told.calls
+    assert first == "begun"
+    # 30 views, 30 decisions, 60 audit records, and one commit marker per partition written
+    assert 120 < backlog <= 120 + 3 * 2
+    assert [what for what, _ in advances] == ["advanced"] * len(advances)
+    assert [done for _, done in advances] == sorted(done for _, done in advances)  # never goes back
+    assert advances[-1][1] == backlog  # read to the ends it announced
+    assert last == ("ended", 0)
+
+    told.calls.clear()
+    index.catch_up()  # nothing new: a backlog of none, still begun and ended
+    assert told.calls[0] == ("begun", 0)
+    assert told.calls[-1] == ("ended", 0)
+    index.close()
+
+
+_CATCH_UP_CHILD = """
+import sys
+from pathlib import Path
+
+import orjson
+
+from pipeline.kafka.cluster.topics import TopicNames
+from pipeline.kafka.reading import output_index
+
+output_index._CHUNK = 50  # many SQLite transactions, so the two processes' writes interleave
+index = output_index.OutputIndex(orjson.loads(sys.argv[1]), TopicNames(sys.argv[2]), Path(sys.argv[3]))
+print("ready", flush=True)
+sys.stdin.readline()  # both processes begin at once
+print(index.catch_up().records)
+index.close()
+"""
+
+
+def test_two_processes_catching_up_one_file_at_once_merge_as_one(
+    kafka_config: dict[str, str], topic_names: TopicNames, tmp_path: Path
+) -> None:
+    """Two commands on one DPM_HOME index the same topics at the same moment: every decision once, all complete."""
+    create_topics(kafka_config, topic_names, partitions=2)
+    producer = _transactional(kafka_config)
+    for batch in range(4):
+        producer.begin_transaction()
+        for n in range(batch * 100, batch * 100 + 100):
+            _publish(producer, topic_names, f"t{n}:dpm", case_id=f"c{n % 7}")
+        producer.commit_transaction(30)
+    argv = [sys.executable, "-c", _CATCH_UP_CHILD, orjson.dumps(kafka_config).decode(), topic_names.prefix,
+            str(tmp_path)]  # fmt: skip
+    children = [subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                 text=True) for _ in range(2)]  # fmt: skip
+    for child in children:
+        assert child.stdout is not None
+        assert child.stdout.readline().strip() == "ready"
+    for child in children:  # both told before either is waited for
+        assert child.stdin is not None
+        child.stdin.write("go\n")
+        child.stdin.flush()
+    outcomes = [child.communicate(timeout=120) for child in children]
+    assert [child.returncode for child in children] == [0, 0], [err[-2000:] for _, err in outcomes]
+    read = [int(out) for out, _ in outcomes]
+    assert all(n > 0 for n in read), read  # both read (neither found the work done before it began)
+
+    index = OutputIndex(kafka_config, topic_names, tmp_path)
+    assert index.catch_up().records == 0  # the offsets the two stored reach the ends: nothing left
+    found = [e for n in range(7) for e in index.store.of_case("acme", f"c{n}") or []]
+    assert sorted(e.decision_id for e in found) == sorted(f"t{n}:dpm" for n in range(400))  # each once
+    assert all(e.complete and len(e.audits) == 2 for e in found)
+    index.close()

@@ -19,9 +19,10 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import orjson
 from confluent_kafka import KafkaException
@@ -42,10 +43,25 @@ from pipeline.wire.sealing import SEALED
 _LOG = logging.getLogger("pipeline.kafka.reading.output_index")
 _CHUNK = 20_000  # rows written per SQLite transaction while catching up (memory stays bounded)
 
-Progress = Callable[[int], None]  # told the records read so far
 KEEP_CURRENT_S = 1.0  # how often a door's index reads what was published (a lookup of a newer id catches up itself)
 _KEEPERS: dict[Path, OutputIndex] = {}  # the index that keeps each file current in this process
 _KEEPERS_LOCK = threading.Lock()
+
+
+class CatchUpReport(Protocol):
+    """Told how a catch-up goes, in offsets of the output topics (records and transaction markers).
+
+    What a command shows while an index is built or rebuilt (pipeline/cli/index_progress.py).
+    """
+
+    def begun(self, backlog: int, path: Path) -> None:
+        """A catch-up of `backlog` offsets into the file at `path` begins (called before any is read)."""
+
+    def advanced(self, done: int) -> None:
+        """`done` of the backlog's offsets are read and stored."""
+
+    def ended(self) -> None:
+        """The catch-up ended (read to its ends, stopped, or failed)."""
 
 
 @dataclass(frozen=True)
@@ -76,11 +92,17 @@ class OutputIndex:
     """The index of one set of output topics (`names`), in `directory`. Thread-safe.
 
     Its records are read through `reader` when given (shared with the case keys' reads: one
-    connection less to open; its owner closes it), else through its own.
+    connection less to open; its owner closes it), else through its own. Its catch-ups are told to
+    `report` when given (a command's progress bar).
     """
 
     def __init__(
-        self, client_config: dict[str, str], names: TopicNames, directory: Path, reader: PlaceReader | None = None
+        self,
+        client_config: dict[str, str],
+        names: TopicNames,
+        directory: Path,
+        reader: PlaceReader | None = None,
+        report: CatchUpReport | None = None,
     ) -> None:
         self.names = names
         self._config = client_config
@@ -96,10 +118,11 @@ class OutputIndex:
         # When the last whole catch-up began: lookups that missed while it ran wait for it, not run their own.
         self._covered_from = -math.inf
         self._contests_refused = False
+        self._report = report
 
     # -- keeping it current ------------------------------------------------------------------------------
 
-    def catch_up(self, progress: Progress | None = None, *, contests_only: bool = False) -> CaughtUp:
+    def catch_up(self, *, contests_only: bool = False) -> CaughtUp:
         """Indexes what was published since the file was last brought up to date; returns what it read.
 
         `contests_only`: the contests topic alone (what a decision's contests need; nothing else
@@ -113,17 +136,17 @@ class OutputIndex:
                 return CaughtUp(0, 0)  # one that began after this was asked has read all it could have
             began = time.monotonic()
             try:
-                caught = self._caught_up(topics, progress or (lambda _n: None))
+                caught = self._caught_up(topics)
             except StoreRebuiltError:  # the file was damaged and started anew: read everything into it
-                caught = self._caught_up(topics, progress or (lambda _n: None))
+                caught = self._caught_up(topics)
             if not contests_only:
                 self._covered_from = began
             return caught
 
-    def _caught_up(self, topics: tuple[str, ...], progress: Progress) -> CaughtUp:
+    def _caught_up(self, topics: tuple[str, ...]) -> CaughtUp:
         followers = {topic: TopicFollower(self._config, topic, self.store.read_to(topic)) for topic in topics}
         try:
-            return self._catch_up(followers, progress)
+            return self._catch_up(followers)
         except KafkaException as exc:
             raise KafkaAdapterError(f"indexing {self.names.scope} outputs failed: {exc}") from exc
         finally:
@@ -162,30 +185,58 @@ class OutputIndex:
         names = self.names
         return (names.views, names.audit, names.dlq, names.contests, names.decisions)
 
-    def _catch_up(self, followers: Mapping[str, TopicFollower], progress: Progress) -> CaughtUp:
-        last = followers.get(self.names.decisions)
-        decisions_end = last.ends() if last is not None else None  # first: see the module's docstring
+    def _catch_up(self, followers: Mapping[str, TopicFollower]) -> CaughtUp:
+        ends = self._ends(followers)
+        started = {topic: followers[topic].positions() for topic in ends}
+        report = self._report
+        if report is not None:
+            report.begun(_offsets_between(started, ends), self.store.path)
+        try:
+            return self._read_to(followers, ends, started)
+        finally:
+            if report is not None:
+                report.ended()
+
+    def _ends(self, followers: Mapping[str, TopicFollower]) -> dict[str, dict[int, int]]:
+        """Each topic's ends, the decisions topic's first (see the module's docstring); none for refused contests."""
+        ends = {}
+        for topic in (self.names.decisions, *(t for t in followers if t != self.names.decisions)):
+            if topic in followers:
+                try:
+                    ends[topic] = followers[topic].ends()
+                except NotAuthorizedError as exc:
+                    if topic != self.names.contests:
+                        raise
+                    self._no_contests(exc)  # a principal not granted the contests: its decisions are found all the same
+        return {topic: ends[topic] for topic in followers if topic in ends}  # read in the followers' order
+
+    def _read_to(self, followers: Mapping[str, TopicFollower], ends: Mapping[str, Mapping[int, int]],
+                 started: Mapping[str, Mapping[int, int]]) -> CaughtUp:  # fmt: skip
+        """Reads every topic of `ends` up to them, a chunk of rows at a time, telling the report after each."""
         chunk, read, decided = Chunk(), 0, 0
-        for topic, follower in followers.items():
-            ends = decisions_end if topic == self.names.decisions else None
+        for topic, topic_ends in ends.items():
             try:
-                for raw in follower.new_records(ends):
+                for raw in followers[topic].new_records(topic_ends):
                     read += 1
                     decided += self._add(chunk, topic, raw)
                     if len(chunk) >= _CHUNK:
                         self._write(chunk, followers)
                         chunk = Chunk()
-                        progress(read)
+                        self._advanced(followers, started)
                         if self._stop.is_set():  # closing: what is written stands, the rest waits for the next one
                             return CaughtUp(read, decided)
             except NotAuthorizedError as exc:
                 if topic != self.names.contests:
                     raise
-                self._no_contests(exc)  # a principal not granted the contests: its decisions are found all the same
+                self._no_contests(exc)
             self._write(chunk, followers)
             chunk = Chunk()
-        progress(read)
+            self._advanced(followers, started)
         return CaughtUp(read, decided)
+
+    def _advanced(self, followers: Mapping[str, TopicFollower], started: Mapping[str, Mapping[int, int]]) -> None:
+        if self._report is not None:
+            self._report.advanced(_offsets_between(started, {t: followers[t].positions() for t in started}))
 
     def _no_contests(self, exc: NotAuthorizedError) -> None:
         if not self._contests_refused:  # once: a keeper would say it every second
@@ -300,3 +351,8 @@ def _call_index(raw: RawRecord) -> int | None:
             return int(tail)
     call_index = _clear_fields(raw).get("call_index")
     return call_index if isinstance(call_index, int) else None
+
+
+def _offsets_between(first: Mapping[str, Mapping[int, int]], last: Mapping[str, Mapping[int, int]]) -> int:
+    """The offsets from `first` (positions; 0 for a partition not read yet) to `last`, over every topic."""
+    return sum(max(0, offset - first[topic].get(p, 0)) for topic, ends in last.items() for p, offset in ends.items())
