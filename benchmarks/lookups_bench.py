@@ -11,7 +11,8 @@ At each size, looking up the oldest (the twenty real ones):
   a fresh client (its constructor timed apart);
 - `GET /v1/decisions/{id}` p50/p99 from `dpm api` (a child sharing the host's index);
 - `dpm explain --decision` as a whole process;
-- the auditor's pages finding and opening the oldest decision;
+- the auditor's pages finding and opening the oldest decision, and its list: its start, and its
+  first and last page of the tenant's decisions and a case's page, each read by cursor;
 - the index's first build on a host that had none (what every other process then skips), its
   bytes per decision, and a catch-up after 10,000 decisions were published while nothing read.
 
@@ -45,7 +46,7 @@ from pipeline.kafka.cluster.topics import TopicNames, create_pipeline_topics
 from pipeline.kafka.local.local_broker import free_cluster_port
 from pipeline.kafka.reading.output_index import OutputIndex
 from pipeline.services.api_keys import ApiKeys
-from pipeline.services.audit_index import IndexedDecision
+from pipeline.services.audit_index import DecisionFilter, IndexedDecision
 from pipeline.services.auditor import KafkaAuditor
 from pipeline.services.cluster import child_env, pipeline_processes
 from pipeline.wire.headers import TENANT_HEADER
@@ -196,9 +197,7 @@ def _cli_explain(env: dict[str, str], decision_id: str) -> dict[str, float]:
 def _ui_oldest(settings: Settings, decision_id: str) -> float:
     """The auditor's pages finding the oldest decision (through the lookup index) and opening its record and view.
 
-    Its page's reads of the case's events and audit records are the `ui` section's. The pages' own
-    index of the newest is not filled first (`dpm ui` fills it at start by reading the output topics
-    whole: not what this measures); the decision is older than any it would hold.
+    Its page's reads of the case's events and audit records are the `ui` section's.
     """
     auditor = KafkaAuditor(settings)
     try:
@@ -207,6 +206,37 @@ def _ui_oldest(settings: Settings, decision_id: str) -> float:
         if not isinstance(item, IndexedDecision) or item.view is None:
             raise SystemExit(f"the auditor did not open {decision_id}: {item!r}")
         return round((time.perf_counter() - started) * 1000, 1)
+    finally:
+        auditor.close()
+
+
+def _ui_pages(settings: Settings) -> dict[str, float]:
+    """The auditor's list: its start (the host's index brought up to date), then the tenant's pages of 5, newest first.
+
+    The first page, and the last (the oldest decisions), each read through the lookup index at its
+    cursor; and the first page of one case.
+    """
+    started = time.perf_counter()
+    auditor = KafkaAuditor(settings)
+    try:
+        auditor.refresh()
+        start_s = time.perf_counter() - started
+        wanted, timings = DecisionFilter(tenant=TENANT), []
+        page = None
+        while page is None or page.older is not None:
+            began = time.perf_counter()
+            page = auditor.listing(wanted, 5, before=None if page is None else page.older)
+            timings.append((time.perf_counter() - began) * 1000)
+        if len(timings) != -(-REAL // 5):
+            raise SystemExit(f"the auditor's list paged {len(timings)} pages of 5 through {REAL} decisions")
+        began = time.perf_counter()
+        auditor.listing(DecisionFilter(tenant=TENANT, case_id="applicant-0"), 5)
+        return {
+            "start_s": round(start_s, 2),
+            "first_page_ms": round(timings[0], 1),
+            "last_page_ms": round(timings[-1], 1),
+            "case_page_ms": round((time.perf_counter() - began) * 1000, 1),
+        }
     finally:
         auditor.close()
 
@@ -263,6 +293,7 @@ def measure(bootstrap: str, work: Path) -> dict[str, Any]:
             row["http"] = _http_lookups(env, settings.paths.home, ids)
             row["cli_explain"] = _cli_explain(env, ids[0])
             row["ui_oldest_ms"] = _ui_oldest(settings, ids[0])
+            row["ui_pages"] = _ui_pages(settings)
             row["catch_up"] = _catch_up(bootstrap, names, filler, settings)
             sizes[str(size)] = row
     return _with_targets({"real_decisions": REAL, "sizes": sizes})

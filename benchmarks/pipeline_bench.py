@@ -381,6 +381,12 @@ def _lookups_rows(lookups: dict[str, Any]) -> list[tuple[str, str]]:
              f"bytes per decision (target 300); catch-up of {row['catch_up']['decisions']:,} decisions "
              f"{_f(row['catch_up']['seconds'], 2)} s (target 5)"),
         ]  # fmt: skip
+        pages = row.get("ui_pages")
+        if pages is not None:
+            first, last = _f(pages["first_page_ms"]), _f(pages["last_page_ms"])
+            out.append(("the same, the auditor's list: its start / the first and last page of 5 / a case's page",
+                        f"{_f(pages['start_s'], 2)} s / {first} and {last} ms / "
+                        f"{_f(pages['case_page_ms'])} ms"))  # fmt: skip
     met = ", ".join(name for name, ok in lookups["checks"].items() if not ok) or "none"
     out.append(("lookups: largest / smallest size, p50", f"x{_f(lookups['largest_over_smallest'], 2)} (target x2); "
                                                           f"targets not met: {met}"))  # fmt: skip

@@ -23,7 +23,7 @@ def ui(
     try:
         auditor.start(settings.ui.refresh_s)
         host, bound = addr or settings.ui.addr, port or settings.ui.port
-        typer.echo(f"dpm ui: http://{host}:{bound}/ ({len(auditor.index)} decisions indexed; Ctrl-C stops)")
+        typer.echo(f"dpm ui: http://{host}:{bound}/ ({auditor.decided()} decisions indexed; Ctrl-C stops)")
         serve(auditor, tokens, settings.ui, host, bound)
     finally:
         auditor.close()

@@ -373,14 +373,8 @@ class UiSettings(_Group):
     admin_token: SecretStr | None = Field(
         None, validation_alias="DPM_UI_ADMIN_TOKEN", description="a token that reads every tenant (16+ characters)"
     )
-    max_decisions: int = Field(
-        10_000,
-        ge=1,
-        validation_alias="DPM_UI_MAX_DECISIONS",
-        description="decisions the UI keeps in memory, newest first (older ones are dropped)",
-    )
     refresh_s: float = Field(
-        2.0, gt=0, validation_alias="DPM_UI_REFRESH_S", description="seconds between reads of new outputs"
+        2.0, gt=0, validation_alias="DPM_UI_REFRESH_S", description="seconds between looks for tenants onboarded since"
     )
     concurrency: int = Field(
         2,

@@ -1,4 +1,4 @@
-"""What the auditor's pages read through: the live index, a decision's events and audit records, replay, contests."""
+"""What the auditor's pages read through: the lookup index, a decision's events and audit records, replay, contests."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from pipeline.config.settings import Settings
+from pipeline.core.domains import DOMAINS
 from pipeline.core.errors import DpmError
 from pipeline.core.events import CaseRef, LogPosition, Trajectory
 from pipeline.core.verification import ReplayReport
@@ -17,16 +18,16 @@ from pipeline.kafka.cluster.layout import current_generation
 from pipeline.kafka.cluster.topics import TopicNames
 from pipeline.kafka.errors import KafkaAdapterError
 from pipeline.kafka.keytopic.keystore import case_keys_from
-from pipeline.kafka.reading.index_store import unplace
-from pipeline.kafka.reading.output_index import OutputIndex
+from pipeline.kafka.reading.index_store import Entry, Listing, cursor_of, unplace
+from pipeline.kafka.reading.places import PlaceReader
 from pipeline.kafka.reading.reader import KafkaEventLog, PooledLog
-from pipeline.keys.store import CaseKeys
 from pipeline.services.audit_index import (
-    DecisionIndex,
+    Cursor,
+    DecisionFilter,
     ErasedDecision,
     IndexedDecision,
     Listed,
-    LiveIndex,
+    ListPage,
     read_audits,
 )
 from pipeline.services.contest import (
@@ -58,45 +59,53 @@ class CaseEvents:
 
 
 class _Scope:
-    """One set of output topics (the shared ones, or a tenant's own), followed into the index, and its readers."""
+    """One set of output topics (the shared ones, or a tenant's own): its lookup index, kept current, and readers."""
 
-    def __init__(self, settings: Settings, names: TopicNames, index: DecisionIndex, readers: int) -> None:
+    def __init__(self, settings: Settings, names: TopicNames, readers: int) -> None:
         config = settings.kafka.client_config()
         self.names = names
-        self.keys = case_keys_from(settings, client_config=config, names=names)
-        self.live = LiveIndex(config, names, self.keys, index)
+        self._places = PlaceReader(config)  # the index's reads and the case keys': one connection
+        self.keys = case_keys_from(settings, client_config=config, names=names, by_case=True, reader=self._places)
+        self.index = open_index(settings, names, config, self._places)
         self._config, self._readers = config, readers
         self._events: dict[str, PooledLog] = {}  # events topic (one per generation) -> its readers, opened on use
         self._events_lock = threading.Lock()
         self.audit_log = PooledLog([KafkaEventLog(config, names.audit) for _ in range(readers)])
-        self._settings = settings
-        self._lookups: OutputIndex | None = None  # the lookup index, opened on first use
-        self._lookup_keys: CaseKeys | None = None  # its case keys, each case's read by its place
-        self._lookups_lock = threading.Lock()
+
+    def start(self) -> None:
+        """Brings the index up to date (what was published since this host last read), then keeps it current."""
+        self.index.catch_up()
+        self.index.keep_current()
+
+    def entries(self, wanted: Listing, limit: int) -> list[tuple[Entry, _Scope]]:
+        return [(entry, self) for entry in self.index.store.listing(wanted, limit)]
+
+    def items(self, entries: Sequence[Entry]) -> dict[DecisionKey, Listed]:
+        """The decisions of `entries`, read at their places and opened (erased ones as such); unreadable ones not."""
+        outputs = published(self.index, entries, self.keys, with_audits=False)
+        found: dict[DecisionKey, Listed] = {}
+        for entry in entries:
+            key = DecisionKey(entry.tenant, DecisionId.parse(entry.decision_id))
+            if key in outputs.erased:
+                found[key] = ErasedDecision(key.decision_id, outputs.erased[key], entry.at_ms or 0)
+            elif (record := outputs.decisions.get(key)) is not None:
+                positions = {call: LogPosition(*unplace(where)) for call, where in entry.audits}
+                found[key] = IndexedDecision(record, entry.at_ms or 0, key in outputs.sealed, outputs.views.get(key),
+                                             positions)  # fmt: skip
+        return found
 
     def looked_up(self, tenant: str, decision_id: DecisionId) -> Listed | None:
         """The tenant's decision of this id through the lookup index: any published, oldest included."""
-        with self._lookups_lock:
-            if self._lookup_keys is None:
-                self._lookup_keys = case_keys_from(self._settings, client_config=self._config, names=self.names,
-                                                   by_case=True)  # fmt: skip
-            if self._lookups is None:
-                self._lookups = open_index(self._settings, self.names, self._config)
-                self._lookups.keep_current()
-        index, keys = self._lookups, self._lookup_keys
-        entries = index.entries(str(decision_id), tenant)
-        if not entries:
-            return None
-        entry = entries[0]
-        outputs = published(index, [entry], keys, with_audits=False)
-        key = DecisionKey(tenant, decision_id)
-        if key in outputs.erased:
-            return ErasedDecision(decision_id, outputs.erased[key], entry.at_ms or 0)
-        record = outputs.decisions.get(key)
-        if record is None:
-            return None
-        positions = {call: LogPosition(*unplace(where)) for call, where in entry.audits}
-        return IndexedDecision(record, entry.at_ms or 0, key in outputs.sealed, outputs.views.get(key), positions)
+        entries = self.index.entries(str(decision_id), tenant)
+        return self.items(entries[:1]).get(DecisionKey(tenant, decision_id)) if entries else None
+
+    def erased(self, items: Sequence[IndexedDecision]) -> set[CaseRef]:
+        """The cases of `items` erased as the key topic says now (read first), marked so in the index."""
+        self.keys.sync()
+        gone = {i.case for i in items if self.keys.erased(i.case) or (i.sealed and not self.keys.knows(i.case))}
+        for tenant in {case.tenant for case in gone}:
+            self.index.mark_erased(tenant, [case.case_id for case in gone if case.tenant == tenant])
+        return gone
 
     def events_of(self, record: DecisionRecord) -> PooledLog:
         """The readers of the events topic the decision read (v1 records: the first generation's)."""
@@ -107,29 +116,26 @@ class _Scope:
             return self._events[topic]
 
     def close(self) -> None:
-        with self._lookups_lock:
-            for opened in (self._lookups, self._lookup_keys):
-                if opened is not None:
-                    opened.close()
-        self.live.close()
+        self.index.close()
+        self.keys.close()
+        self._places.close()
         with self._events_lock:
             for log in self._events.values():
                 log.close()
         self.audit_log.close()
-        self.keys.close()
 
 
 class KafkaAuditor:
-    """The index, followed live from the output topics, and reads by offset for one decision at a time.
+    """The host's lookup index of the output topics, kept current, and reads by offset for one decision at a time.
 
-    Reads go through pools of DPM_UI_CONCURRENCY Kafka readers (one for events, one for audit
-    records): that many pages read at once, and a page holds a reader only while it reads. The case keys are
-    thread-safe; the index has its own lock and is refreshed by one thread. List pages read the
-    index only. With tenancy by topic the shared topics (where they exist) and every tenant's own are
-    followed into the one index (tenants onboarded later are found at the next look, every
-    TENANTS_EVERY_S); each then has one reader of each kind, since its readers hold consumers. A
-    decision is read back from the scope that owns the events topic it read: a tenant decided on the
-    shared topics before it got its own is audited in both.
+    Nothing of the topics is held in memory: a list page is one page of the index (by cursor), whose
+    decisions are read at their places; a decision page reads its own records. Reads go through pools
+    of DPM_UI_CONCURRENCY Kafka readers (one for events, one for audit records): that many pages
+    read at once, and a page holds a reader only while it reads. With tenancy by topic the shared
+    topics (where they exist) and every tenant's own are indexed, each in its own file (tenants
+    onboarded later are found at the next look, every TENANTS_EVERY_S), and a list merges them; each
+    then has one reader of each kind. A decision is read back from the scope that owns the events
+    topic it read: a tenant decided on the shared topics before it got its own is audited in both.
     """
 
     TENANTS_EVERY_S = 10.0
@@ -139,10 +145,9 @@ class KafkaAuditor:
         self._by_topic = settings.kafka.tenancy == "topics" and names is None
         base = TopicNames(settings.kafka.topic_prefix)
         self.names = names or (base if self._by_topic else current_generation(settings.kafka.client_config(), base))
-        self._index = DecisionIndex(settings.ui.max_decisions)
         self._scopes: dict[str | None, _Scope] = {}
         if not self._by_topic:
-            self._scopes[None] = _Scope(settings, self.names, self._index, settings.ui.concurrency)
+            self._scopes[None] = _Scope(settings, self.names, settings.ui.concurrency)
         self._tenants_looked_at = -math.inf
         self._backends = registry_backends(settings.model, None)
         self._refresh_lock = threading.Lock()
@@ -151,39 +156,74 @@ class KafkaAuditor:
         self._thread: threading.Thread | None = None
         self.refresh_failures = 0
 
-    @property
-    def index(self) -> DecisionIndex:
-        return self._index
-
     def refresh(self) -> None:
+        """Opens the scopes of tenants onboarded since the last look and brings every scope's index up to date."""
         with self._refresh_lock:
             if self._by_topic and time.monotonic() - self._tenants_looked_at >= self.TENANTS_EVERY_S:
                 self._add_new_tenants()
-            with self._scopes_lock:
-                scopes = list(self._scopes.values())
-            for scope in scopes:
-                scope.live.refresh()
+            for scope in self._all():
+                scope.index.catch_up()
 
     def _add_new_tenants(self) -> None:
         self._tenants_looked_at = time.monotonic()
         for scope in topic_scopes(self._settings):
             if scope.tenant not in self._scopes:
-                opened = _Scope(self._settings, scope, self._index, readers=1)
+                opened = _Scope(self._settings, scope, readers=1)
                 with self._scopes_lock:
                     self._scopes[scope.tenant] = opened
 
-    def lookup(self, tenant: str, decision_id: DecisionId) -> Listed | None:
-        """The tenant's decision of this id: from the index of the newest, else through the lookup index.
-
-        The in-memory index holds the newest DPM_UI_MAX_DECISIONS; any older one (last year's) is found
-        through the host's lookup index and read at its places. Raises DpmError when it cannot be read.
-        """
-        found = self._index.get(tenant, decision_id)
-        if found is not None:
-            return found
+    def _all(self) -> list[_Scope]:
         with self._scopes_lock:
-            scopes = [s for s in (self._scopes.get(tenant) if self._by_topic else None, self._scopes.get(None)) if s]
-        for scope in scopes:
+            return list(self._scopes.values())
+
+    def _of(self, tenant: str | None) -> list[_Scope]:
+        """The scopes that may hold `tenant`'s decisions (every scope for None: an admin's list)."""
+        if tenant is None or not self._by_topic:
+            return self._all()
+        with self._scopes_lock:
+            return [s for s in (self._scopes.get(tenant), self._scopes.get(None)) if s is not None]
+
+    def listing(self, wanted: DecisionFilter, limit: int, *, before: Cursor | None = None,
+                after: Cursor | None = None) -> ListPage:  # fmt: skip
+        """One page of the decisions `wanted`, newest first: the first, or the one before `before` or after `after`.
+
+        Each scope's index gives its page; they are merged by time. A label is checked on the opened
+        decisions of a sealed pipeline (the index holds no sealed label), so such a page may hold fewer
+        than `limit`: its cost stays one page's. Raises DpmError when a page's records cannot be read.
+        """
+        architecture = None if wanted.architecture is None else wanted.architecture.value
+        asked = Listing(wanted.tenant, wanted.case_id, architecture, wanted.label, wanted.since_ms, wanted.until_ms,
+                        before, after)  # fmt: skip
+        found = sorted((pair for scope in self._of(wanted.tenant) for pair in scope.entries(asked, limit + 1)),
+                       key=lambda pair: cursor_of(pair[0]), reverse=True)  # fmt: skip
+        more = len(found) > limit
+        chosen = found[-limit:] if after is not None else found[:limit]  # the nearest to the cursor
+        by_scope: dict[int, tuple[_Scope, list[Entry]]] = {}
+        for entry, scope in chosen:
+            by_scope.setdefault(id(scope), (scope, []))[1].append(entry)
+        items = {key: item for scope, entries in by_scope.values() for key, item in scope.items(entries).items()}
+        in_order = (items.get(DecisionKey(e.tenant, DecisionId.parse(e.decision_id))) for e, _ in chosen)
+        listed = tuple(item for item in in_order if item is not None and _labelled(item, wanted.label))
+        first, last = (cursor_of(chosen[0][0]), cursor_of(chosen[-1][0])) if chosen else (None, None)
+        newer = first if (after is not None and more) or (after is None and before is not None) else None
+        older = last if (after is None and more) or after is not None else None
+        return ListPage(listed, newer, older)
+
+    def decided(self) -> int:
+        """How many decision records the scopes' indexes hold (what /healthz says)."""
+        return sum(scope.index.store.decided() for scope in self._all())
+
+    def labels(self, tenant: str | None) -> list[str]:
+        """The labels to filter by: the known domains', and those of decisions indexed in clear (of `tenant`)."""
+        known = {label for rules in DOMAINS.values() for label in rules.label_space}
+        return sorted(known | {label for scope in self._of(tenant) for label in scope.index.store.labels(tenant)})
+
+    def lookup(self, tenant: str, decision_id: DecisionId) -> Listed | None:
+        """The tenant's decision of this id, any ever published, through the lookup index.
+
+        Raises DpmError when it cannot be read.
+        """
+        for scope in self._of(tenant):
             item = scope.looked_up(tenant, decision_id)
             if item is not None:
                 return item
@@ -201,26 +241,37 @@ class KafkaAuditor:
             return chosen
 
     def start(self, interval_s: float) -> None:
-        """Reads every output so far (failing loudly), then follows new ones every `interval_s`."""
+        """Brings every scope's index up to date (failing loudly), then keeps them current from threads of their own.
+
+        Every `interval_s` it looks for tenants onboarded since (tenancy by topic).
+        """
         self.refresh()
-        self._thread = threading.Thread(target=self._follow, args=(interval_s,), name="ui-index", daemon=True)
+        for scope in self._all():
+            scope.start()
+        self._thread = threading.Thread(target=self._follow, args=(interval_s,), name="ui-tenants", daemon=True)
         self._thread.start()
 
     def _follow(self, interval_s: float) -> None:
         while not self._stop.wait(interval_s):
             try:
+                known = set(map(id, self._all()))
                 self.refresh()
+                for scope in (s for s in self._all() if id(s) not in known):
+                    scope.start()
             except KafkaAdapterError as exc:
                 self.refresh_failures += 1
                 _LOG.warning("new outputs could not be read (next try in %.1f s): %s", interval_s, exc)
 
     def erased(self, items: Sequence[IndexedDecision]) -> set[CaseRef]:
-        """The cases of `items` erased, as their scopes' key topics say now (each read once); KafkaAdapterError."""
+        """The cases of `items` erased, as their scopes' key topics say now (each read once), marked in the index.
+
+        Raises KafkaAdapterError.
+        """
         by_scope: dict[int, tuple[_Scope, list[IndexedDecision]]] = {}
         for item in items:
             scope = self._scope(item)
             by_scope.setdefault(id(scope), (scope, []))[1].append(item)
-        return {case for scope, its in by_scope.values() for case in scope.live.erased(its)}
+        return {case for scope, its in by_scope.values() for case in scope.erased(its)}
 
     def events(self, item: IndexedDecision) -> CaseEvents:
         scope = self._scope(item)
@@ -269,3 +320,8 @@ class KafkaAuditor:
             for scope in self._scopes.values():
                 scope.close()
             self._scopes.clear()
+
+
+def _labelled(item: Listed, label: str | None) -> bool:
+    """Whether `item` has `label` (any for None); an erased decision has none."""
+    return label is None or (isinstance(item, IndexedDecision) and item.record.outcome.label == label)

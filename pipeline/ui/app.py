@@ -44,7 +44,16 @@ from pipeline.core.events import CaseRef
 from pipeline.core.explanation import fact_rows
 from pipeline.core.task import Architecture
 from pipeline.core.verification import ReplayReport
-from pipeline.services.audit_index import DecisionFilter, DecisionIndex, ErasedDecision, IndexedDecision, Listed
+from pipeline.services.audit_index import (
+    Cursor,
+    DecisionFilter,
+    ErasedDecision,
+    IndexedDecision,
+    Listed,
+    ListPage,
+    page_cursor,
+    page_token,
+)
 from pipeline.services.auditor import CaseEvents
 from pipeline.services.contest import ContestAsk, ContestDone, is_adverse_label
 from pipeline.ui.auth import COOKIE, LOGIN_COOKIE, Principal, Tokens, bearer, client_of, same_origin
@@ -78,13 +87,23 @@ class Viewer:
 
 
 class Auditor(Protocol):
-    """What the pages read: the index, and per decision its events, its audit records and a replay."""
+    """What the pages read: pages of the lookup index, and per decision its events, audit records and a replay."""
 
-    @property
-    def index(self) -> DecisionIndex: ...
+    def listing(self, wanted: DecisionFilter, limit: int, *, before: Cursor | None = None,
+                after: Cursor | None = None) -> ListPage:  # fmt: skip
+        """One page of the decisions `wanted`, newest first: the first, or the one before `before` or after `after`."""
+        ...
+
+    def labels(self, tenant: str | None) -> list[str]:
+        """The labels to filter by (of one tenant, or all)."""
+        ...
+
+    def decided(self) -> int:
+        """How many decision records are indexed (no content, no tenant: what /healthz says)."""
+        ...
 
     def lookup(self, tenant: str, decision_id: DecisionId) -> Listed | None:
-        """The tenant's decision of this id: from the index of the newest, else any published (the lookup index)."""
+        """The tenant's decision of this id, any ever published (the lookup index); DpmError when unreadable."""
         ...
 
     def erased(self, items: Sequence[IndexedDecision]) -> set[CaseRef]:
@@ -234,7 +253,7 @@ class _Pages:
         return response
 
     async def healthz(self, _request: Request) -> Response:
-        return PlainTextResponse(f"ok: {len(self.auditor.index)} decisions indexed")
+        return PlainTextResponse(f"ok: {self.auditor.decided()} decisions indexed")
 
     async def home(self, _request: Request) -> Response:
         return RedirectResponse("/decisions", status_code=303)
@@ -256,17 +275,22 @@ class _Pages:
                 since_ms=parse_when(params.get("since")),
                 until_ms=parse_when(params.get("until")),
             )
-            number = int(params.get("page") or 1)
+            before, after = (page_cursor(params[k]) if params.get(k) else None for k in ("before", "after"))
         except ValueError as exc:
             return self.render("error.html", 400, viewer, message=f"Bad filter: {exc}")
-        page = self.auditor.index.query(wanted, number, PER_PAGE)
+        try:
+            page = self.auditor.listing(wanted, PER_PAGE, before=before, after=after)
+            labels = self.auditor.labels(principal.tenant)
+        except DpmError as exc:
+            return self.render("error.html", 503, viewer, message=f"The decisions could not be read: {exc}")
         try:
             if self._drop_erased([i for i in page.items if isinstance(i, IndexedDecision)]):
-                page = self.auditor.index.query(wanted, number, PER_PAGE)
+                page = self.auditor.listing(wanted, PER_PAGE, before=before, after=after)
         except DpmError as exc:
             return self.render("error.html", 503, viewer, message=f"The key topic could not be read: {exc}")
-        return self.render("list.html", viewer=viewer, page=page, params=params,
-                           labels=self.auditor.index.labels(principal.tenant))  # fmt: skip
+        return self.render("list.html", viewer=viewer, page=page, params=params, labels=labels,
+                           newer=None if page.newer is None else page_token(page.newer),
+                           older=None if page.older is None else page_token(page.older))  # fmt: skip
 
     def decision(self, request: Request) -> Response:
         viewer = self._viewer(request)
@@ -328,11 +352,8 @@ class _Pages:
             return f"replay could not run: {exc}"
 
     def _drop_erased(self, items: Sequence[IndexedDecision]) -> bool:
-        """Drops from the index the content of the erased cases among `items` (the key topic read now); any?"""
-        erased = self.auditor.erased(items) if items else set()
-        for case in erased:
-            self.auditor.index.erase_case(case)
-        return bool(erased)
+        """Whether any case of `items` is erased, as the key topic says now (the auditor marks them in its index)."""
+        return bool(self.auditor.erased(items)) if items else False
 
     def _decision_page(
         self, viewer: Viewer, item: Listed, *, replay: bool, contest: ContestAsk | None = None

@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 
 from pipeline.client import CaseErasedError, DecisionMemory, DecisionNotFoundError, UnknownCursorError
+from pipeline.config.settings import Settings
 from pipeline.kafka.cluster.admin import admin_client, topic_partitions
 from pipeline.kafka.cluster.topics import TopicNames, TopicSpec, ensure_topics, pipeline_topics
-from pipeline.services.audit_index import IndexedDecision
+from pipeline.services.audit_index import DecisionFilter, ErasedDecision, IndexedDecision
 from pipeline.services.auditor import KafkaAuditor
 from pipeline.services.cluster import pipeline_processes
 from pipeline.wire.trigger import DecisionId
@@ -44,16 +45,7 @@ def test_lookups_on_two_hosts_page_by_time_and_answer_an_erased_case_as_erased(
             acme.decisions_of("kept", after=ids[0])  # a decision of another case: no place to start after
         decided_at = time.monotonic()
 
-    settings = client_settings(kafka_bootstrap, topic_names, host_a)
-    auditor = KafkaAuditor(settings.model_copy(update={"ui": settings.ui.model_copy(update={"max_decisions": 1})}))
-    auditor.refresh()  # the pages' index of the newest keeps one decision: the others are older than it holds
-    assert len(auditor.index) == 1
-    oldest = auditor.lookup("acme", DecisionId.parse(ids[0]))
-    assert isinstance(oldest, IndexedDecision)  # opened all the same, through the lookup index
-    assert (oldest.view is not None, len(auditor.audits(oldest)) >= 1) == (True, True)
-    assert auditor.events(oldest).trajectory is not None
-    assert auditor.lookup("globex", DecisionId.parse(ids[0])) is None
-    auditor.close()
+    _auditor_pages_by_cursor(client_settings(kafka_bootstrap, topic_names, host_a), ids)
 
     # another host: an index of its own, built on first use; pages by time list what is settled: published
     # more than the transaction timeout (1 s here) and 5 s for clocks ago
@@ -78,6 +70,7 @@ def test_lookups_on_two_hosts_page_by_time_and_answer_an_erased_case_as_erased(
 
     erased = dpm_cli("erase", "--tenant", "acme", "--case", "gone", env=env)  # on host A
     assert erased.returncode == 0, erased.stderr
+    _auditor_lists_erased(client_settings(kafka_bootstrap, topic_names, host_a), ids[0])
     with DecisionMemory("acme", settings=client_settings(kafka_bootstrap, topic_names, host_a)) as on_a:
         with pytest.raises(CaseErasedError):
             on_a.decision(ids[0])  # marked in host A's index by the erasure
@@ -89,6 +82,38 @@ def test_lookups_on_two_hosts_page_by_time_and_answer_an_erased_case_as_erased(
         for decision_id in (ids[0], ids[1], "never-made:dpm"):
             with pytest.raises(DecisionNotFoundError):
                 globex.decision(decision_id)
+
+
+def _auditor_pages_by_cursor(settings: Settings, ids: list[str]) -> None:
+    """The auditor's pages list from the host's lookup index, newest first, by cursor; nothing held in memory."""
+    auditor = KafkaAuditor(settings)
+    auditor.refresh()  # the host's lookup index, brought up to date
+    first = auditor.listing(DecisionFilter(tenant="acme"), 2)
+    assert [str(item.decision_id) for item in first.items] == ids[:0:-1]  # newest first
+    assert (first.newer, first.older is not None) == (None, True)
+    rest = auditor.listing(DecisionFilter(tenant="acme"), 2, before=first.older)
+    assert ([str(item.decision_id) for item in rest.items], rest.older) == ([ids[0]], None)
+    one_case = auditor.listing(DecisionFilter(tenant="acme", case_id="gone"), 5)
+    assert [str(item.decision_id) for item in one_case.items] == ids[:1]
+    labels = {item.record.outcome.label for item in first.items if isinstance(item, IndexedDecision)}
+    assert labels <= set(auditor.labels("acme"))
+    oldest = auditor.lookup("acme", DecisionId.parse(ids[0]))
+    assert isinstance(oldest, IndexedDecision)
+    assert (oldest.view is not None, len(auditor.audits(oldest)) >= 1) == (True, True)
+    assert auditor.events(oldest).trajectory is not None
+    assert auditor.lookup("globex", DecisionId.parse(ids[0])) is None
+    assert auditor.listing(DecisionFilter(tenant="globex"), 5).items == ()
+    auditor.close()
+
+
+def _auditor_lists_erased(settings: Settings, erased_id: str) -> None:
+    """After `dpm erase`, the auditor lists the case's decision as erased and opens none of its content."""
+    auditor = KafkaAuditor(settings)
+    auditor.refresh()
+    listed = auditor.listing(DecisionFilter(tenant="acme"), 5).items
+    assert [type(item) for item in listed] == [IndexedDecision, IndexedDecision, ErasedDecision]
+    assert isinstance(auditor.lookup("acme", DecisionId.parse(erased_id)), ErasedDecision)
+    auditor.close()
 
 
 def test_a_one_partition_contests_topic_is_refused_with_its_fix_and_migrated_in_place(

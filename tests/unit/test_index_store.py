@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 
 from pipeline.kafka.local_stores import LocalStoreError, StoreRebuiltError
-from pipeline.kafka.reading.index_store import MAX_PARTITIONS, Chunk, IndexStore, place, unplace
+from pipeline.kafka.reading.index_store import MAX_PARTITIONS, Chunk, IndexStore, Listing, cursor_of, place, unplace
 
 
 def _decided(chunk: Chunk, decision_id: str, *, tenant: str = "acme", case_id: str = "c1", at_ms: int = 1,
-             where: int = 0) -> None:  # fmt: skip
-    chunk.decisions.append((decision_id, tenant, case_id, at_ms, place(0, where), None))
+             where: int = 0, label: str | None = None) -> None:  # fmt: skip
+    chunk.decisions.append((decision_id, tenant, case_id, at_ms, place(0, where), label))
     chunk.views.append((decision_id, tenant, place(0, where)))
 
 
@@ -208,3 +208,39 @@ def test_a_busy_or_closed_file_is_an_error_of_its_own_not_damage(tmp_path: Path)
     with pytest.raises(LocalStoreError, match="could not be used"):
         store.entries("t5:dpm", "acme")  # a closed connection: not a reason to set the file aside
     assert not Path(f"{path}.corrupt").exists()
+
+
+def _listed(store: IndexStore, wanted: Listing, limit: int = 100) -> list[str]:
+    return [e.decision_id for e in store.listing(wanted, limit)]
+
+
+def test_a_listing_pages_newest_first_by_cursor_both_ways_and_filters(tmp_path: Path) -> None:
+    store = IndexStore(tmp_path / "i.sqlite")
+    chunk = Chunk()
+    for n in range(10):  # t0 oldest .. t9 newest; two share a time (the id breaks the tie)
+        _decided(chunk, f"t{n}:{'summ' if n % 3 == 0 else 'dpm'}", at_ms=100 + min(n, 8), where=n,
+                 label="DENY" if n % 2 else "APPROVE", case_id=f"c{n % 2}")  # fmt: skip
+    _decided(chunk, "other:dpm", tenant="globex", at_ms=150, label="REFER")
+    _decided(chunk, "sealed:dpm", tenant="initech", at_ms=90)  # sealed: no label in the index
+    store.apply(chunk, {})
+    everything = Listing(tenant="acme")
+    first = store.listing(everything, 4)
+    assert [e.decision_id for e in first] == ["t9:summ", "t8:dpm", "t7:dpm", "t6:summ"]
+    second = store.listing(Listing(tenant="acme", before=cursor_of(first[-1])), 4)
+    assert [e.decision_id for e in second] == ["t5:dpm", "t4:dpm", "t3:summ", "t2:dpm"]
+    back = store.listing(Listing(tenant="acme", after=cursor_of(second[0])), 4)
+    assert back == first  # the page before it, newest first as well
+    assert _listed(store, Listing(tenant="acme", before=cursor_of(second[-1]))) == ["t1:dpm", "t0:summ"]
+    assert _listed(store, Listing(tenant="acme", architecture="summ")) == ["t9:summ", "t6:summ", "t3:summ", "t0:summ"]
+    assert _listed(store, Listing(tenant="acme", label="DENY", case_id="c1")) == ["t9:summ", "t7:dpm", "t5:dpm",
+                                                                                  "t3:summ", "t1:dpm"]  # fmt: skip
+    assert _listed(store, Listing(tenant="acme", since_ms=105, until_ms=106)) == ["t6:summ", "t5:dpm"]
+    assert _listed(store, Listing(), 2) == ["other:dpm", "t9:summ"]  # every tenant (an admin's list)
+    assert _listed(store, Listing(tenant="globex")) == ["other:dpm"]
+    assert _listed(store, Listing(label="REFER")) == ["other:dpm", "sealed:dpm"]  # the sealed one: its opener checks
+    assert store.labels("acme") == ["APPROVE", "DENY"]
+    assert store.decided() == 12
+    assert store.labels(None) == ["APPROVE", "DENY", "REFER"]
+    store.mark_erased("acme", ["c1"])
+    assert "t9:summ" in _listed(store, Listing(tenant="acme"))  # listed as erased, content gone
+    assert _listed(store, Listing(tenant="acme", label="DENY")) == []  # an erased decision has no label

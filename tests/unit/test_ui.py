@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import re
 import secrets
 from collections.abc import Sequence
@@ -17,17 +18,25 @@ from pipeline.core.case import Case
 from pipeline.core.events import CaseRef, LogPosition, Trajectory
 from pipeline.core.explanation import fact_rows
 from pipeline.core.run import RunResult, run_dpm, run_summ
-from pipeline.core.task import Architecture, Budget
+from pipeline.core.task import Budget
 from pipeline.core.verification import ReplayReport, verify_replay
 from pipeline.core.view import Fact, MemoryView
 from pipeline.core.window import Window
 from pipeline.kafka.cluster.topics import TopicNames
 from pipeline.kafka.errors import KafkaAdapterError
 from pipeline.llm.extractive.backend import ExtractiveBackend
-from pipeline.services.audit_index import DecisionFilter, DecisionIndex, ErasedDecision, IndexedDecision, Listed
+from pipeline.services.audit_index import (
+    Cursor,
+    DecisionFilter,
+    ErasedDecision,
+    IndexedDecision,
+    Listed,
+    ListPage,
+)
 from pipeline.services.auditor import CaseEvents
 from pipeline.services.contest import ContestAsk, ContestDone, Found, contested_of, run_contest
 from pipeline.ui import Tokens, create_app
+from pipeline.ui import app as app_module
 from pipeline.ui.auth import COOKIE, NoTokensError, Principal
 from pipeline.ui.pages import cited_events, marked
 from pipeline.ui.server import asgi_app
@@ -56,11 +65,26 @@ def _published(case: Case, trigger_id: str, result: RunResult) -> RunRecords:
     return run_records(result, case.trajectory, task=case.task, budget=BUDGET, provenance=provenance)
 
 
+def _cursor(item: Listed) -> Cursor:
+    return (item.decided_ms, str(item.decision_id), item.case.tenant)
+
+
+def _matches(wanted: DecisionFilter, item: Listed) -> bool:
+    label = item.record.outcome.label if isinstance(item, IndexedDecision) else None
+    return all((wanted.tenant in (None, item.case.tenant), wanted.case_id in (None, item.case.case_id),
+                wanted.architecture in (None, item.decision_id.architecture), wanted.label in (None, label),
+                wanted.since_ms is None or item.decided_ms >= wanted.since_ms,
+                wanted.until_ms is None or item.decided_ms <= wanted.until_ms))  # fmt: skip
+
+
 class _Auditor:
-    """The index filled with two tenants' decisions (DPM and Summ-only for one trigger each); events from memory."""
+    """Two tenants' decisions (DPM and Summ-only for one trigger each) listed from memory; events from memory.
+
+    Its listing pages as the lookup index does (newest first, by cursor: tests/unit/test_index_store.py).
+    """
 
     def __init__(self, trigger_of: str = "t-{tenant}") -> None:
-        self.index = DecisionIndex(capacity=100)
+        self.items: dict[DecisionKey, Listed] = {}
         self.cases: dict[CaseRef, Trajectory] = {}
         self.audit_records: dict[DecisionId, list[AuditRecord]] = {}
         self.replays = 0
@@ -73,21 +97,54 @@ class _Auditor:
             self.cases[case.ref] = case.trajectory
             for runner in (run_dpm, run_summ):
                 result = runner(case.trajectory, case.task, BUDGET, ExtractiveBackend())
-                published = _published(case, trigger_of.format(tenant=tenant), result)
-                record = published.decision
-                self.index.add_decision(record, 1_800_000_000_000 + n * 1000, sealed=True)
-                self.index.add_view(published.view)
-                for audit in published.audits:
-                    self.index.add_audit(audit, LogPosition(0, audit.call_index))
-                self.audit_records[record.decision_id] = list(published.audits)
+                self.add(_published(case, trigger_of.format(tenant=tenant), result), 1_800_000_000_000 + n * 1000)
+
+    def add(self, published: RunRecords, at_ms: int) -> None:
+        record = published.decision
+        positions = {audit.call_index: LogPosition(0, audit.call_index) for audit in published.audits}
+        self.items[record.key] = IndexedDecision(record, at_ms, True, published.view, positions)
+        self.audit_records[record.decision_id] = list(published.audits)
+
+    def erase_case(self, case: CaseRef) -> int:
+        """The case's decisions listed as erased, their content gone (what erasure leaves in the index)."""
+        keys = [k for k, i in self.items.items() if isinstance(i, IndexedDecision) and i.case == case]
+        for key in keys:
+            self.items[key] = ErasedDecision(key.decision_id, case, self.items[key].decided_ms)
+        return len(keys)
+
+    def listing(self, wanted: DecisionFilter, limit: int, *, before: Cursor | None = None,
+                after: Cursor | None = None) -> ListPage:  # fmt: skip
+        matching = sorted((i for i in self.items.values() if _matches(wanted, i)), key=_cursor, reverse=True)
+        if after is not None:
+            newer = [i for i in matching if _cursor(i) > after]
+            page, more = newer[-limit:], len(newer) > limit
+        else:
+            older = [i for i in matching if before is None or _cursor(i) < before]
+            page, more = older[:limit], len(older) > limit
+        first, last = (_cursor(page[0]), _cursor(page[-1])) if page else (None, None)
+        return ListPage(tuple(page), first if (after is not None and more) or (after is None and before) else None,
+                        last if (after is None and more) or after is not None else None)  # fmt: skip
+
+    def labels(self, tenant: str | None) -> list[str]:
+        return sorted({i.record.outcome.label for i in self.items.values() if isinstance(i, IndexedDecision)
+                       and i.record.outcome.label and tenant in (None, i.case.tenant)})  # fmt: skip
+
+    def decided(self) -> int:
+        return len(self.items)
+
+    def get(self, tenant: str, decision_id: DecisionId) -> Listed | None:
+        return self.items.get(DecisionKey(tenant, decision_id))
 
     def lookup(self, tenant: str, decision_id: DecisionId) -> Listed | None:
-        return self.index.get(tenant, decision_id)
+        return self.get(tenant, decision_id)
 
     def erased(self, items: Sequence[IndexedDecision]) -> set[CaseRef]:
         if self.key_topic_down:
             raise KafkaAdapterError("reading the key topic failed: no broker")
-        return {i.case for i in items} & self.erased_cases
+        gone = {i.case for i in items} & self.erased_cases
+        for case in gone:
+            self.erase_case(case)  # as the Kafka auditor marks them in its index
+        return gone
 
     def events(self, item: IndexedDecision) -> CaseEvents:
         assert item.case not in self.erased_cases, "an erased case's events were read"
@@ -114,7 +171,7 @@ class _Auditor:
 
 
 def _get(auditor: _Auditor, tenant: str, decision_id: str) -> IndexedDecision:
-    item = auditor.index.get(tenant, DecisionId.parse(decision_id))
+    item = auditor.get(tenant, DecisionId.parse(decision_id))
     assert isinstance(item, IndexedDecision)
     return item
 
@@ -172,7 +229,7 @@ def test_a_tenant_reaches_none_of_another_tenants_decisions_on_any_route(auditor
 
 def test_two_tenants_with_the_same_trigger_id_each_see_their_own_decisions_only() -> None:
     auditor = _Auditor(trigger_of="shared")
-    assert len(auditor.index) == 4  # one tenant's id never hides the other's decision
+    assert len(auditor.items) == 4  # one tenant's id never hides the other's decision
     for token, own, other in ((ACME, "acme", "globex"), (GLOBEX, "globex", "acme")):
         client = _client(auditor, token)
         page = client.get("/decision?id=shared:dpm")
@@ -218,7 +275,7 @@ def test_replay_now_reports_match(auditor: _Auditor) -> None:
 def test_an_erased_case_is_listed_as_erased_with_no_content(auditor: _Auditor) -> None:
     item = _get(auditor, "acme", ACME_DPM)
     rationale = item.record.outcome.rationale
-    assert auditor.index.erase_case(item.case) == 2
+    assert auditor.erase_case(item.case) == 2
     client = _client(auditor, ACME)
     page = client.get(f"/decision?id={ACME_DPM}")
     assert page.status_code == 200
@@ -247,7 +304,7 @@ def test_a_case_erased_by_another_process_serves_no_content_before_the_index_ref
     assert auditor.replays == 0
     listed = client.get("/decisions")
     assert listed.text.count('class="erased"') == 2  # its DPM and Summ-only decisions, both
-    assert isinstance(auditor.index.get("acme", DecisionId.parse(ACME_DPM)), ErasedDecision)
+    assert isinstance(auditor.get("acme", DecisionId.parse(ACME_DPM)), ErasedDecision)
     assert isinstance(_get(auditor, "globex", GLOBEX_DPM), IndexedDecision)  # another case keeps its content
 
 
@@ -397,31 +454,27 @@ def test_filters_and_pages(auditor: _Auditor) -> None:
     assert admin.get("/decisions?since=2027-01-15").text.count("/decision?tenant=") == 4  # 2027-01-15 < 1.8e12 ms
     assert admin.get("/decisions?since=2030-01-01").text.count("/decision?tenant=") == 0
     assert admin.get("/decisions?since=yesterday").status_code == 400
-    page = auditor.index.query(DecisionFilter(), number=2, per_page=3)
-    assert (page.number, page.pages, page.total, len(page.items)) == (2, 2, 4, 1)
-    newest = auditor.index.query(DecisionFilter(), per_page=1).items[0]
-    assert newest.case.tenant == "globex"  # published last
+    assert admin.get("/decisions?before=not-a-page").status_code == 400
 
 
-def test_the_index_is_bounded_keeps_the_first_decision_of_an_id_and_attaches_early_views() -> None:
-    auditor = _Auditor()
-    first, second = _get(auditor, "acme", ACME_DPM), _get(auditor, "globex", GLOBEX_DPM)
-    index = DecisionIndex(capacity=1)
-    assert first.view is not None
-    index.add_view(first.view)  # the view arrives before its decision
-    index.add_decision(first.record, 1, sealed=True)
-    index.add_decision(first.record, 2, sealed=True)
-    got = index.get("acme", first.decision_id)
-    assert isinstance(got, IndexedDecision)
-    assert got.view is first.view
-    assert got.decided_ms == 1
-    assert index.duplicates == 1
-    index.add_decision(second.record, 3, sealed=True)
-    assert len(index) == 1
-    assert index.get("acme", first.decision_id) is None
-    assert index.dropped == 1
-    index.add_erased(DecisionKey("acme", DecisionId("gone", Architecture.DPM)), CaseRef("acme", "c"), 4)
-    assert isinstance(index.get("acme", DecisionId("gone", Architecture.DPM)), ErasedDecision)
+def test_pages_go_older_and_newer_by_cursor(auditor: _Auditor, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(app_module, "PER_PAGE", 3)
+    admin = _client(auditor, ADMIN)
+    first = admin.get("/decisions?architecture=&label=")
+    assert first.text.count("/decision?tenant=") == 3
+    assert "t-globex:dpm" in first.text  # published last: first
+    assert 'rel="prev"' not in first.text  # nothing newer
+    older = re.search(r'href="([^"]+)" rel="next"', first.text)
+    assert older is not None
+    second = admin.get(html.unescape(older.group(1)))
+    assert second.text.count("/decision?tenant=") == 1  # the oldest
+    assert 'rel="next"' not in second.text
+    assert "architecture=&amp;label=&amp;" in second.text  # the filters carried along
+    newer = re.search(r'href="([^"]+)" rel="prev"', second.text)
+    assert newer is not None
+    again = admin.get(html.unescape(newer.group(1)))
+    assert again.text.count("/decision?tenant=") == 3
+    assert re.findall(r'id=([^"]+)"', again.text) == re.findall(r'id=([^"]+)"', first.text)
 
 
 def test_page_checks_flag_invalid_citations_and_ungrounded_figures_and_mark_whole_numbers_only() -> None:
@@ -462,9 +515,7 @@ def test_a_segmented_decision_shows_its_window_and_segment_tree() -> None:
     auditor.cases[long_case.ref] = long_case.trajectory
     result = run_dpm(long_case.trajectory, long_case.task, BUDGET, ExtractiveBackend(), window=Window(2048, 1500))
     published = _published(long_case, "t-long", result)
-    auditor.index.add_decision(published.decision, 1_900_000_000_000, sealed=True)
-    auditor.index.add_view(published.view)
-    auditor.audit_records[published.decision.decision_id] = list(published.audits)
+    auditor.add(published, 1_900_000_000_000)
     page = _client(auditor, ACME).get("/decision?id=t-long:dpm")
     assert page.status_code == 200
     assert "2048 tokens (estimate)" in page.text
