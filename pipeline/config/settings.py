@@ -374,7 +374,10 @@ class UiSettings(_Group):
         None, validation_alias="DPM_UI_ADMIN_TOKEN", description="a token that reads every tenant (16+ characters)"
     )
     refresh_s: float = Field(
-        2.0, gt=0, validation_alias="DPM_UI_REFRESH_S", description="seconds between looks for tenants onboarded since"
+        2.0,
+        gt=0,
+        validation_alias="DPM_UI_REFRESH_S",
+        description="seconds between looks for tenants onboarded since (one look every 10 s at most)",
     )
     concurrency: int = Field(
         2,

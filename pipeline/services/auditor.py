@@ -66,7 +66,12 @@ class _Scope:
         self.names = names
         self._places = PlaceReader(config)  # the index's reads and the case keys': one connection
         self.keys = case_keys_from(settings, client_config=config, names=names, by_case=True, reader=self._places)
-        self.index = open_index(settings, names, config, self._places)
+        try:
+            self.index = open_index(settings, names, config, self._places)
+        except DpmError:
+            self.keys.close()  # nothing of a scope that cannot be opened is left open
+            self._places.close()
+            raise
         self._config, self._readers = config, readers
         self._events: dict[str, PooledLog] = {}  # events topic (one per generation) -> its readers, opened on use
         self._events_lock = threading.Lock()
@@ -159,18 +164,33 @@ class KafkaAuditor:
     def refresh(self) -> None:
         """Opens the scopes of tenants onboarded since the last look and brings every scope's index up to date."""
         with self._refresh_lock:
-            if self._by_topic and time.monotonic() - self._tenants_looked_at >= self.TENANTS_EVERY_S:
-                self._add_new_tenants()
+            self._add_new_tenants()
             for scope in self._all():
                 scope.index.catch_up()
 
-    def _add_new_tenants(self) -> None:
+    def _add_new_tenants(self) -> list[_Scope]:
+        """The scopes of tenants onboarded since the last look (tenancy by topic), opened; at most every 10 s.
+
+        A tenant whose topics cannot be opened yet (made a moment ago, or half made) is logged and
+        looked at again next time; the others are opened all the same.
+        """
+        if not self._by_topic or time.monotonic() - self._tenants_looked_at < self.TENANTS_EVERY_S:
+            return []
         self._tenants_looked_at = time.monotonic()
-        for scope in topic_scopes(self._settings):
-            if scope.tenant not in self._scopes:
-                opened = _Scope(self._settings, scope, readers=1)
-                with self._scopes_lock:
-                    self._scopes[scope.tenant] = opened
+        opened = []
+        for names in topic_scopes(self._settings):
+            if names.tenant in self._scopes:
+                continue
+            try:
+                scope = _Scope(self._settings, names, readers=1)
+            except DpmError as exc:
+                _LOG.warning("the topics of tenant %s cannot be indexed yet (looked at again in %.0f s): %s",
+                             names.tenant, self.TENANTS_EVERY_S, exc)  # fmt: skip
+                continue
+            with self._scopes_lock:
+                self._scopes[names.tenant] = scope
+            opened.append(scope)
+        return opened
 
     def _all(self) -> list[_Scope]:
         with self._scopes_lock:
@@ -243,7 +263,8 @@ class KafkaAuditor:
     def start(self, interval_s: float) -> None:
         """Brings every scope's index up to date (failing loudly), then keeps them current from threads of their own.
 
-        Every `interval_s` it looks for tenants onboarded since (tenancy by topic).
+        Every `interval_s` (and at most every TENANTS_EVERY_S) it looks for tenants onboarded since
+        (tenancy by topic).
         """
         self.refresh()
         for scope in self._all():
@@ -252,15 +273,15 @@ class KafkaAuditor:
         self._thread.start()
 
     def _follow(self, interval_s: float) -> None:
+        """Opens and starts the scopes of tenants onboarded since (each scope's own thread keeps its index current)."""
         while not self._stop.wait(interval_s):
             try:
-                known = set(map(id, self._all()))
-                self.refresh()
-                for scope in (s for s in self._all() if id(s) not in known):
-                    scope.start()
+                with self._refresh_lock:
+                    for scope in self._add_new_tenants():
+                        scope.start()
             except KafkaAdapterError as exc:
                 self.refresh_failures += 1
-                _LOG.warning("new outputs could not be read (next try in %.1f s): %s", interval_s, exc)
+                _LOG.warning("new tenants' outputs could not be read (next try in %.1f s): %s", interval_s, exc)
 
     def erased(self, items: Sequence[IndexedDecision]) -> set[CaseRef]:
         """The cases of `items` erased, as their scopes' key topics say now (each read once), marked in the index.

@@ -94,6 +94,17 @@ def test_case_pages_follow_indexing_order_and_time_pages_stop_at_what_is_settled
     assert store.since("globex", 0, 1_000, None, 10) == []
 
 
+def test_a_case_page_of_one_catch_up_is_in_publish_order_whatever_partitions_it_read_first(tmp_path: Path) -> None:
+    """A case's decisions are keyed by id, so on several partitions: a chunk read partition by partition is in time."""
+    store = IndexStore(tmp_path / "i.sqlite")
+    chunk = Chunk()
+    _decided(chunk, "third:dpm", at_ms=300, where=0)  # partition read first, published last
+    _decided(chunk, "first:dpm", at_ms=100, where=1)
+    _decided(chunk, "second:dpm", at_ms=200, where=2)
+    store.apply(chunk, {})
+    assert [e.decision_id for e in store.of_case("acme", "c1") or []] == ["first:dpm", "second:dpm", "third:dpm"]
+
+
 def test_erasure_marks_the_case_and_drops_its_label(tmp_path: Path) -> None:
     store = IndexStore(tmp_path / "i.sqlite")
     chunk = Chunk()
@@ -128,6 +139,7 @@ def test_two_stores_on_one_file_merge_as_one(tmp_path: Path) -> None:
     assert len(stores[0].of_case("acme", "c1") or []) == 300
     assert stores[1].read_to("d") == {0: 299}
     assert stores[0].size()[1] == 300
+    assert stores[1].decided() == 300  # ids indexed by both count once
 
 
 def test_contest_parts_come_with_their_head(tmp_path: Path) -> None:

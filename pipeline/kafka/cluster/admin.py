@@ -159,8 +159,12 @@ def absent_topics(
     try:
         futures = admin.describe_topics(TopicCollection(topics), request_timeout=timeout_s)
         errors = {topic: future.exception(timeout=timeout_s + 1) for topic, future in futures.items()}
-    except (KafkaException, TimeoutError) as exc:
-        raise KafkaAdapterError(f"describing the topics {', '.join(topics)} failed: {exc}") from exc
+    except KafkaException as exc:
+        raise wrapped(exc, f"describing the topics {', '.join(topics)} failed") from exc
+    except TimeoutError as exc:
+        raise BrokerUnavailableError(
+            f"describing the topics {', '.join(topics)}: no answer in {timeout_s:g} s"
+        ) from exc
     codes = {t: e.args[0].code() for t, e in errors.items() if isinstance(e, KafkaException)}
     refused = KafkaError.TOPIC_AUTHORIZATION_FAILED
     unexpected = [t for t, code in codes.items() if code not in _NO_SUCH_TOPIC and code != refused]

@@ -24,6 +24,7 @@ from pipeline.kafka.local_stores import RebuildableStore, rebuilt_on_damage, sto
 
 MAX_PARTITIONS = 4096  # a place packs the partition in its low 12 bits
 _FORMAT = 3  # in the file's name: a process of another format keeps a file of its own (and reads anew)
+_KEY_FORMAT = 2  # the key places file's, apart: a new output index format need not read the key topic anew
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS read_to (topic TEXT, partition INTEGER, next_offset INTEGER NOT NULL,
@@ -48,14 +49,15 @@ CREATE TABLE IF NOT EXISTS contest_parts (tenant TEXT, contest_id TEXT, part INT
 
 # Later records of an id already indexed (a trigger decided twice) are not its: the first committed is.
 # `seq` numbers decisions in the order they were indexed (a case's pages follow it: a decision indexed
-# later never lands behind a page already read); given with the decision, never changed after.
-_UPSERT_DECISION = """
-INSERT INTO decisions (decision_id, tenant, case_id, at_ms, decision, label, seq) VALUES (?, ?, ?, ?, ?, ?, ?)
-ON CONFLICT (decision_id, tenant) DO UPDATE SET
-  case_id = COALESCE(case_id, excluded.case_id), at_ms = COALESCE(at_ms, excluded.at_ms),
-  label = CASE WHEN decision IS NULL THEN excluded.label ELSE label END,
-  seq = CASE WHEN decision IS NULL THEN excluded.seq ELSE seq END,
-  decision = COALESCE(decision, excluded.decision)
+# later never lands behind a page already read); given with the decision, never changed after. A row
+# its view or audits made first takes its decision by the update; any other by the insert. Two
+# statements, not one upsert, so the rows each changed count the decisions newly indexed.
+_DECIDE_EXISTING = """
+UPDATE decisions SET case_id = COALESCE(case_id, ?), at_ms = COALESCE(at_ms, ?), decision = ?, label = ?, seq = ?
+WHERE decision_id = ? AND tenant = ? AND decision IS NULL
+"""
+_DECIDE_NEW = """
+INSERT OR IGNORE INTO decisions (decision_id, tenant, case_id, at_ms, decision, label, seq) VALUES (?, ?, ?, ?, ?, ?, ?)
 """
 _UPSERT_VIEW = """
 INSERT INTO decisions (decision_id, tenant, view) VALUES (?, ?, ?)
@@ -216,10 +218,17 @@ class IndexStore(RebuildableStore):
         """
         with self._lock, self._transaction():
             # The last number given, kept apart: MAX(seq) scanned every row (150 ms a chunk at 1,000,000).
-            base = self._decided()
-            self._db.executemany(_UPSERT_DECISION, [(*row, base + n) for n, row in enumerate(chunk.decisions, 1)])
-            self._db.execute("INSERT INTO counters VALUES ('seq', ?) ON CONFLICT (name) DO UPDATE SET value = "
-                             "excluded.value", (base + len(chunk.decisions),))  # fmt: skip
+            base = self._counter("seq")
+            # Numbered in publish order: a chunk holds several partitions' decisions (a case's decisions
+            # are keyed by id, so spread over partitions), read partition by partition. A stable sort:
+            # an id decided twice at one time keeps its first committed first.
+            in_time = sorted(chunk.decisions, key=lambda row: row[3] or 0)
+            numbered = [(*row, base + n) for n, row in enumerate(in_time, 1)]
+            taken = [(c, at, where, label, seq, d, t) for d, t, c, at, where, label, seq in numbered]
+            decided = self._db.executemany(_DECIDE_EXISTING, taken).rowcount
+            decided += self._db.executemany(_DECIDE_NEW, numbered).rowcount
+            self._set_counter("seq", base + len(numbered))
+            self._set_counter("decided", self._counter("decided") + decided)
             self._db.executemany(_UPSERT_VIEW, chunk.views)
             self._db.executemany(_UPSERT_AUDITS, [(d, t, orjson.dumps(sorted(calls.items())))
                                                   for (d, t), calls in chunk.audits.items()])  # fmt: skip
@@ -235,15 +244,19 @@ class IndexStore(RebuildableStore):
                 [(topic, partition, offset) for (topic, partition), offset in read_to.items()],
             )
 
-    def _decided(self) -> int:
-        row = self._db.execute("SELECT value FROM counters WHERE name = 'seq'").fetchone()
+    def _counter(self, name: str) -> int:
+        row = self._db.execute("SELECT value FROM counters WHERE name = ?", (name,)).fetchone()
         return 0 if row is None else int(row[0])
+
+    def _set_counter(self, name: str, value: int) -> None:
+        self._db.execute("INSERT INTO counters VALUES (?, ?) ON CONFLICT (name) DO UPDATE SET value = excluded.value",
+                         (name, value))  # fmt: skip
 
     @rebuilt_on_damage
     def decided(self) -> int:
-        """How many decision records were indexed (a trigger decided twice counts twice: its first is the one shown)."""
+        """How many decisions are indexed (each id of a tenant once, however many processes indexed it)."""
         with self._lock:
-            return self._decided()
+            return self._counter("decided")
 
     @rebuilt_on_damage
     def entries(self, decision_id: str, tenant: str | None) -> list[Entry]:
@@ -312,7 +325,7 @@ class IndexStore(RebuildableStore):
         is not in the index (it is content): `label` keeps the entries that have it and the sealed ones
         (label unknown here, checked by whoever opens them), never an erased one.
         """
-        where: list[str] = ["decision IS NOT NULL"]
+        where: list[str] = ["decision IS NOT NULL", "view IS NOT NULL"]  # complete: see OutputIndex
         args: list[object] = []
         for column, value in (("tenant", wanted.tenant), ("case_id", wanted.case_id)):
             if value is not None:
@@ -398,6 +411,7 @@ class IndexStore(RebuildableStore):
         with self._lock, self._transaction():
             marked = self._db.execute("UPDATE decisions SET erased = 1, label = NULL WHERE tenant = ?",
                                       (tenant,)).rowcount  # fmt: skip
+            self._db.execute("DELETE FROM labels WHERE tenant = ?", (tenant,))
             self._db.execute("UPDATE contests SET erased = 1 WHERE tenant = ?", (tenant,))
         return int(marked)
 
@@ -443,7 +457,7 @@ class KeyStore(RebuildableStore):
     @staticmethod
     def file(directory: Path, topic: str, topic_id: str) -> Path:
         """The file of key topic `topic` with id `topic_id`."""
-        return store_file(directory, topic, topic_id, f"keys.v{_FORMAT}")
+        return store_file(directory, topic, topic_id, f"keys.v{_KEY_FORMAT}")
 
     @rebuilt_on_damage
     def read_to(self) -> dict[int, int]:

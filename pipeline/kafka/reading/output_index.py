@@ -9,8 +9,11 @@ reads the file, then only the records at their places: its cost does not grow wi
 Order of reading, which is what lets a lookup trust an entry: the decisions topic's ends are
 taken first, then views, audit records, dead letters and contests are read to their ends, then
 decisions up to the ends taken first. A decision is committed with its view and audit records in
-one transaction, so every decision indexed has its view and audit records indexed in the same
-SQLite transaction or an earlier one. A decision committed meanwhile waits for the next catch-up.
+one transaction, so a decision indexed has its view and audit records indexed in the same SQLite
+transaction or an earlier one, unless another producer's transaction still open on the view's
+partition holds that partition's stable end below it (the DPM and Summ-only workers write the same
+partitions). Such an entry is incomplete: lookups and lists pass it by until a later catch-up
+reads its view. A decision committed meanwhile waits for the next catch-up.
 """
 
 from __future__ import annotations
