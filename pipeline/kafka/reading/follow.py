@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Iterator, Mapping
 
-from confluent_kafka import Consumer, KafkaError, KafkaException
+from confluent_kafka import Consumer, KafkaException
 
 from pipeline.core.event_log import RawRecord
 from pipeline.kafka.cluster.admin import reader_group, topic_partitions
@@ -14,8 +13,6 @@ from pipeline.kafka.errors import KafkaAdapterError
 from pipeline.kafka.reading.range_reads import latest_offsets, read_ranges, renewed
 
 _LOG = logging.getLogger("pipeline.kafka.librdkafka")
-_NO_LEADER_YET = (KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE)
-_LEADER_WAIT_S = 10.0
 
 
 class TopicFollower:
@@ -54,16 +51,7 @@ class TopicFollower:
         AdminClient kept asking the dead leader, 10 s a time, until its metadata aged out. A
         read_committed consumer's "latest" offset is the last stable one, as its high watermark is.
         """
-        partitions = range(self.partition_count())
-        deadline = time.monotonic() + _LEADER_WAIT_S
-        while True:
-            try:
-                return latest_offsets(self._consumer, self.topic, partitions)
-            except KafkaException as exc:
-                # A partition just created, or whose broker is just back, has no leader for a moment: not a failure.
-                if exc.args[0].code() not in _NO_LEADER_YET or time.monotonic() > deadline:
-                    raise
-            time.sleep(0.2)
+        return latest_offsets(self._consumer, self.topic, range(self.partition_count()))
 
     def skip_to(self, positions: Mapping[int, int]) -> None:
         """Goes on from `positions` where they are past this follower's own (what another reader has handled)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Container, Iterable, Iterator, Mapping, Sequence
 
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaError, KafkaException, Message, TopicPartition
@@ -53,11 +54,37 @@ def earliest_offsets(consumer: Consumer, topic: str, partitions: Iterable[int]) 
 
 
 def _listed_offsets(consumer: Consumer, topic: str, partitions: Iterable[int], spec: int) -> dict[int, int]:
-    answered = consumer.offsets_for_times([TopicPartition(topic, p, spec) for p in partitions], timeout=10)
-    failed = next((tp.error for tp in answered if tp.error is not None), None)
-    if failed is not None:
-        raise KafkaException(failed)
-    return {tp.partition: int(tp.offset) for tp in answered}
+    """The offsets `spec` names, asked again for up to LEADER_WAIT_S while a partition has no leader to answer.
+
+    A partition just created, or whose broker is just back, has none for a moment: not a failure.
+    Unlike `get_watermark_offsets`, `offsets_for_times` answers at once with the partition's error
+    then (a broker's restart had a reader fail the moment it came back).
+    """
+    asked = [TopicPartition(topic, p, spec) for p in partitions]
+    deadline = time.monotonic() + LEADER_WAIT_S
+    while True:
+        failed: KafkaError | None
+        try:
+            answered = consumer.offsets_for_times(asked, timeout=10)
+        except KafkaException as exc:
+            answered, failed = [], exc.args[0]
+        else:
+            failed = next((tp.error for tp in answered if tp.error is not None), None)
+        if failed is None:
+            return {tp.partition: int(tp.offset) for tp in answered}
+        if not _passing(failed) or time.monotonic() > deadline:
+            raise KafkaException(failed)
+        time.sleep(0.2)
+
+
+LEADER_WAIT_S = 10.0  # how long a partition may be without a leader before a read says so
+_NO_LEADER_YET = frozenset({KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
+                            KafkaError._TRANSPORT, KafkaError._TIMED_OUT})  # fmt: skip
+
+
+def _passing(error: KafkaError) -> bool:
+    """Whether an error of a partition's offsets is one a moment cures (no leader yet, a broker coming back)."""
+    return error.code() in _NO_LEADER_YET or error.retriable()
 
 
 # Records taken from the local queue per call once the first has arrived: one C call builds them all.
