@@ -105,12 +105,23 @@ def test_a_case_page_of_one_catch_up_is_in_publish_order_whatever_partitions_it_
     assert [e.decision_id for e in store.of_case("acme", "c1") or []] == ["first:dpm", "second:dpm", "third:dpm"]
 
 
+def test_a_decisions_contests_are_listed_in_publish_order_across_partitions(tmp_path: Path) -> None:
+    """Contests are keyed by contest id: the later one may sit at a lower offset of another partition."""
+    store = IndexStore(tmp_path / "i.sqlite")
+    chunk = Chunk()
+    _decided(chunk, "t1:dpm")
+    chunk.contests.append(("t1:dpm", "acme", "later", "c1", 2000, place(0, 1)))
+    chunk.contests.append(("t1:dpm", "acme", "earlier", "c1", 1000, place(1, 5)))
+    store.apply(chunk, {})
+    assert [c.contest_id for c in store.contests("t1:dpm", "acme")] == ["earlier", "later"]
+
+
 def test_erasure_marks_the_case_and_drops_its_label(tmp_path: Path) -> None:
     store = IndexStore(tmp_path / "i.sqlite")
     chunk = Chunk()
     _decided(chunk, "t1:dpm", case_id="gone")
     _decided(chunk, "t2:dpm", case_id="kept", where=1)
-    chunk.contests.append(("t1:dpm", "acme", "k1", "gone", place(0, 9)))
+    chunk.contests.append(("t1:dpm", "acme", "k1", "gone", 1000, place(0, 9)))
     store.apply(chunk, {})
     assert store.mark_erased("acme", ["gone"]) == 1
     [erased] = store.entries("t1:dpm", "acme")
@@ -147,7 +158,7 @@ def test_contest_parts_come_with_their_head(tmp_path: Path) -> None:
     chunk = Chunk()
     chunk.parts.append(("acme", "k1", 1, place(0, 4)))
     chunk.parts.append(("acme", "k1", 0, place(0, 3)))
-    chunk.contests.append(("t1:dpm", "acme", "k1", "c1", place(0, 5)))
+    chunk.contests.append(("t1:dpm", "acme", "k1", "c1", 1000, place(0, 5)))
     store.apply(chunk, {})
     [contest] = store.contests("t1:dpm", "acme")
     assert (contest.contest_id, contest.head) == ("k1", place(0, 5))

@@ -23,7 +23,7 @@ import orjson
 from pipeline.kafka.local_stores import RebuildableStore, rebuilt_on_damage, store_file, written_or_rebuilt
 
 MAX_PARTITIONS = 4096  # a place packs the partition in its low 12 bits
-_FORMAT = 3  # in the file's name: a process of another format keeps a file of its own (and reads anew)
+_FORMAT = 4  # in the file's name: a process of another format keeps a file of its own (and reads anew)
 _KEY_FORMAT = 2  # the key places file's, apart: a new output index format need not read the key topic anew
 
 _SCHEMA = """
@@ -41,7 +41,8 @@ CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NU
 CREATE TABLE IF NOT EXISTS refusals (trigger_id TEXT, tenant TEXT, place INTEGER NOT NULL,
                                      PRIMARY KEY (trigger_id, tenant)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS contests (decision_id TEXT, tenant TEXT, contest_id TEXT, case_id TEXT NOT NULL,
-                                     place INTEGER NOT NULL, erased INTEGER NOT NULL DEFAULT 0,
+                                     at_ms INTEGER NOT NULL, place INTEGER NOT NULL,
+                                     erased INTEGER NOT NULL DEFAULT 0,
                                      PRIMARY KEY (decision_id, tenant, contest_id)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS contest_parts (tenant TEXT, contest_id TEXT, part INTEGER, place INTEGER NOT NULL,
                                           PRIMARY KEY (tenant, contest_id, part)) WITHOUT ROWID;
@@ -152,7 +153,7 @@ class Chunk:
     views: list[tuple[str, str, int]] = field(default_factory=list)
     audits: dict[tuple[str, str], dict[int, int]] = field(default_factory=dict)
     refusals: list[tuple[str, str, int]] = field(default_factory=list)
-    contests: list[tuple[str, str, str, str, int]] = field(default_factory=list)
+    contests: list[tuple[str, str, str, str, int, int]] = field(default_factory=list)
     parts: list[tuple[str, str, int, int]] = field(default_factory=list)
 
     def __len__(self) -> int:
@@ -235,8 +236,8 @@ class IndexStore(RebuildableStore):
             self._db.executemany("INSERT OR IGNORE INTO labels VALUES (?, ?)",
                                  {(row[1], row[5]) for row in chunk.decisions if row[5] is not None})  # fmt: skip
             self._db.executemany("INSERT OR IGNORE INTO refusals VALUES (?, ?, ?)", chunk.refusals)
-            self._db.executemany("INSERT OR IGNORE INTO contests (decision_id, tenant, contest_id, case_id, place) "
-                                 "VALUES (?, ?, ?, ?, ?)", chunk.contests)  # fmt: skip
+            self._db.executemany("INSERT OR IGNORE INTO contests (decision_id, tenant, contest_id, case_id, at_ms, "
+                                 "place) VALUES (?, ?, ?, ?, ?, ?)", chunk.contests)  # fmt: skip
             self._db.executemany("INSERT OR IGNORE INTO contest_parts VALUES (?, ?, ?, ?)", chunk.parts)
             self._db.executemany(
                 "INSERT INTO read_to VALUES (?, ?, ?) ON CONFLICT (topic, partition) DO UPDATE SET "
@@ -382,10 +383,15 @@ class IndexStore(RebuildableStore):
 
     @rebuilt_on_damage
     def contests(self, decision_id: str, tenant: str) -> list[ContestEntry]:
-        """The contests of a tenant's decision, with their parts' places."""
+        """The contests of a tenant's decision in the order they were published, with their parts' places.
+
+        By publish time, not place: a decision's contests are keyed by contest id, so they spread over the
+        topic's partitions, whose offsets say nothing of one another's order.
+        """
         with self._lock, self._transaction(immediate=False):
             heads = self._db.execute("SELECT contest_id, case_id, place, erased FROM contests WHERE decision_id = ? "
-                                     "AND tenant = ? ORDER BY place", (decision_id, tenant)).fetchall()  # fmt: skip
+                                     "AND tenant = ? ORDER BY at_ms, place",
+                                     (decision_id, tenant)).fetchall()  # fmt: skip
             found = []
             for contest_id, case_id, head, erased in heads:
                 parts = self._db.execute("SELECT part, place FROM contest_parts WHERE tenant = ? AND contest_id = ? "

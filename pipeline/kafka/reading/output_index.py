@@ -302,7 +302,7 @@ class OutputIndex:
         elif schema in (SchemaId.CONTEST.value, SchemaId.CONTEST_V1.value):
             decision_id, case_id = body.get("decision_id"), body.get("case_id")
             if isinstance(decision_id, str) and isinstance(case_id, str):
-                chunk.contests.append((decision_id, tenant, contest_id, case_id, where))
+                chunk.contests.append((decision_id, tenant, contest_id, case_id, raw.timestamp_ms or 0, where))
 
     # -- lookups -------------------------------------------------------------------------------------------
 
