@@ -49,11 +49,12 @@ from pipeline.core.explanation import fact_rows
 from pipeline.core.idempotency import append_fingerprint, check_idempotency_key, decision_fingerprint
 from pipeline.core.task import Architecture, TaskSpec
 from pipeline.core.verification import ReplayReport
-from pipeline.kafka.cluster.admin import absent_topics, ensure_reachable, group_members
+from pipeline.kafka.cluster.admin import TopicFacts, ensure_reachable, group_members
 from pipeline.kafka.cluster.topics import TopicNames
 from pipeline.kafka.errors import BrokerUnavailableError, KafkaAdapterError
 from pipeline.kafka.keytopic.erasures import ErasureWatch
 from pipeline.kafka.keytopic.keystore import case_keys_from
+from pipeline.kafka.reading.index_store import place
 from pipeline.kafka.reading.output_index import OutputIndex
 from pipeline.kafka.reading.places import PlaceReader
 from pipeline.kafka.reading.reader import KafkaEventLog, PooledLog
@@ -146,7 +147,8 @@ class DecisionMemory:
         self.tenant = tenant
         self._settings = settings
         self._config = settings.kafka.client_config()
-        self._names = _connected(settings, self._config, tenant, connect_timeout)
+        self._topics = TopicFacts(self._config)  # the scope's topics, described together once
+        self._names = _connected(settings, self._topics, tenant, connect_timeout)
         self._keys: CaseKeys = case_keys_from(settings, names=self._names)
         sealing = self._keys if settings.keys.encryption else None
         commit = GroupCommit(settings.kafka.write_linger_ms / 1000, settings.kafka.write_max_records)
@@ -164,7 +166,8 @@ class DecisionMemory:
         self._erasures = ErasureWatch(self._config, names.keys, tenant, self._forget_case)
         self._index: OutputIndex | None = None
         self._lookup_keys: CaseKeys | None = None
-        self._places = PlaceReader(self._config)  # the index's and the lookup keys' reads: one connection, made on use
+        # The index's, the lookup keys' and the cited events' reads: one connection, made on use.
+        self._places = PlaceReader(self._config, self._topics)
         self._index_lock = threading.Lock()
 
     def __enter__(self) -> DecisionMemory:
@@ -667,9 +670,10 @@ class DecisionMemory:
             return decision
 
     def _read_events(self, record: DecisionRecord, topic: str, wanted: dict[int, LogPosition]) -> dict[int, Event]:
+        """The cited events at their positions, read as lookups read (a few records: no pool of readers opened)."""
         try:
-            read = self._events_log(topic).read(list(wanted.values()))
-            by_position = {r.position: r for r in read.records}
+            read = self._places.read((topic, place(p.partition, p.offset)) for p in wanted.values())
+            by_position = {r.position: r for r in read.values()}
             return {index: case_event(by_position[position], record.case, self._opening(), self._names.tenant)
                     for index, position in wanted.items() if position in by_position}  # fmt: skip
         except (RejectedError, KafkaAdapterError) as exc:
@@ -703,13 +707,21 @@ class DecisionMemory:
         self._keys.close()
 
 
-def _connected(settings: Settings, config: dict[str, str], tenant: str, timeout_s: float) -> TopicNames:
-    """The tenant's topics, once a broker answered and they exist; else an error naming the cause and the fix."""
+def _connected(settings: Settings, topics: TopicFacts, tenant: str, timeout_s: float) -> TopicNames:
+    """The tenant's topics, once a broker answered and they exist; else an error naming the cause and the fix.
+
+    The keys, audit and contests topics are described in the same request, for the lookups to come;
+    a deployment may lack the contests topic or refuse this principal the audit one, so only the
+    topics every call needs are required.
+    """
+    config = settings.kafka.client_config()
     try:
         ensure_reachable(config, timeout_s)
         names = topics_of(settings, tenant)
-        missing, refused = absent_topics(config, [names.events, names.triggers, names.decisions, names.views,
-                                                  names.dlq], timeout_s)  # fmt: skip
+        required = [names.events, names.triggers, names.decisions, names.views, names.dlq]
+        survey = topics.survey([*required, names.keys, names.audit, names.contests], timeout_s)
+        missing = [t for t in survey.missing if t in required]
+        refused = [t for t in survey.refused if t in required]
     except BrokerUnavailableError as exc:
         raise ClusterUnavailableError(str(exc)) from exc
     except KafkaAdapterError as exc:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import socket
+import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping
@@ -145,33 +146,76 @@ def _probed(client_config: dict[str, str], ask: Callable[[AdminClient], _T]) -> 
         raise BrokerUnavailableError(f"no Kafka broker answered at {where}: {reason}") from exc
 
 
-def absent_topics(
-    client_config: dict[str, str], topics: list[str], timeout_s: float = 5.0
-) -> tuple[list[str], list[str]]:
-    """Of `topics`, those that do not exist and those the cluster refuses to describe to this principal.
+@dataclass(frozen=True)
+class TopicSurvey:
+    """Of the topics a process asked about: those that do not exist, and those the cluster refuses it."""
 
-    One DescribeTopics request: not a metadata request by name, which a broker with auto-creation
-    would answer by creating the topic, nor a listing, which hides refused topics as if absent.
+    missing: list[str]
+    refused: list[str]
+
+
+class TopicFacts:
+    """The ids and partition counts of a process's topics, each described once and kept. Thread-safe.
+
+    A scope's topics are described together by `survey` (one DescribeTopics request); a topic asked
+    for later is described alone. Kept for the holder's life, as a follower keeps its partition
+    count: a topic made again under its name, or given partitions, is seen by the next process.
+    Every lookup of a fresh client had described its topics one request at a time (a topic id for
+    the index, another for the key places, a partition count per reader: about 6 ms each).
     """
-    if not topics:
-        return [], []
-    admin = AdminClient(client_config, logger=_PROBE_LOG)  # type: ignore[arg-type]
-    try:
-        futures = admin.describe_topics(TopicCollection(topics), request_timeout=timeout_s)
-        errors = {topic: future.exception(timeout=timeout_s + 1) for topic, future in futures.items()}
-    except KafkaException as exc:
-        raise wrapped(exc, f"describing the topics {', '.join(topics)} failed") from exc
-    except TimeoutError as exc:
-        raise BrokerUnavailableError(
-            f"describing the topics {', '.join(topics)}: no answer in {timeout_s:g} s"
-        ) from exc
-    codes = {t: e.args[0].code() for t, e in errors.items() if isinstance(e, KafkaException)}
-    refused = KafkaError.TOPIC_AUTHORIZATION_FAILED
-    unexpected = [t for t, code in codes.items() if code not in _NO_SUCH_TOPIC and code != refused]
-    if unexpected:
-        topic = unexpected[0]
-        raise KafkaAdapterError(f"describing the topic {topic} failed: {errors[topic]}")
-    return [t for t in topics if codes.get(t) in _NO_SUCH_TOPIC], [t for t in topics if codes.get(t) == refused]
+
+    def __init__(self, client_config: dict[str, str]) -> None:
+        self._config = client_config
+        self._known: dict[str, TopicDescription] = {}
+        self._lock = threading.Lock()
+
+    def survey(self, topics: list[str], timeout_s: float = 5.0) -> TopicSurvey:
+        """Describes `topics` in one request and keeps what exists.
+
+        DescribeTopics: not a metadata request by name, which a broker with auto-creation would
+        answer by creating the topic, nor a listing, which hides refused topics as if absent.
+        """
+        if not topics:
+            return TopicSurvey([], [])
+        admin = AdminClient(self._config, logger=_PROBE_LOG)  # type: ignore[arg-type]
+        try:
+            futures = admin.describe_topics(TopicCollection(topics), request_timeout=timeout_s)
+            errors = {topic: future.exception(timeout=timeout_s + 1) for topic, future in futures.items()}
+        except KafkaException as exc:
+            raise wrapped(exc, f"describing the topics {', '.join(topics)} failed") from exc
+        except TimeoutError as exc:
+            raise BrokerUnavailableError(
+                f"describing the topics {', '.join(topics)}: no answer in {timeout_s:g} s"
+            ) from exc
+        codes = {t: e.args[0].code() for t, e in errors.items() if isinstance(e, KafkaException)}
+        refused = KafkaError.TOPIC_AUTHORIZATION_FAILED
+        unexpected = [t for t, code in codes.items() if code not in _NO_SUCH_TOPIC and code != refused]
+        if unexpected:
+            topic = unexpected[0]
+            raise KafkaAdapterError(f"describing the topic {topic} failed: {errors[topic]}")
+        with self._lock:
+            for topic, future in futures.items():
+                if errors[topic] is None and future.result().partitions:
+                    self._known[topic] = future.result()
+        return TopicSurvey([t for t in topics if codes.get(t) in _NO_SUCH_TOPIC],
+                           [t for t in topics if codes.get(t) == refused])  # fmt: skip
+
+    def topic_id(self, topic: str) -> str:
+        """The cluster's id of `topic` (a topic deleted and made again under its name has another)."""
+        return str(self._described(topic).topic_id)
+
+    def partitions(self, topic: str) -> int:
+        """How many partitions `topic` has; KafkaAdapterError when it does not exist."""
+        return len(self._described(topic).partitions)
+
+    def _described(self, topic: str) -> TopicDescription:
+        with self._lock:
+            known = self._known.get(topic)
+        if known is None:
+            known = _topic(self._config, topic)
+            with self._lock:
+                self._known[topic] = known
+        return known
 
 
 # How long a one-shot command waits for a broker before saying none answers: a broker on loopback

@@ -13,7 +13,6 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from pipeline.config.settings import Settings, SettingsError
 from pipeline.core.events import CaseRef, InvalidEventError
-from pipeline.kafka.cluster.admin import topic_id
 from pipeline.kafka.cluster.layout import current_generation
 from pipeline.kafka.cluster.partitioning import case_partition
 from pipeline.kafka.cluster.topics import TopicNames
@@ -41,11 +40,13 @@ class KafkaKeyTopic:
     tenant is skipped, whoever wrote it, so a tenant's principal never has a key opened as another's.
     """
 
-    def __init__(self, client_config: dict[str, str], topic: str, tenant: str | None = None) -> None:
+    def __init__(self, client_config: dict[str, str], topic: str, tenant: str | None = None,
+                 partitions: int | None = None) -> None:  # fmt: skip
+        """`partitions`: the topic's partition count where the caller knows it (else asked on first use)."""
         self._topic = topic
         self._tenant = tenant
         self._config = client_config
-        self._follower = TopicFollower(client_config, topic)
+        self._follower = TopicFollower(client_config, topic, partitions=partitions)
         self._producer: Producer | None = None
         self._producer_lock = threading.Lock()
 
@@ -116,9 +117,10 @@ class IndexedKeyTopic(KafkaKeyTopic):
     def __init__(self, client_config: dict[str, str], topic: str, directory: Path, tenant: str | None = None,
                  reader: PlaceReader | None = None) -> None:  # fmt: skip
         """`reader`: the reader of places to read key records with (its owner closes it), else one of its own."""
-        super().__init__(client_config, topic, tenant)
-        self._store = KeyStore(KeyStore.file(directory, topic, topic_id(client_config, topic)))
-        self._reader, self._owns_reader = reader or PlaceReader(client_config), reader is None
+        reader, self._owns_reader = reader or PlaceReader(client_config), reader is None
+        super().__init__(client_config, topic, tenant, partitions=reader.facts.partitions(topic))
+        self._store = KeyStore(KeyStore.file(directory, topic, reader.facts.topic_id(topic)))
+        self._reader = reader
         self._loaded: dict[CaseRef, int | None] = {}  # case -> the place applied to the ring (None: none found)
         self._seen = self._store.last_seq()  # changes before this point are read when a case is loaded
         self._lock = threading.Lock()

@@ -13,6 +13,7 @@ from pipeline.kafka.errors import KafkaAdapterError
 from pipeline.kafka.reading.range_reads import latest_offsets, read_ranges, renewed
 
 _LOG = logging.getLogger("pipeline.kafka.librdkafka")
+_METADATA_TIMEOUT_S = 10.0
 
 
 class TopicFollower:
@@ -23,13 +24,18 @@ class TopicFollower:
     (`tests/integration/test_topic_follower.py`).
     """
 
-    def __init__(self, client_config: dict[str, str], topic: str, start: Mapping[int, int] | None = None) -> None:
-        """Follows `topic` from `start` (partition -> first offset to read; the log's start for any other)."""
+    def __init__(self, client_config: dict[str, str], topic: str, start: Mapping[int, int] | None = None,
+                 partitions: int | None = None) -> None:  # fmt: skip
+        """Follows `topic` from `start` (partition -> first offset to read; the log's start for any other).
+
+        `partitions`: the topic's partition count where the caller knows it (else asked on first use).
+        """
         self.topic = topic
         self._config = client_config
         self._consumer = self._connect()
         self._next: dict[int, int] = dict(start or {})
-        self._partitions: int | None = None
+        self._partitions = partitions
+        self._leaders_known = False
 
     def _connect(self) -> Consumer:
         return Consumer(
@@ -51,6 +57,11 @@ class TopicFollower:
         AdminClient kept asking the dead leader, 10 s a time, until its metadata aged out. A
         read_committed consumer's "latest" offset is the last stable one, as its high watermark is.
         """
+        if not self._leaders_known:
+            # Asked by name first: a fresh consumer's first ListOffsets otherwise waited for librdkafka's
+            # own lookup of the topic, which it makes at most once a second (up to 0.7 s measured).
+            self._consumer.list_topics(self.topic, timeout=_METADATA_TIMEOUT_S)
+            self._leaders_known = True
         return latest_offsets(self._consumer, self.topic, range(self.partition_count()))
 
     def skip_to(self, positions: Mapping[int, int]) -> None:
@@ -82,6 +93,7 @@ class TopicFollower:
                 self._next[partition] = ends[partition]  # past the transaction markers that ended the read
         except KafkaException as exc:
             self._consumer = renewed(self._consumer, self._connect)  # the next call asks the cluster afresh
+            self._leaders_known = False
             raise KafkaAdapterError(f"reading {self.topic} failed: {exc}") from exc
 
     def close(self) -> None:

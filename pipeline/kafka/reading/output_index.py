@@ -31,7 +31,6 @@ import orjson
 from confluent_kafka import KafkaException
 
 from pipeline.core.event_log import RawRecord
-from pipeline.kafka.cluster.admin import topic_id
 from pipeline.kafka.cluster.topics import TopicNames
 from pipeline.kafka.errors import KafkaAdapterError, NotAuthorizedError
 from pipeline.kafka.local_stores import StoreRebuiltError
@@ -109,13 +108,13 @@ class OutputIndex:
     ) -> None:
         self.names = names
         self._config = client_config
+        self._reader, self._owns_reader = reader or PlaceReader(client_config), reader is None
         try:
-            identity = topic_id(client_config, names.decisions)
-        except KafkaAdapterError as exc:
+            identity = self._reader.facts.topic_id(names.decisions)
+        except KafkaAdapterError as exc:  # its own reader holds no connection yet (made on first read)
             raise KafkaAdapterError(f"the output topics of {names.scope} cannot be indexed: {exc}") from exc
         self.store = IndexStore(IndexStore.file(directory, names.decisions, identity))
         self._catching_up = threading.Lock()
-        self._reader, self._owns_reader = reader or PlaceReader(client_config), reader is None
         self._stop = threading.Event()
         self._keeper: threading.Thread | None = None
         # When the last whole catch-up began: lookups that missed while it ran wait for it, not run their own.

@@ -9,7 +9,7 @@ from collections.abc import Iterable
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from pipeline.core.event_log import RawRecord
-from pipeline.kafka.cluster.admin import reader_group
+from pipeline.kafka.cluster.admin import TopicFacts, reader_group
 from pipeline.kafka.errors import KafkaAdapterError
 from pipeline.kafka.reading.index_store import place, unplace
 from pipeline.kafka.reading.range_reads import raw_record
@@ -23,10 +23,15 @@ Place = tuple[str, int]  # a record's topic and place
 
 
 class PlaceReader:
-    """One consumer (made on first use, kept between reads) that reads records at places. Thread-safe."""
+    """One consumer (made on first use, kept between reads) that reads records at places. Thread-safe.
 
-    def __init__(self, client_config: dict[str, str]) -> None:
+    `facts`: what the lookup side knows of its topics (ids, partition counts), shared by whatever
+    reads through this reader (the output index, the case keys), each topic described once.
+    """
+
+    def __init__(self, client_config: dict[str, str], facts: TopicFacts | None = None) -> None:
         self._config = client_config
+        self.facts = facts or TopicFacts(client_config)
         self._lock = threading.Lock()
         self._consumer: Consumer | None = None
         self._known: set[str] = set()  # topics whose metadata the consumer holds
