@@ -76,8 +76,6 @@ def published(
         elif entry.complete:
             live.append(entry)
     if live:
-        if cipher is not None:
-            cipher.sync()
         _read_entries(index, live, outputs, cipher, with_audits=with_audits)
     # Kept in the index only when the key topic says so (a tombstone or an erased marker read): a record that
     # does not open for another reason (no keys here, a KEK file missing on this host) is not an erasure.
@@ -96,6 +94,8 @@ def _read_entries(index: OutputIndex, live: list[Entry], outputs: PublishedOutpu
     if with_audits:
         places += [(names.audit, where) for e in live for _, where in e.audits]
     records = index.read(places)
+    if cipher is not None:  # after the read: the keys' news are asked on the connection the read opened
+        cipher.sync()
 
     def at(topic: str, where: int | None) -> list[RawRecord]:
         found = records.get((topic, where)) if where is not None else None

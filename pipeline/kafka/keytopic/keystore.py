@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 import orjson
@@ -126,30 +126,38 @@ class IndexedKeyTopic(KafkaKeyTopic):
         self._lock = threading.Lock()
 
     def sync(self, ring: KeyRing) -> None:
+        """Brings the places file up to the topic's ends, then applies what changed for the cases loaded.
+
+        The ends are asked through the lookups' reader: when the file is current (the host's doors
+        keep it so), nothing else is asked and the follower never connects.
+        """
         with self._lock:
-            self._follower.skip_to(self._store.read_to())  # what other processes on the host indexed is not read again
-            try:
-                self._indexed(ring)
-            except KafkaException as exc:
-                raise KafkaAdapterError(f"indexing the key topic {self._topic} failed: {exc}") from exc
+            ends = self._reader.ends(self._topic)
+            read_to = self._store.read_to()
+            self._follower.skip_to(read_to)  # what other processes on the host indexed is not read again
+            if any(end > read_to.get(partition, 0) for partition, end in ends.items()):
+                try:
+                    self._indexed(ring, ends)
+                except KafkaException as exc:
+                    raise KafkaAdapterError(f"indexing the key topic {self._topic} failed: {exc}") from exc
             for changed in self._store.changed_since(self._seen):
                 self._seen = max(self._seen, changed.seq)
                 case = _case_of(changed.case_key)
                 if case is not None and case in self._loaded and self._loaded[case] != changed.place:
                     self._apply_place(ring, case, changed.place, live=changed.live)
 
-    def _indexed(self, ring: KeyRing) -> None:
+    def _indexed(self, ring: KeyRing, ends: Mapping[int, int]) -> None:
         try:
-            self._index(self._follower, ring)
+            self._index(self._follower, ring, ends)
         except StoreRebuiltError:  # the file was damaged and started anew: index the whole topic into it
             self._follower.start_over({})
             self._seen = 0
-            self._index(self._follower, ring)
+            self._index(self._follower, ring, ends)
 
-    def _index(self, follower: TopicFollower, ring: KeyRing) -> None:
-        """Reads the records published since the file's offsets, applies the loaded cases', stores every place."""
+    def _index(self, follower: TopicFollower, ring: KeyRing, ends: Mapping[int, int]) -> None:
+        """Reads the records since the file's offsets up to `ends`, applies the loaded cases', stores every place."""
         rows: list[tuple[str, int, bool]] = []
-        for raw in follower.new_records():
+        for raw in follower.new_records(ends):
             case = _case_of((raw.key or b"").decode("utf-8", "replace"))
             if case is None or (self._tenant is not None and case.tenant != self._tenant):
                 continue  # a record no reader of this topic can use: checked, and logged, if it is ever loaded

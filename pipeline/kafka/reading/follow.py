@@ -10,7 +10,7 @@ from confluent_kafka import Consumer, KafkaException
 from pipeline.core.event_log import RawRecord
 from pipeline.kafka.cluster.admin import reader_group, topic_partitions
 from pipeline.kafka.errors import KafkaAdapterError
-from pipeline.kafka.reading.range_reads import latest_offsets, read_ranges, renewed
+from pipeline.kafka.reading.range_reads import latest_offsets, read_ranges
 
 _LOG = logging.getLogger("pipeline.kafka.librdkafka")
 _METADATA_TIMEOUT_S = 10.0
@@ -32,18 +32,39 @@ class TopicFollower:
         """
         self.topic = topic
         self._config = client_config
-        self._consumer = self._connect()
+        self._consumer: Consumer | None = None  # made on first use: a follower with nothing to read connects never
         self._next: dict[int, int] = dict(start or {})
         self._partitions = partitions
-        self._leaders_known = False
 
-    def _connect(self) -> Consumer:
-        return Consumer(
-            {**self._config, "group.id": reader_group("follow"), "enable.auto.commit": False,
-             "isolation.level": "read_committed", "enable.partition.eof": True, "fetch.wait.max.ms": 5,
-             "auto.offset.reset": "earliest"},  # from the log's start even if it no longer starts at 0
-            logger=_LOG,
-        )  # fmt: skip
+    def _connected(self) -> Consumer:
+        """The follower's consumer, made on first use; its topic's metadata asked by name as it is made.
+
+        Asked by name: a fresh consumer's first ListOffsets otherwise waited for librdkafka's own
+        lookup of the topic, which it makes at most once a second (up to 0.7 s measured).
+        """
+        if self._consumer is None:
+            consumer = Consumer(
+                {**self._config, "group.id": reader_group("follow"), "enable.auto.commit": False,
+                 "isolation.level": "read_committed", "enable.partition.eof": True, "fetch.wait.max.ms": 5,
+                 "auto.offset.reset": "earliest"},  # from the log's start even if it no longer starts at 0
+                logger=_LOG,
+            )  # fmt: skip
+            try:
+                consumer.list_topics(self.topic, timeout=_METADATA_TIMEOUT_S)
+            except KafkaException:
+                consumer.close()
+                raise
+            self._consumer = consumer
+        return self._consumer
+
+    def _forget_consumer(self) -> None:
+        """Drops a consumer whose request failed: the next call asks the cluster afresh (see range_reads.renewed)."""
+        if self._consumer is not None:
+            try:
+                self._consumer.close()
+            except (KafkaException, RuntimeError) as exc:
+                _LOG.debug("closing a failed follower: %s", exc)
+            self._consumer = None
 
     def partition_count(self) -> int:
         if self._partitions is None:
@@ -57,12 +78,7 @@ class TopicFollower:
         AdminClient kept asking the dead leader, 10 s a time, until its metadata aged out. A
         read_committed consumer's "latest" offset is the last stable one, as its high watermark is.
         """
-        if not self._leaders_known:
-            # Asked by name first: a fresh consumer's first ListOffsets otherwise waited for librdkafka's
-            # own lookup of the topic, which it makes at most once a second (up to 0.7 s measured).
-            self._consumer.list_topics(self.topic, timeout=_METADATA_TIMEOUT_S)
-            self._leaders_known = True
-        return latest_offsets(self._consumer, self.topic, range(self.partition_count()))
+        return latest_offsets(self._connected(), self.topic, range(self.partition_count()))
 
     def skip_to(self, positions: Mapping[int, int]) -> None:
         """Goes on from `positions` where they are past this follower's own (what another reader has handled)."""
@@ -86,15 +102,17 @@ class TopicFollower:
         try:
             ends = self.ends() if ends is None else ends
             behind = {p: (self._next.get(p, 0), high - 1) for p, high in ends.items() if self._next.get(p, 0) < high}
-            for raw in read_ranges(self._consumer, self.topic, behind, timeout_s=10):
-                self._next[raw.position.partition] = raw.position.offset + 1
-                yield raw
+            if behind:
+                for raw in read_ranges(self._connected(), self.topic, behind, timeout_s=10):
+                    self._next[raw.position.partition] = raw.position.offset + 1
+                    yield raw
             for partition in behind:
                 self._next[partition] = ends[partition]  # past the transaction markers that ended the read
         except KafkaException as exc:
-            self._consumer = renewed(self._consumer, self._connect)  # the next call asks the cluster afresh
-            self._leaders_known = False
+            self._forget_consumer()
             raise KafkaAdapterError(f"reading {self.topic} failed: {exc}") from exc
 
     def close(self) -> None:
-        self._consumer.close()
+        if self._consumer is not None:
+            self._consumer.close()
+            self._consumer = None

@@ -12,7 +12,7 @@ from pipeline.core.event_log import RawRecord
 from pipeline.kafka.cluster.admin import TopicFacts, reader_group
 from pipeline.kafka.errors import KafkaAdapterError
 from pipeline.kafka.reading.index_store import place, unplace
-from pipeline.kafka.reading.range_reads import raw_record
+from pipeline.kafka.reading.range_reads import latest_offsets, raw_record
 from pipeline.kafka.reading.reader import POINT_FETCH
 
 _LOG = logging.getLogger("pipeline.kafka.librdkafka")
@@ -56,6 +56,23 @@ class PlaceReader:
             except KafkaException as exc:
                 self._reset()
                 raise KafkaAdapterError(f"reading records at their places failed: {exc}") from exc
+
+    def ends(self, topic: str) -> dict[int, int]:
+        """Each partition's end (its last stable offset), asked through this reader's connection.
+
+        What a reader that keeps a file of places asks to learn whether anything was written since:
+        through the connection the lookup opened anyway, not one of its own.
+        """
+        with self._lock:
+            try:
+                consumer = self._consumer = self._consumer or _consumer(self._config)
+                if topic not in self._known:  # ListOffsets needs the leaders: asked by name (see _learn)
+                    consumer.list_topics(topic, timeout=READ_TIMEOUT_S)
+                    self._known.add(topic)
+                return latest_offsets(consumer, topic, range(self.facts.partitions(topic)))
+            except KafkaException as exc:
+                self._reset()
+                raise KafkaAdapterError(f"asking the ends of {topic} failed: {exc}") from exc
 
     def _read(self, pending: dict[tuple[str, int], list[int]]) -> dict[Place, RawRecord]:
         """Reads until every partition's places are found or passed.
