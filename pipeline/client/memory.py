@@ -150,6 +150,10 @@ class DecisionMemory:
         self._topics = TopicFacts(self._config)  # the scope's topics, described together once
         self._names = _connected(settings, self._topics, tenant, connect_timeout)
         self._keys: CaseKeys = case_keys_from(settings, names=self._names)
+        # The index's, the lookup keys' and the cited events' reads: one connection, made now in the background
+        # while the rest is set up (a fresh client's first lookup waited for it).
+        self._places = PlaceReader(self._config, self._topics)
+        self._places.connect()
         sealing = self._keys if settings.keys.encryption else None
         commit = GroupCommit(settings.kafka.write_linger_ms / 1000, settings.kafka.write_max_records)
         self._writers = CaseWriters(self._config, self._names, sealing, settings.paths.home, commit)
@@ -166,8 +170,6 @@ class DecisionMemory:
         self._erasures = ErasureWatch(self._config, names.keys, tenant, self._forget_case)
         self._index: OutputIndex | None = None
         self._lookup_keys: CaseKeys | None = None
-        # The index's, the lookup keys' and the cited events' reads: one connection, made on use.
-        self._places = PlaceReader(self._config, self._topics)
         self._index_lock = threading.Lock()
 
     def __enter__(self) -> DecisionMemory:

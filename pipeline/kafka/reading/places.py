@@ -57,6 +57,11 @@ class PlaceReader:
                 self._reset()
                 raise KafkaAdapterError(f"reading records at their places failed: {exc}") from exc
 
+    def connect(self) -> None:
+        """Makes the reader's consumer now: librdkafka connects it in the background, while its owner goes on."""
+        with self._lock:
+            self._consumer = self._consumer or _consumer(self._config)
+
     def ends(self, topic: str) -> dict[int, int]:
         """Each partition's end (its last stable offset), asked through this reader's connection.
 

@@ -78,8 +78,11 @@ def _listed_offsets(consumer: Consumer, topic: str, partitions: Iterable[int], s
 
 
 LEADER_WAIT_S = 10.0  # how long a partition may be without a leader before a read says so
+# A broker just back answers for a moment with the epochs of before (UNKNOWN_LEADER_EPOCH: "leader epoch is
+# newer than broker epoch", seen on a fresh reader right after a restart), or has no offsets yet to list.
 _NO_LEADER_YET = frozenset({KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
-                            KafkaError._TRANSPORT, KafkaError._TIMED_OUT})  # fmt: skip
+                            KafkaError.UNKNOWN_LEADER_EPOCH, KafkaError.FENCED_LEADER_EPOCH,
+                            KafkaError.OFFSET_NOT_AVAILABLE, KafkaError._TRANSPORT, KafkaError._TIMED_OUT})  # fmt: skip
 
 
 def _passing(error: KafkaError) -> bool:
