@@ -547,6 +547,31 @@ class KeySettings(_Group):
         description="the local key provider's root: each pipeline's tenant KEKs in <root>/<topic prefix> "
         "(unset: $DPM_HOME/keys)",
     )
+    kek_provider: str = Field(
+        "local",
+        validation_alias="DPM_KEK_PROVIDER",
+        description="where tenants' key-encryption keys live, as a provider URI: `local` (files under the keys "
+        "root), `aws-kms:?region=R&alias_prefix=P[&endpoint=URL]`; every tenant's unless DPM_KEK_PROVIDERS names it",
+    )
+    kek_providers_file: Path | None = Field(
+        None,
+        validation_alias="DPM_KEK_PROVIDERS",
+        description="a JSON file mapping tenant ids to provider URIs, for tenants whose KEKs live elsewhere than "
+        "DPM_KEK_PROVIDER says (read at start)",
+    )
+    key_cache_size: int = Field(
+        10_000,
+        ge=1,
+        validation_alias="DPM_KEY_CACHE_SIZE",
+        description="unwrapped data keys a process keeps in memory (least recently used go first)",
+    )
+    key_cache_ttl_s: float = Field(
+        300.0,
+        gt=0,
+        validation_alias="DPM_KEY_CACHE_TTL_S",
+        description="seconds an unwrapped data key is kept before it is unwrapped again (a KEK revoked at its "
+        "service stops serving within it)",
+    )
     erasure_lag_ms: int = Field(
         3_600_000,
         ge=1_000,

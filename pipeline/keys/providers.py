@@ -1,10 +1,14 @@
-"""Key-encryption keys per tenant behind one interface: a local file provider, shaped for a KMS or Vault.
+"""Key-encryption keys per tenant behind one interface: where each tenant's KEKs live and how they wrap.
 
 A provider never hands out a key-encryption key (KEK); it wraps and unwraps data keys under the
 tenant's current KEK version, the way a cloud KMS (Encrypt/Decrypt with a key per tenant) or
-Vault's transit engine (`transit/encrypt/<tenant>`, key versions, `min_decryption_version`) does.
-To plug one in, implement KeyProvider with its client and return it from
-`pipeline.kafka.keytopic.keystore.case_keys_from`.
+Vault's transit engine (`transit/encrypt/<key>`, key versions, `min_decryption_version`) does.
+Every wrapped key is bound to its tenant and case (the local provider's associated data, AWS's
+encryption context): a wrapped key copied under another case's name does not open there.
+
+Which provider serves a tenant is the operator's choice, by settings (provider_uri.py), never a
+key record's: a record's `kek_id` is only ever a version, `v<N>`, since tenants' agents write
+those records.
 """
 
 from __future__ import annotations
@@ -20,11 +24,27 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from pipeline.core.errors import DpmError
+from pipeline.core.events import CaseRef
 from pipeline.wire.key import KEK_ID
 
 
 class KeyDestroyedError(DpmError):
     """The tenant's key-encryption key (that version, or all of them) is destroyed: the data key is gone."""
+
+
+class KeyServiceError(DpmError):
+    """The key service did not answer as it should: the key may well exist. Never read as an erasure."""
+
+
+class KeyServiceUnavailableError(KeyServiceError):
+    """The key service is down, slow or refuses this process's credentials: asking again later may succeed."""
+
+
+class KeyRevokedError(KeyServiceError):
+    """The tenant's key-encryption key is disabled or revoked at the key service (nothing is destroyed).
+
+    Its cases are refused until an operator enables it again.
+    """
 
 
 @dataclass(frozen=True)
@@ -36,14 +56,21 @@ class WrappedKey:
 
 
 class KeyProvider(Protocol):
-    """Wraps data keys under a tenant's KEK; the KEK itself never leaves the provider."""
+    """Wraps data keys under a tenant's KEK; the KEK itself never leaves the provider.
 
-    def wrap(self, tenant: str, secret: bytes) -> WrappedKey:
-        """`secret` encrypted under the tenant's current KEK version (created on first use)."""
+    Errors: KeyDestroyedError (that KEK version is gone: so is every key it wrapped),
+    KeyRevokedError (disabled or revoked, not destroyed) and KeyServiceUnavailableError (the
+    service cannot be asked now): only the first is an erasure.
+    """
+
+    name: str  # what the provider is, for messages ("AWS KMS (eu-west-1)")
+
+    def wrap(self, case: CaseRef, secret: bytes) -> WrappedKey:
+        """`secret`, the case's data key, encrypted under the tenant's current KEK version (created on first use)."""
         ...
 
-    def unwrap(self, tenant: str, wrapped: WrappedKey) -> bytes:
-        """The data key; raises KeyDestroyedError when that KEK version no longer exists."""
+    def unwrap(self, case: CaseRef, wrapped: WrappedKey) -> bytes:
+        """The case's data key; KeyDestroyedError when that KEK version is gone or the key is not the case's."""
         ...
 
     def rotate(self, tenant: str) -> str:
@@ -63,6 +90,11 @@ class KeyProvider(Protocol):
         ...
 
 
+def wrapping_context(case: CaseRef) -> bytes:
+    """What binds a wrapped data key to its case: the associated data of a local wrap, a KMS's context."""
+    return f"dpm-data-key:{case.key}".encode()
+
+
 _VERSION = re.compile(r"^v(\d+)\.key$")
 
 
@@ -73,12 +105,23 @@ def shared_layout(root: Path) -> bool:
     return any(child.is_dir() and any(_VERSION.fullmatch(f.name) for f in child.iterdir()) for child in root.iterdir())
 
 
+# A wrapped key bound to its case: this byte, the nonce, then the ciphertext and tag under the case's context.
+# Keys wrapped before (nonce, ciphertext and tag: 60 bytes for a 32-byte key) were bound to the tenant alone;
+# they still open, and a rotation wraps them again bound to their case.
+_CASE_BOUND = b"\x02"
+_NONCE_BYTES, _KEY_BYTES, _TAG_BYTES = 12, 32, 16
+_CASE_BOUND_BYTES = len(_CASE_BOUND) + _NONCE_BYTES + _KEY_BYTES + _TAG_BYTES
+
+
 class LocalFileKeyProvider:
     """KEKs as 32-byte files, one folder per tenant (`<root>/<sha256(tenant)[:32]>/v<N>.key`, mode 0600).
 
     For development and tests: a deleted file is gone from this machine's view, but a file system
-    gives no guarantee that its blocks are overwritten. Production keys belong in a KMS or HSM.
+    gives no guarantee that its blocks are overwritten, and whoever reads the disk holds the keys.
+    Production keys belong in a KMS or HSM (aws_kms.py, and the providers provider_uri.py names).
     """
+
+    name = "the local key files"
 
     def __init__(self, root: Path) -> None:
         self._root = root
@@ -117,17 +160,23 @@ class LocalFileKeyProvider:
             versions = self._versions(tenant)
         return f"v{versions[-1]}"
 
-    def wrap(self, tenant: str, secret: bytes) -> WrappedKey:
-        kek_id = self.current(tenant)
-        nonce = os.urandom(12)
-        return WrappedKey(kek_id, nonce + AESGCM(self._kek(tenant, kek_id)).encrypt(nonce, secret, tenant.encode()))
+    def wrap(self, case: CaseRef, secret: bytes) -> WrappedKey:
+        kek_id = self.current(case.tenant)
+        nonce = os.urandom(_NONCE_BYTES)
+        sealed = AESGCM(self._kek(case.tenant, kek_id)).encrypt(nonce, secret, wrapping_context(case))
+        return WrappedKey(kek_id, _CASE_BOUND + nonce + sealed)
 
-    def unwrap(self, tenant: str, wrapped: WrappedKey) -> bytes:
-        kek = self._kek(tenant, wrapped.kek_id)
+    def unwrap(self, case: CaseRef, wrapped: WrappedKey) -> bytes:
+        kek = self._kek(case.tenant, wrapped.kek_id)
+        blob = wrapped.blob
+        if len(blob) == _CASE_BOUND_BYTES and blob[:1] == _CASE_BOUND:
+            body, context = blob[1:], wrapping_context(case)
+        else:  # wrapped before keys were bound to their case: nonce, key and tag, bound to the tenant
+            body, context = blob, case.tenant.encode()
         try:
-            return AESGCM(kek).decrypt(wrapped.blob[:12], wrapped.blob[12:], tenant.encode())
+            return AESGCM(kek).decrypt(body[:_NONCE_BYTES], body[_NONCE_BYTES:], context)
         except InvalidTag as exc:
-            raise KeyDestroyedError(f"data key does not unwrap under {wrapped.kek_id} of {tenant!r}") from exc
+            raise KeyDestroyedError(f"data key does not unwrap under {wrapped.kek_id} of case {case.key}") from exc
 
     def rotate(self, tenant: str) -> str:
         versions = self._versions(tenant)

@@ -6,7 +6,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from cachetools import LRUCache
+from cachetools import LRUCache, TTLCache
 
 from pipeline.core.events import CaseRef
 from pipeline.keys.envelope import DataKey, TamperedError
@@ -15,9 +15,12 @@ from pipeline.wire.key import KeyErased, KeyRecord, KeyValue
 from pipeline.wire.rejection import RejectedError, Rejection
 from pipeline.wire.sealing import CaseErasedError
 
-# Unwrapped data keys kept (about 200 bytes each): unwrapping is one call to the key provider, which
-# for a KMS is a network round trip, so recently used keys stay; the rest are unwrapped again.
+# Unwrapped data keys kept (about 200 bytes each), and for how long: unwrapping is one call to the key
+# provider, which for a KMS is a network round trip, so recently used keys stay; the rest, and any older
+# than the time bound (a KEK revoked at the service stops serving within it), are unwrapped again.
+# DPM_KEY_CACHE_SIZE and DPM_KEY_CACHE_TTL_S set them.
 UNWRAPPED_KEYS = 10_000
+UNWRAPPED_TTL_S = 300.0
 # Erased cases remembered (about 150 bytes each), so a missing event can be told apart (erased, or
 # superseded) and an erased case takes no new key. The key topic keeps every erased marker for good;
 # a process keeps the last this many it read, and takes an erased case it no longer remembers for
@@ -32,11 +35,12 @@ class KeyRing:
     400 bytes in memory); unwrapped keys and the erased cases are bounded (least recently used go).
     """
 
-    def __init__(self, provider: KeyProvider) -> None:
+    def __init__(self, provider: KeyProvider, *, cache_size: int = UNWRAPPED_KEYS,
+                 cache_ttl_s: float = UNWRAPPED_TTL_S) -> None:  # fmt: skip
         self.provider = provider
         self._records: dict[CaseRef, dict[str, KeyRecord]] = {}
         self._latest: dict[CaseRef, str] = {}
-        self._secrets: LRUCache[tuple[CaseRef, str], DataKey] = LRUCache(maxsize=UNWRAPPED_KEYS)
+        self._secrets: TTLCache[tuple[CaseRef, str], DataKey] = TTLCache(maxsize=cache_size, ttl=cache_ttl_s)
         self._erased: LRUCache[CaseRef, None] = LRUCache(maxsize=ERASED_CASES)
 
     def apply(self, case: CaseRef, record: KeyValue | None) -> None:
@@ -73,7 +77,7 @@ class KeyRing:
         cached = self._secrets.get((case, kid))
         if cached is None:
             try:
-                secret = self.provider.unwrap(case.tenant, WrappedKey(record.kek_id, record.wrapped))
+                secret = self.provider.unwrap(case, WrappedKey(record.kek_id, record.wrapped))
             except KeyDestroyedError:
                 return None
             cached = self._secrets[(case, kid)] = DataKey(kid, secret)
@@ -82,7 +86,7 @@ class KeyRing:
     def wrap_new(self, case: CaseRef) -> tuple[DataKey, KeyRecord]:
         """A fresh data key for `case` and its record to publish (not applied until read back)."""
         key = DataKey.generate()
-        wrapped = self.provider.wrap(case.tenant, key.secret)
+        wrapped = self.provider.wrap(case, key.secret)
         return key, KeyRecord(case, key.kid, wrapped.kek_id, wrapped.blob, int(time.time() * 1000))
 
     def rewrapped(self, record: KeyRecord) -> KeyRecord | None:
@@ -90,7 +94,7 @@ class KeyRing:
         key = self.key(record.case, record.kid)
         if key is None:
             return None
-        wrapped = self.provider.wrap(record.case.tenant, key.secret)
+        wrapped = self.provider.wrap(record.case, key.secret)
         return KeyRecord(record.case, record.kid, wrapped.kek_id, wrapped.blob, record.created_ms)
 
     def open(self, case: CaseRef, sealed: Mapping[str, Any], aad: bytes) -> bytes:

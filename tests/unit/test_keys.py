@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import base64
+import os
 import stat
 from collections.abc import Sequence
 from pathlib import Path
 
 import orjson
 import pytest
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from pipeline.config.settings import Settings, SettingsError
 from pipeline.core.event_log import RawRecord
@@ -18,7 +20,7 @@ from pipeline.core.task import Architecture
 from pipeline.kafka.cluster.topics import TopicNames
 from pipeline.kafka.keytopic.keystore import case_keys_from, checked_key_record
 from pipeline.keys.envelope import DataKey, TamperedError
-from pipeline.keys.providers import KeyDestroyedError, LocalFileKeyProvider
+from pipeline.keys.providers import KeyDestroyedError, LocalFileKeyProvider, WrappedKey
 from pipeline.keys.ring import KeyRing
 from pipeline.keys.store import CaseKeys, MemoryKeyTopic
 from pipeline.llm.extractive.backend import ExtractiveBackend
@@ -59,21 +61,40 @@ def test_a_data_key_seals_and_refuses_altered_metadata_or_another_key() -> None:
 
 def test_the_local_provider_wraps_rotates_retires_and_destroys(tmp_path: Path) -> None:
     provider = LocalFileKeyProvider(tmp_path)
-    wrapped = provider.wrap("bank-a", b"k" * 32)
-    assert provider.unwrap("bank-a", wrapped) == b"k" * 32
+    case = CaseRef("bank-a", "c-1")
+    wrapped = provider.wrap(case, b"k" * 32)
+    assert provider.unwrap(case, wrapped) == b"k" * 32
     kek_files = list(tmp_path.rglob("*.key"))
     assert len(kek_files) == 1
     assert stat.S_IMODE(kek_files[0].stat().st_mode) == 0o600
     with pytest.raises(KeyDestroyedError):
-        provider.unwrap("bank-b", wrapped)  # another tenant's KEK does not unwrap it
+        provider.unwrap(CaseRef("bank-b", "c-1"), wrapped)  # another tenant's KEK does not unwrap it
     assert provider.rotate("bank-a") == "v2"
-    assert provider.unwrap("bank-a", wrapped) == b"k" * 32  # old versions unwrap until retired
-    assert provider.wrap("bank-a", b"k" * 32).kek_id == "v2"
+    assert provider.unwrap(case, wrapped) == b"k" * 32  # old versions unwrap until retired
+    assert provider.wrap(case, b"k" * 32).kek_id == "v2"
     provider.retire("bank-a", wrapped.kek_id)
     with pytest.raises(KeyDestroyedError):
-        provider.unwrap("bank-a", wrapped)
+        provider.unwrap(case, wrapped)
     assert provider.destroy("bank-a") == 1
     assert not list(tmp_path.rglob("*.key"))
+
+
+def test_a_wrapped_key_opens_for_its_own_case_only(tmp_path: Path) -> None:
+    """Bound to tenant and case: a wrapped key copied into another case's key record does not open there."""
+    provider = LocalFileKeyProvider(tmp_path)
+    wrapped = provider.wrap(CaseRef("bank-a", "c-1"), b"k" * 32)
+    with pytest.raises(KeyDestroyedError, match="bank-a/c-2"):
+        provider.unwrap(CaseRef("bank-a", "c-2"), wrapped)
+
+
+def test_a_key_wrapped_before_keys_were_bound_to_their_case_still_opens(tmp_path: Path) -> None:
+    """The former layout: nonce, ciphertext and tag, bound to the tenant alone (what existing key topics hold)."""
+    provider = LocalFileKeyProvider(tmp_path)
+    kek_id = provider.current("bank-a")
+    kek = next(tmp_path.rglob(f"{kek_id}.key")).read_bytes()
+    nonce = os.urandom(12)
+    former = WrappedKey(kek_id, nonce + AESGCM(kek).encrypt(nonce, b"k" * 32, b"bank-a"))
+    assert provider.unwrap(CaseRef("bank-a", "c-9"), former) == b"k" * 32
 
 
 def test_a_sealed_event_hides_its_text_keeps_routing_in_clear_and_opens_to_the_same_record(keys: CaseKeys) -> None:
@@ -277,14 +298,15 @@ def test_each_pipeline_keeps_its_own_tenant_keks(tmp_path: Path) -> None:
     assert first.keys_dir() != second.keys_dir()
     assert first.keys_dir("second") == second.keys_dir()
     mine, theirs = LocalFileKeyProvider(first.keys_dir()), LocalFileKeyProvider(second.keys_dir())
-    wrapped = theirs.wrap("bank-a", b"k" * 32)
-    mine.wrap("bank-a", b"k" * 32)
+    case = CaseRef("bank-a", "c-1")
+    wrapped = theirs.wrap(case, b"k" * 32)
+    mine.wrap(case, b"k" * 32)
     assert mine.destroy("bank-a") == 1
-    assert theirs.unwrap("bank-a", wrapped) == b"k" * 32
+    assert theirs.unwrap(case, wrapped) == b"k" * 32
 
 
 def test_keys_in_the_old_shared_layout_are_refused_with_what_to_do(tmp_path: Path) -> None:
-    LocalFileKeyProvider(tmp_path).wrap("bank-a", b"k" * 32)  # tenant folders right under the root
+    LocalFileKeyProvider(tmp_path).wrap(CaseRef("bank-a", "c-1"), b"k" * 32)  # tenant folders right under the root
     settings = Settings.from_env({"DPM_KEYS_DIR": str(tmp_path), "DPM_TOPIC_PREFIX": "dpm"})
     with pytest.raises(SettingsError, match=f"move them into {tmp_path}/dpm"):
         case_keys_from(settings)

@@ -133,10 +133,10 @@ def test_the_local_provider_never_reads_a_file_named_by_a_forged_kek_id(tmp_path
     chosen = tmp_path / "chosen.key"
     chosen.write_bytes(b"x" * 32)
     provider = LocalFileKeyProvider(tmp_path / "keks")
-    provider.wrap("acme", b"k" * 32)
+    provider.wrap(CaseRef("acme", "c-1"), b"k" * 32)
     forged = WrappedKey(f"../../{chosen.stem}", b"\0" * 60)
     with pytest.raises(KeyDestroyedError, match="not a key-encryption key version"):
-        provider.unwrap("acme", forged)
+        provider.unwrap(CaseRef("acme", "c-1"), forged)
 
 
 def test_a_key_record_is_applied_only_when_its_key_value_and_topic_name_one_tenant_and_case() -> None:

@@ -21,7 +21,8 @@ from pipeline.kafka.local_stores import StoreRebuiltError
 from pipeline.kafka.reading.follow import TopicFollower
 from pipeline.kafka.reading.index_store import KeyStore, place
 from pipeline.kafka.reading.places import PlaceReader
-from pipeline.keys.providers import KeyProvider, LocalFileKeyProvider, shared_layout
+from pipeline.keys.provider_uri import ProviderUriError, read_tenant_uris, tenant_providers
+from pipeline.keys.providers import KeyProvider, shared_layout
 from pipeline.keys.ring import KeyRing
 from pipeline.keys.store import CaseKeys, TenantCaseKeys
 from pipeline.wire.headers import standard_headers
@@ -286,11 +287,22 @@ def case_keys_from(
             f"in {root}/<topic prefix>: move them into {settings.keys_dir(prefix)} (DPM_KEYS_DIR)"
         )
     names = names or current_generation(config, TopicNames(prefix))
-    provider = LocalFileKeyProvider(settings.keys_dir(names.prefix))
+    provider = key_provider(settings, names.prefix)
+    ring = KeyRing(provider, cache_size=settings.keys.key_cache_size, cache_ttl_s=settings.keys.key_cache_ttl_s)
     if by_case:
-        topic = IndexedKeyTopic(config, names.keys, settings.index_dir(), names.tenant, reader)
-        return CaseKeys(KeyRing(provider), topic)
-    return kafka_case_keys(config, names.keys, provider, names.tenant)
+        return CaseKeys(ring, IndexedKeyTopic(config, names.keys, settings.index_dir(), names.tenant, reader))
+    return CaseKeys(ring, KafkaKeyTopic(config, names.keys, names.tenant))
+
+
+def key_provider(settings: Settings, pipeline_prefix: str) -> KeyProvider:
+    """The tenants' key provider the settings name (DPM_KEK_PROVIDER, DPM_KEK_PROVIDERS); SettingsError if none."""
+    keys = settings.keys
+    try:
+        tenant_uris = read_tenant_uris(keys.kek_providers_file) if keys.kek_providers_file else {}
+        return tenant_providers(keys.kek_provider, tenant_uris, local_root=settings.keys_dir(pipeline_prefix),
+                                pipeline_prefix=pipeline_prefix)  # fmt: skip
+    except ProviderUriError as exc:
+        raise SettingsError(str(exc)) from exc
 
 
 def tenant_case_keys(settings: Settings, names: TopicNames) -> TenantCaseKeys:

@@ -1,0 +1,122 @@
+"""Which key provider serves each tenant: provider URIs, chosen by the operator's settings, never by records.
+
+`local` keeps KEKs in files under the keys root (the embedded default). `aws-kms:?region=R` keeps
+them in AWS KMS (`alias_prefix=P`, default `dpm/<topic prefix>`; `endpoint=URL` for a VPC endpoint
+or a test server; `timeout_s=S`). DPM_KEK_PROVIDER names every tenant's provider; DPM_KEK_PROVIDERS,
+a JSON object of tenant ids to URIs, names the tenants served by another.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
+
+from pipeline.core.errors import DpmError
+from pipeline.core.events import CaseRef, InvalidEventError
+from pipeline.keys.providers import KeyProvider, LocalFileKeyProvider, WrappedKey
+
+SCHEMES = ("local", "aws-kms")
+
+
+class ProviderUriError(DpmError):
+    """A provider URI, or the file of them, that names no provider this release can make."""
+
+
+def read_tenant_uris(path: Path) -> dict[str, str]:
+    """The tenant -> provider URI map of a DPM_KEK_PROVIDERS file; ProviderUriError naming what is wrong."""
+    try:
+        loaded = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ProviderUriError(f"DPM_KEK_PROVIDERS: cannot read {path}: {exc.strerror}") from exc
+    except ValueError as exc:
+        raise ProviderUriError(f"DPM_KEK_PROVIDERS: {path} is not JSON: {exc}") from exc
+    if not isinstance(loaded, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in loaded.items()):
+        raise ProviderUriError(f"DPM_KEK_PROVIDERS: {path} must hold one JSON object of tenant ids to provider URIs")
+    for tenant in loaded:
+        try:
+            CaseRef(tenant, "check")
+        except InvalidEventError as exc:
+            raise ProviderUriError(f"DPM_KEK_PROVIDERS: {path}: {exc}") from exc
+    return dict(loaded)
+
+
+def provider_from_uri(uri: str, *, local_root: Path, pipeline_prefix: str) -> KeyProvider:
+    """The provider a URI names; ProviderUriError for one this release cannot make (what to write instead)."""
+    parts = urlsplit(uri)
+    scheme = parts.scheme or parts.path  # `local` parses as a path
+    query = {k: v[-1] for k, v in parse_qs(parts.query, strict_parsing=False).items()}
+    if scheme == "local":
+        return LocalFileKeyProvider(local_root)
+    if scheme == "aws-kms":
+        region = query.get("region")
+        if not region:
+            raise ProviderUriError(f"{uri!r}: an aws-kms provider needs its region (aws-kms:?region=eu-west-1)")
+        try:
+            from pipeline.keys.aws_kms import AwsKmsProvider  # noqa: PLC0415 - the aws extra, loaded when chosen
+        except ImportError as exc:
+            raise ProviderUriError(f"{uri!r}: the aws-kms provider needs the aws extra "
+                                   f"(pip install 'dpm-pipeline[aws]'): {exc}") from exc  # fmt: skip
+        return AwsKmsProvider(region=region, alias_prefix=query.get("alias_prefix", f"dpm/{pipeline_prefix}"),
+                              endpoint=query.get("endpoint"),
+                              timeout_s=_seconds(uri, query.get("timeout_s", "5")))  # fmt: skip
+    raise ProviderUriError(f"{uri!r} names no key provider: write one of {', '.join(SCHEMES)} "
+                           f"(docs/concepts/erasure.md, key providers)")  # fmt: skip
+
+
+def _seconds(uri: str, value: str) -> float:
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = 0.0
+    if not seconds > 0:
+        raise ProviderUriError(f"{uri!r}: timeout_s must be a number of seconds above 0")
+    return seconds
+
+
+class TenantProviders:
+    """A KeyProvider that sends each tenant's calls to the provider the settings name for it.
+
+    Every URI's provider is made at once (a URI that names nothing fails the process's start, not a
+    tenant's first case; no provider connects before its first call), one per URI, shared by the
+    tenants that name it.
+    """
+
+    name = "the tenants' key providers"
+
+    def __init__(self, default_uri: str, tenant_uris: Mapping[str, str], make: Callable[[str], KeyProvider]) -> None:
+        self._made = {uri: make(uri) for uri in dict.fromkeys([default_uri, *tenant_uris.values()])}
+        self._default = self._made[default_uri]
+        self._by_tenant = {tenant: self._made[uri] for tenant, uri in tenant_uris.items()}
+
+    def of(self, tenant: str) -> KeyProvider:
+        return self._by_tenant.get(tenant, self._default)
+
+    def wrap(self, case: CaseRef, secret: bytes) -> WrappedKey:
+        return self.of(case.tenant).wrap(case, secret)
+
+    def unwrap(self, case: CaseRef, wrapped: WrappedKey) -> bytes:
+        return self.of(case.tenant).unwrap(case, wrapped)
+
+    def rotate(self, tenant: str) -> str:
+        return self.of(tenant).rotate(tenant)
+
+    def versions(self, tenant: str) -> list[str]:
+        return self.of(tenant).versions(tenant)
+
+    def retire(self, tenant: str, kek_id: str) -> None:
+        self.of(tenant).retire(tenant, kek_id)
+
+    def destroy(self, tenant: str) -> int:
+        return self.of(tenant).destroy(tenant)
+
+
+def tenant_providers(default_uri: str, tenant_uris: Mapping[str, str], *, local_root: Path,
+                     pipeline_prefix: str) -> KeyProvider:  # fmt: skip
+    """The provider the settings name: the one provider itself when no tenant is served apart."""
+
+    def make(uri: str) -> KeyProvider:
+        return provider_from_uri(uri, local_root=local_root, pipeline_prefix=pipeline_prefix)
+
+    return TenantProviders(default_uri, tenant_uris, make) if tenant_uris else make(default_uri)

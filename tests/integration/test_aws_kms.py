@@ -1,0 +1,136 @@
+"""The AWS KMS provider against moto's KMS server (a separate process speaking the KMS API), with the real boto3.
+
+moto is a test server: it answers as KMS does for the calls made here, encryption contexts
+included, but it does not refuse a disabled key or one pending deletion (KMS does): those answers,
+and the provider's reading of them, are tested against botocore's Stubber in
+tests/unit/test_aws_kms_answers.py. docs/concepts/erasure.md says what neither can show.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+
+import pytest
+
+from pipeline.core.events import CaseRef
+from pipeline.kafka.local.local_broker import free_cluster_port
+from pipeline.keys.aws_kms import AwsKmsProvider
+from pipeline.keys.providers import KeyDestroyedError, KeyServiceUnavailableError
+from pipeline.keys.ring import KeyRing
+from pipeline.keys.store import CaseKeys, MemoryKeyTopic
+
+pytestmark = pytest.mark.integration
+REGION = "eu-west-1"
+SECRET = b"k" * 32
+
+
+@pytest.fixture(scope="module", autouse=True)
+def credentials() -> Iterator[None]:
+    """moto takes any key; boto3 wants one, and never the machine's own."""
+    saved = {k: os.environ.get(k) for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_EC2_METADATA_DISABLED")}
+    os.environ.update({"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+                       "AWS_EC2_METADATA_DISABLED": "true"})  # fmt: skip
+    yield
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
+def _start_moto(port: int) -> subprocess.Popen[bytes]:
+    server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/moto-api/", timeout=2):
+                return server
+        except OSError:
+            if server.poll() is not None or time.monotonic() > deadline:
+                server.kill()
+                raise RuntimeError("moto's server did not start") from None
+            time.sleep(0.2)
+
+
+@pytest.fixture(scope="module")
+def endpoint() -> Iterator[str]:
+    port = free_cluster_port(1)
+    server = _start_moto(port)
+    yield f"http://127.0.0.1:{port}"
+    server.terminate()
+    server.wait(10)
+
+
+def _provider(endpoint: str, prefix: str, timeout_s: float = 5.0) -> AwsKmsProvider:
+    return AwsKmsProvider(region=REGION, alias_prefix=f"dpm/{prefix}", endpoint=endpoint, timeout_s=timeout_s)
+
+
+def test_a_data_key_wraps_under_the_tenants_kms_key_and_opens_for_its_own_case_only(endpoint: str) -> None:
+    provider = _provider(endpoint, "bound")
+    case = CaseRef("bank-a", "c-1")
+    wrapped = provider.wrap(case, SECRET)
+    assert wrapped.kek_id == "v1"
+    assert SECRET not in wrapped.blob
+    assert provider.unwrap(case, wrapped) == SECRET
+    assert provider.versions("bank-a") == ["v1"]
+    with pytest.raises(KeyDestroyedError, match="not this case's"):  # the encryption context names the case
+        provider.unwrap(CaseRef("bank-a", "c-2"), wrapped)
+    with pytest.raises(KeyDestroyedError):  # nor another tenant's: its key is another KMS key
+        provider.unwrap(CaseRef("bank-b", "c-1"), wrapped)
+
+
+def test_rotation_makes_a_new_version_current_and_old_ones_unwrap_until_retired(endpoint: str) -> None:
+    provider = _provider(endpoint, "rotation")
+    case = CaseRef("bank-a", "c-1")
+    old = provider.wrap(case, SECRET)
+    assert provider.rotate("bank-a") == "v2"
+    assert provider.wrap(case, SECRET).kek_id == "v2"
+    assert provider.unwrap(case, old) == SECRET
+    provider.retire("bank-a", "v1")
+    assert provider.versions("bank-a") == ["v2"]
+    with pytest.raises(KeyDestroyedError):
+        provider.unwrap(case, old)
+
+
+def test_a_destroyed_tenant_unwraps_nothing_again(endpoint: str) -> None:
+    provider = _provider(endpoint, "destroyed")
+    case = CaseRef("bank-a", "c-1")
+    wrapped = provider.wrap(case, SECRET)
+    provider.rotate("bank-a")
+    assert provider.destroy("bank-a") == 2
+    assert provider.versions("bank-a") == []
+    with pytest.raises(KeyDestroyedError):
+        provider.unwrap(case, wrapped)
+
+
+def test_a_key_service_that_is_away_is_unavailable_not_an_erasure() -> None:
+    port = free_cluster_port(1)  # nothing listens there
+    provider = _provider(f"http://127.0.0.1:{port}", "away", timeout_s=1.0)
+    with pytest.raises(KeyServiceUnavailableError, match="cannot be reached"):
+        provider.wrap(CaseRef("bank-a", "c-1"), SECRET)
+
+
+def test_a_process_without_aws_credentials_is_told_what_to_set(endpoint: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_PROFILE", "AWS_SESSION_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent/credentials")
+    monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent/config")
+    provider = _provider(endpoint, "nocreds", timeout_s=1.0)
+    with pytest.raises(KeyServiceUnavailableError, match="no AWS credentials found"):
+        provider.wrap(CaseRef("bank-a", "c-1"), SECRET)
+
+
+def test_case_keys_seal_and_open_through_kms_and_two_processes_share_a_tenants_key(endpoint: str) -> None:
+    """The pipeline's key ring over KMS: a case's key made by one process opens in another (a fresh provider)."""
+    topic = MemoryKeyTopic()
+    writer = CaseKeys(KeyRing(_provider(endpoint, "ring")), topic)
+    case = CaseRef("bank-a", "c-7")
+    sealed = writer.seal(case, b"income 84,000", b"meta")
+    reader = CaseKeys(KeyRing(_provider(endpoint, "ring")), topic)
+    assert reader.open(case, sealed, b"meta") == b"income 84,000"
