@@ -135,7 +135,11 @@ class IndexedKeyTopic(KafkaKeyTopic):
         with self._lock:
             ends = self._reader.ends(self._topic)
             read_to = self._store.read_to()
-            self._follower.skip_to(read_to)  # what other processes on the host indexed is not read again
+            # From where the file says: what other processes on the host indexed is not read again, and a file
+            # started anew (damaged, set aside) is read from the topic's start, not from where this one had got.
+            self._follower.start_over(read_to)
+            if self._store.last_seq() < self._seen:  # a file started anew numbers its changes from 0 again
+                self._seen = 0
             if any(end > read_to.get(partition, 0) for partition, end in ends.items()):
                 try:
                     self._indexed(ring, ends)
@@ -300,7 +304,7 @@ def key_provider(settings: Settings, pipeline_prefix: str) -> KeyProvider:
     try:
         tenant_uris = read_tenant_uris(keys.kek_providers_file) if keys.kek_providers_file else {}
         return tenant_providers(keys.kek_provider, tenant_uris, local_root=settings.keys_dir(pipeline_prefix),
-                                pipeline_prefix=pipeline_prefix)  # fmt: skip
+                                pipeline_prefix=pipeline_prefix, bind_case=keys.key_binding == "case")  # fmt: skip
     except ProviderUriError as exc:
         raise SettingsError(str(exc)) from exc
 

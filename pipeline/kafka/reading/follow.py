@@ -10,7 +10,7 @@ from confluent_kafka import Consumer, KafkaException
 from pipeline.core.event_log import RawRecord
 from pipeline.kafka.cluster.admin import reader_group, topic_partitions
 from pipeline.kafka.errors import KafkaAdapterError
-from pipeline.kafka.reading.range_reads import latest_offsets, read_ranges
+from pipeline.kafka.reading.range_reads import closed_quietly, latest_offsets, read_ranges
 
 _LOG = logging.getLogger("pipeline.kafka.librdkafka")
 _METADATA_TIMEOUT_S = 10.0
@@ -60,10 +60,7 @@ class TopicFollower:
     def _forget_consumer(self) -> None:
         """Drops a consumer whose request failed: the next call asks the cluster afresh (see range_reads.renewed)."""
         if self._consumer is not None:
-            try:
-                self._consumer.close()
-            except (KafkaException, RuntimeError) as exc:
-                _LOG.debug("closing a failed follower: %s", exc)
+            closed_quietly(self._consumer)
             self._consumer = None
 
     def partition_count(self) -> int:

@@ -10,9 +10,9 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Topic
 
 from pipeline.core.event_log import RawRecord
 from pipeline.kafka.cluster.admin import TopicFacts, reader_group
-from pipeline.kafka.errors import KafkaAdapterError
+from pipeline.kafka.errors import KafkaAdapterError, wrapped
 from pipeline.kafka.reading.index_store import place, unplace
-from pipeline.kafka.reading.range_reads import latest_offsets, raw_record
+from pipeline.kafka.reading.range_reads import closed_quietly, latest_offsets, raw_record
 from pipeline.kafka.reading.reader import POINT_FETCH
 
 _LOG = logging.getLogger("pipeline.kafka.librdkafka")
@@ -77,7 +77,7 @@ class PlaceReader:
                 return latest_offsets(consumer, topic, range(self.facts.partitions(topic)))
             except KafkaException as exc:
                 self._reset()
-                raise KafkaAdapterError(f"asking the ends of {topic} failed: {exc}") from exc
+                raise wrapped(exc, f"asking the ends of {topic}") from exc
 
     def _read(self, pending: dict[tuple[str, int], list[int]]) -> dict[Place, RawRecord]:
         """Reads until every partition's places are found or passed.
@@ -128,10 +128,7 @@ class PlaceReader:
 
     def _reset(self) -> None:
         if self._consumer is not None:
-            try:
-                self._consumer.close()
-            except (KafkaException, RuntimeError) as exc:
-                _LOG.debug("closing a failed reader: %s", exc)
+            closed_quietly(self._consumer)
             self._consumer = None
             self._known.clear()
 

@@ -217,11 +217,16 @@ def renewed(consumer: Consumer, make: Callable[[], Consumer]) -> Consumer:
     A new consumer asks the cluster afresh. The old one holds no group membership, so closing it
     is quick.
     """
+    closed_quietly(consumer)
+    return make()
+
+
+def closed_quietly(consumer: Consumer) -> None:
+    """Closes a consumer whose request failed; a failure to close it is logged, not raised (it is dropped anyway)."""
     try:
         consumer.close()
     except (KafkaException, RuntimeError) as exc:
         _LOG.debug("closing a failed consumer: %s", exc)
-    return make()
 
 
 def raw_record(msg: Message) -> RawRecord:
