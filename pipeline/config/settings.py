@@ -559,6 +559,13 @@ class KeySettings(_Group):
         description="a JSON file mapping tenant ids to provider URIs, for tenants whose KEKs live elsewhere than "
         "DPM_KEK_PROVIDER says (read at start)",
     )
+    key_binding: Literal["tenant", "case"] = Field(
+        "tenant",
+        validation_alias="DPM_KEY_BINDING",
+        description="what the local provider binds a new wrapped key to: `tenant` (what the previous release "
+        "opens: the default for this release's rolling upgrades) or `case` (a wrapped key opens for its own case "
+        "only; set it once every member runs this release)",
+    )
     key_cache_size: int = Field(
         10_000,
         ge=1,

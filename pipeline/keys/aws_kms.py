@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import re
 import threading
+import time
 from typing import Any
 
 import boto3.session
@@ -29,6 +30,8 @@ from pipeline.keys.providers import KeyDestroyedError, KeyRevokedError, KeyServi
 _VERSION = re.compile(r"/v([1-9][0-9]{0,8})$")
 # KMS's shortest deletion window: a destroyed version is disabled at once, deleted after this.
 PENDING_WINDOW_DAYS = 7
+# How long a process wraps under the version it last found current before it lists the versions again.
+CURRENT_TTL_S = 60.0
 # What a caller's credentials cannot do, and what KMS answers while it cannot answer.
 _REFUSED = frozenset({"AccessDeniedException", "UnrecognizedClientException", "InvalidSignatureException",
                       "ExpiredTokenException", "IncompleteSignature", "InvalidClientTokenId"})  # fmt: skip
@@ -53,7 +56,9 @@ class AwsKmsProvider:
         # A session of its own: boto3's default one is shared by the process and not safe across threads.
         self._kms: Any = boto3.session.Session().client("kms", region_name=region, endpoint_url=endpoint,
                                                         config=config)  # fmt: skip
-        self._current: dict[str, str] = {}  # tenant -> its current version's alias, as this process last saw it
+        # tenant -> (its current version, when this process learned it): asked again after CURRENT_TTL_S, so a
+        # rotation made by another process is followed within it (the rotation keeps the version before).
+        self._current: dict[str, tuple[str, float]] = {}
         self._lock = threading.Lock()
 
     def _tenant_path(self, tenant: str) -> str:
@@ -63,16 +68,30 @@ class AwsKmsProvider:
         return f"{self._tenant_path(tenant)}{kek_id}"
 
     def wrap(self, case: CaseRef, secret: bytes) -> WrappedKey:
-        kek_id = self._current_version(case.tenant)
-        answer = self._call("wrapping a data key", case.tenant, kek_id, self._kms.encrypt,
-                            KeyId=self._alias(case.tenant, kek_id), Plaintext=secret,
-                            EncryptionContext=_context(case))  # fmt: skip
-        return WrappedKey(kek_id, bytes(answer["CiphertextBlob"]))
+        """Encrypts under the tenant's current version; a version retired meanwhile is forgotten and asked again."""
+        for attempt in (1, 2):
+            kek_id = self._current_version(case.tenant)
+            try:
+                answer = self._call("wrapping a data key", case.tenant, kek_id, self._kms.encrypt,
+                                    KeyId=self._alias(case.tenant, kek_id), Plaintext=secret,
+                                    EncryptionContext=_context(case))  # fmt: skip
+            except (KeyDestroyedError, KeyRevokedError) as exc:
+                self._forget_current(case.tenant)
+                if attempt == 2:  # wrapping makes a key, it never reads one: a refusal is not an erasure
+                    raise KeyServiceUnavailableError(f"{self.name}: no version of tenant {case.tenant!r} takes new "
+                                                     f"keys: {exc}") from exc  # fmt: skip
+                continue
+            return WrappedKey(kek_id, bytes(answer["CiphertextBlob"]))
+        raise AssertionError("unreachable")
 
     def unwrap(self, case: CaseRef, wrapped: WrappedKey) -> bytes:
+        """Decrypts by the key the ciphertext names, held to its tenant and case by the encryption context.
+
+        Not by alias: an alias just made may not be seen yet (KMS is eventually consistent), and a
+        retired version's key answers "pending deletion", which is evidence of its destruction.
+        """
         answer = self._call("unwrapping a data key", case.tenant, wrapped.kek_id, self._kms.decrypt,
-                            KeyId=self._alias(case.tenant, wrapped.kek_id), CiphertextBlob=wrapped.blob,
-                            EncryptionContext=_context(case))  # fmt: skip
+                            CiphertextBlob=wrapped.blob, EncryptionContext=_context(case))  # fmt: skip
         return bytes(answer["Plaintext"])
 
     def rotate(self, tenant: str) -> str:
@@ -80,28 +99,31 @@ class AwsKmsProvider:
         kek_id = f"v{(versions[-1] if versions else 0) + 1}"
         self._create(tenant, kek_id)
         with self._lock:
-            self._current.pop(tenant, None)
-        return self._current_version(tenant)
+            self._current[tenant] = (kek_id, time.monotonic())
+        return kek_id
 
     def versions(self, tenant: str) -> list[str]:
         return [f"v{n}" for n in self._versions(tenant)]
 
     def retire(self, tenant: str, kek_id: str) -> None:
+        """Disables the version's key, schedules its deletion and drops its alias; safe to run again part-way."""
         alias = self._alias(tenant, kek_id)
         try:
-            key_id = self._kms.describe_key(KeyId=alias)["KeyMetadata"]["KeyId"]
+            metadata = self._kms.describe_key(KeyId=alias)["KeyMetadata"]
         except ClientError as exc:
             if _code(exc) == "NotFoundException":
                 return  # retired already
             raise _service_error(exc, self.name, f"retiring {kek_id} of tenant {tenant!r}") from exc
         except BotoCoreError as exc:
             raise _unreachable(exc, self.name) from exc
-        self._call("disabling a key version", tenant, kek_id, self._kms.disable_key, KeyId=key_id)
-        self._call("scheduling a key version's deletion", tenant, kek_id, self._kms.schedule_key_deletion,
-                   KeyId=key_id, PendingWindowInDays=PENDING_WINDOW_DAYS)  # fmt: skip
+        key_id, state = metadata["KeyId"], metadata.get("KeyState", "")
+        if state != "PendingDeletion":  # a retirement stopped after scheduling it: only the alias is left
+            if state != "Disabled":
+                self._call("disabling a key version", tenant, kek_id, self._kms.disable_key, KeyId=key_id)
+            self._call("scheduling a key version's deletion", tenant, kek_id, self._kms.schedule_key_deletion,
+                       KeyId=key_id, PendingWindowInDays=PENDING_WINDOW_DAYS)  # fmt: skip
         self._call("deleting a key version's alias", tenant, kek_id, self._kms.delete_alias, AliasName=alias)
-        with self._lock:
-            self._current.pop(tenant, None)
+        self._forget_current(tenant)
 
     def destroy(self, tenant: str) -> int:
         versions = self.versions(tenant)
@@ -112,19 +134,20 @@ class AwsKmsProvider:
     # -- the tenant's versions -----------------------------------------------------------------------
 
     def _current_version(self, tenant: str) -> str:
-        """The tenant's newest version (v1 made on first use), kept until a rotation or a retirement here."""
+        """The tenant's newest version (v1 made on first use), kept for CURRENT_TTL_S."""
         with self._lock:
             known = self._current.get(tenant)
-        if known is not None:
-            return known
+        if known is not None and time.monotonic() - known[1] < CURRENT_TTL_S:
+            return known[0]
         versions = self._versions(tenant)
-        if not versions:
-            self._create(tenant, "v1")
-            versions = self._versions(tenant)
-        current = f"v{versions[-1]}"
+        current = f"v{versions[-1]}" if versions else self._create(tenant, "v1")
         with self._lock:
-            self._current[tenant] = current
+            self._current[tenant] = (current, time.monotonic())
         return current
+
+    def _forget_current(self, tenant: str) -> None:
+        with self._lock:
+            self._current.pop(tenant, None)
 
     def _versions(self, tenant: str) -> list[int]:
         path = self._tenant_path(tenant)
@@ -142,20 +165,26 @@ class AwsKmsProvider:
             raise _unreachable(exc, self.name) from exc
         return sorted(found)
 
-    def _create(self, tenant: str, kek_id: str) -> None:
-        """A new KMS key under the version's alias; a version another process made first is kept, ours dropped."""
+    def _create(self, tenant: str, kek_id: str) -> str:
+        """A new KMS key under the version's alias; returns `kek_id`.
+
+        A version another process made first is kept and ours dropped; a key whose alias cannot be
+        made is scheduled for deletion, never left behind (each would be billed).
+        """
         made = self._call("creating a key version", tenant, kek_id, self._kms.create_key,
                           Description=f"dpm key-encryption key {kek_id}", KeyUsage="ENCRYPT_DECRYPT",
                           KeySpec="SYMMETRIC_DEFAULT", Tags=[{"TagKey": "dpm:tenant", "TagValue": tenant}])  # fmt: skip
         key_id = made["KeyMetadata"]["KeyId"]
         try:
             self._kms.create_alias(AliasName=self._alias(tenant, kek_id), TargetKeyId=key_id)
-        except ClientError as exc:
+        except (ClientError, BotoCoreError) as exc:
+            self._call("dropping an unnamed key", tenant, kek_id, self._kms.schedule_key_deletion, KeyId=key_id,
+                       PendingWindowInDays=PENDING_WINDOW_DAYS)  # fmt: skip
+            if isinstance(exc, BotoCoreError):
+                raise _unreachable(exc, self.name) from exc
             if _code(exc) != "AlreadyExistsException":
                 raise _service_error(exc, self.name, f"naming {kek_id} of tenant {tenant!r}") from exc
-            self._kms.schedule_key_deletion(KeyId=key_id, PendingWindowInDays=PENDING_WINDOW_DAYS)
-        except BotoCoreError as exc:
-            raise _unreachable(exc, self.name) from exc
+        return kek_id
 
     def _call(self, doing: str, tenant: str, kek_id: str, call: Any, **arguments: Any) -> Any:  # noqa: ANN401
         """One KMS request, its errors said as the provider's: destroyed, revoked, or the service unavailable."""
@@ -163,7 +192,7 @@ class AwsKmsProvider:
             return call(**arguments)
         except ClientError as exc:
             code = _code(exc)
-            if code in ("NotFoundException", "InvalidCiphertextException"):
+            if code in ("NotFoundException", "InvalidCiphertextException", "IncorrectKeyException"):
                 raise KeyDestroyedError(f"{doing}: {kek_id} of tenant {tenant!r} is not in {self.name} "
                                         f"({code}: destroyed, or the key is not this case's)") from exc  # fmt: skip
             if code == "KMSInvalidStateException" and "pending deletion" in str(exc).lower():
@@ -191,7 +220,7 @@ def _service_error(exc: ClientError, provider: str, doing: str) -> KeyServiceUna
         return KeyServiceUnavailableError(f"{provider} refused {doing} ({code}): check the credentials boto3 finds "
                                           f"(AWS_PROFILE, AWS_ACCESS_KEY_ID, the instance or pod role) and that "
                                           f"their policy allows kms:Encrypt, kms:Decrypt, kms:CreateKey, "
-                                          f"kms:CreateAlias and kms:ListAliases")  # fmt: skip
+                                          f"kms:TagResource, kms:CreateAlias and kms:ListAliases")  # fmt: skip
     if code in _DOWN:
         return KeyServiceUnavailableError(f"{provider} could not answer {doing} now ({code}): asked again later")
     return KeyServiceUnavailableError(f"{provider} failed {doing}: {code or exc}")

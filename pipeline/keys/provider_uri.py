@@ -42,13 +42,13 @@ def read_tenant_uris(path: Path) -> dict[str, str]:
     return dict(loaded)
 
 
-def provider_from_uri(uri: str, *, local_root: Path, pipeline_prefix: str) -> KeyProvider:
+def provider_from_uri(uri: str, *, local_root: Path, pipeline_prefix: str, bind_case: bool = False) -> KeyProvider:
     """The provider a URI names; ProviderUriError for one this release cannot make (what to write instead)."""
     parts = urlsplit(uri)
     scheme = parts.scheme or parts.path  # `local` parses as a path
     query = {k: v[-1] for k, v in parse_qs(parts.query, strict_parsing=False).items()}
     if scheme == "local":
-        return LocalFileKeyProvider(local_root)
+        return LocalFileKeyProvider(local_root, bind_case=bind_case)
     if scheme == "aws-kms":
         region = query.get("region")
         if not region:
@@ -113,10 +113,13 @@ class TenantProviders:
 
 
 def tenant_providers(default_uri: str, tenant_uris: Mapping[str, str], *, local_root: Path,
-                     pipeline_prefix: str) -> KeyProvider:  # fmt: skip
-    """The provider the settings name: the one provider itself when no tenant is served apart."""
+                     pipeline_prefix: str, bind_case: bool = False) -> KeyProvider:  # fmt: skip
+    """The provider the settings name: the one provider itself when no tenant is served apart.
+
+    `bind_case`: the local provider wraps new keys bound to their case (a KMS's context always is).
+    """
 
     def make(uri: str) -> KeyProvider:
-        return provider_from_uri(uri, local_root=local_root, pipeline_prefix=pipeline_prefix)
+        return provider_from_uri(uri, local_root=local_root, pipeline_prefix=pipeline_prefix, bind_case=bind_case)
 
     return TenantProviders(default_uri, tenant_uris, make) if tenant_uris else make(default_uri)

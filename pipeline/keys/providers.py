@@ -106,8 +106,9 @@ def shared_layout(root: Path) -> bool:
 
 
 # A wrapped key bound to its case: this byte, the nonce, then the ciphertext and tag under the case's context.
-# Keys wrapped before (nonce, ciphertext and tag: 60 bytes for a 32-byte key) were bound to the tenant alone;
-# they still open, and a rotation wraps them again bound to their case.
+# A key bound to its tenant alone (nonce, ciphertext and tag: 60 bytes for a 32-byte key) is what the previous
+# release writes and reads; both open, and with DPM_KEY_BINDING=case a rotation wraps every key again bound to
+# its case.
 _CASE_BOUND = b"\x02"
 _NONCE_BYTES, _KEY_BYTES, _TAG_BYTES = 12, 32, 16
 _CASE_BOUND_BYTES = len(_CASE_BOUND) + _NONCE_BYTES + _KEY_BYTES + _TAG_BYTES
@@ -123,8 +124,14 @@ class LocalFileKeyProvider:
 
     name = "the local key files"
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, *, bind_case: bool = False) -> None:
+        """`bind_case`: wrap new keys bound to their case (DPM_KEY_BINDING=case).
+
+        Off by default for one release: a member of the previous release, running beside this one
+        in a rolling upgrade, opens only keys bound to their tenant. Keys of both layouts always open.
+        """
         self._root = root
+        self._bind_case = bind_case
 
     def _folder(self, tenant: str) -> Path:
         return self._root / hashlib.sha256(tenant.encode()).hexdigest()[:32]
@@ -161,10 +168,14 @@ class LocalFileKeyProvider:
         return f"v{versions[-1]}"
 
     def wrap(self, case: CaseRef, secret: bytes) -> WrappedKey:
+        if len(secret) != _KEY_BYTES:  # the layouts are told apart by length
+            raise ValueError(f"a data key is {_KEY_BYTES} bytes, not {len(secret)}")
         kek_id = self.current(case.tenant)
         nonce = os.urandom(_NONCE_BYTES)
-        sealed = AESGCM(self._kek(case.tenant, kek_id)).encrypt(nonce, secret, wrapping_context(case))
-        return WrappedKey(kek_id, _CASE_BOUND + nonce + sealed)
+        kek = AESGCM(self._kek(case.tenant, kek_id))
+        if not self._bind_case:
+            return WrappedKey(kek_id, nonce + kek.encrypt(nonce, secret, case.tenant.encode()))
+        return WrappedKey(kek_id, _CASE_BOUND + nonce + kek.encrypt(nonce, secret, wrapping_context(case)))
 
     def unwrap(self, case: CaseRef, wrapped: WrappedKey) -> bytes:
         kek = self._kek(case.tenant, wrapped.kek_id)

@@ -61,3 +61,8 @@ def test_refused_credentials_name_the_provider_and_what_to_check(code: str) -> N
     assert isinstance(error, KeyServiceUnavailableError)
     assert "AWS KMS (eu-west-1) refused unwrapping a data key" in str(error)
     assert "kms:Decrypt" in str(error)
+
+
+def test_a_ciphertext_of_another_key_is_not_this_cases_key() -> None:
+    error = _answered("IncorrectKeyException", "The key ID in the request does not identify a CMK that can do this.")
+    assert isinstance(error, KeyDestroyedError)

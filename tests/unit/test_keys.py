@@ -80,11 +80,23 @@ def test_the_local_provider_wraps_rotates_retires_and_destroys(tmp_path: Path) -
 
 
 def test_a_wrapped_key_opens_for_its_own_case_only(tmp_path: Path) -> None:
-    """Bound to tenant and case: a wrapped key copied into another case's key record does not open there."""
-    provider = LocalFileKeyProvider(tmp_path)
+    """DPM_KEY_BINDING=case: a wrapped key copied into another case's key record does not open there."""
+    provider = LocalFileKeyProvider(tmp_path, bind_case=True)
     wrapped = provider.wrap(CaseRef("bank-a", "c-1"), b"k" * 32)
+    assert provider.unwrap(CaseRef("bank-a", "c-1"), wrapped) == b"k" * 32
     with pytest.raises(KeyDestroyedError, match="bank-a/c-2"):
         provider.unwrap(CaseRef("bank-a", "c-2"), wrapped)
+
+
+def test_by_default_a_wrapped_key_is_bound_to_its_tenant_as_the_previous_release_reads_it(tmp_path: Path) -> None:
+    """A rolling upgrade runs the previous release beside this one: its members open keys this one wraps."""
+    provider = LocalFileKeyProvider(tmp_path)
+    wrapped = provider.wrap(CaseRef("bank-a", "c-1"), b"k" * 32)
+    kek = next(tmp_path.rglob(f"{wrapped.kek_id}.key")).read_bytes()
+    assert AESGCM(kek).decrypt(wrapped.blob[:12], wrapped.blob[12:], b"bank-a") == b"k" * 32  # the former reading
+    bound = LocalFileKeyProvider(tmp_path, bind_case=True)  # a member set to bind: opens both layouts
+    assert bound.unwrap(CaseRef("bank-a", "c-1"), wrapped) == b"k" * 32
+    assert provider.unwrap(CaseRef("bank-a", "c-1"), bound.wrap(CaseRef("bank-a", "c-1"), b"k" * 32)) == b"k" * 32
 
 
 def test_a_key_wrapped_before_keys_were_bound_to_their_case_still_opens(tmp_path: Path) -> None:
