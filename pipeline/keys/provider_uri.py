@@ -9,6 +9,7 @@ a JSON object of tenant ids to URIs, names the tenants served by another.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
@@ -18,6 +19,9 @@ from pipeline.core.events import CaseRef, InvalidEventError
 from pipeline.keys.providers import KeyProvider, LocalFileKeyProvider, WrappedKey
 
 SCHEMES = ("local", "aws-kms")
+# What a KMS alias may hold: a topic prefix's dots become dashes in the default alias prefix.
+_ALIAS_PREFIX = re.compile(r"[A-Za-z0-9:/_-]{1,200}")
+_ALIAS_UNSAFE = re.compile(r"[^A-Za-z0-9:/_-]")
 
 
 class ProviderUriError(DpmError):
@@ -58,7 +62,10 @@ def provider_from_uri(uri: str, *, local_root: Path, pipeline_prefix: str, bind_
         except ImportError as exc:
             raise ProviderUriError(f"{uri!r}: the aws-kms provider needs the aws extra "
                                    f"(pip install 'dpm-pipeline[aws]'): {exc}") from exc  # fmt: skip
-        return AwsKmsProvider(region=region, alias_prefix=query.get("alias_prefix", f"dpm/{pipeline_prefix}"),
+        alias_prefix = query.get("alias_prefix", f"dpm/{_ALIAS_UNSAFE.sub('-', pipeline_prefix)}")
+        if not _ALIAS_PREFIX.fullmatch(alias_prefix):
+            raise ProviderUriError(f"{uri!r}: alias_prefix may hold letters, digits and :/_- only (a KMS alias's)")
+        return AwsKmsProvider(region=region, alias_prefix=alias_prefix,
                               endpoint=query.get("endpoint"),
                               timeout_s=_seconds(uri, query.get("timeout_s", "5")))  # fmt: skip
     raise ProviderUriError(f"{uri!r} names no key provider: write one of {', '.join(SCHEMES)} "

@@ -33,6 +33,7 @@ def test_local_is_the_default_provider_and_keeps_its_files_under_the_pipelines_k
         ("aws-kms:", "needs its region"),
         ("aws-kms:?region=eu-west-1&timeout_s=0", "timeout_s must be a number of seconds above 0"),
         ("aws-kms:?region=eu-west-1&timeout_s=soon", "timeout_s must be a number of seconds above 0"),
+        ("aws-kms:?region=eu-west-1&alias_prefix=dpm.prod", "alias_prefix may hold letters, digits and"),
     ],
 )
 def test_a_uri_that_names_no_provider_is_refused_with_what_to_write(tmp_path: Path, uri: str, said: str) -> None:
@@ -95,3 +96,8 @@ def test_the_settings_file_routes_a_tenant_to_its_provider(tmp_path: Path) -> No
     provider = key_provider(settings, "dpm")
     assert isinstance(provider, TenantProviders)
     assert isinstance(provider.of("bank-a"), LocalFileKeyProvider)
+
+
+def test_a_topic_prefix_a_kms_alias_cannot_hold_is_made_safe_for_the_default_alias_prefix(tmp_path: Path) -> None:
+    provider = provider_from_uri("aws-kms:?region=eu-west-1", local_root=tmp_path, pipeline_prefix="acme.prod")
+    assert provider._prefix == "dpm/acme-prod"  # type: ignore[attr-defined]
