@@ -19,6 +19,7 @@ from pipeline.core.events import CaseRef, InvalidEventError
 from pipeline.keys.providers import KeyProvider, LocalFileKeyProvider, WrappedKey
 
 SCHEMES = ("local", "aws-kms")
+_OPTIONS = {"local": set(), "aws-kms": {"region", "alias_prefix", "endpoint", "timeout_s"}}
 # What a KMS alias may hold: a topic prefix's dots become dashes in the default alias prefix.
 _ALIAS_PREFIX = re.compile(r"[A-Za-z0-9:/_-]{1,200}")
 _ALIAS_UNSAFE = re.compile(r"[^A-Za-z0-9:/_-]")
@@ -51,6 +52,10 @@ def provider_from_uri(uri: str, *, local_root: Path, pipeline_prefix: str, bind_
     parts = urlsplit(uri)
     scheme = parts.scheme or parts.path  # `local` parses as a path
     query = {k: v[-1] for k, v in parse_qs(parts.query, strict_parsing=False).items()}
+    unknown = sorted(set(query) - _OPTIONS.get(scheme, set()))
+    if scheme in _OPTIONS and unknown:  # a misspelt option would otherwise fall back to its default unseen
+        known = ", ".join(sorted(_OPTIONS[scheme])) or "none"
+        raise ProviderUriError(f"{uri!r}: {scheme} takes no option {', '.join(unknown)} (its options: {known})")
     if scheme == "local":
         return LocalFileKeyProvider(local_root, bind_case=bind_case)
     if scheme == "aws-kms":

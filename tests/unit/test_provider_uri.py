@@ -34,6 +34,8 @@ def test_local_is_the_default_provider_and_keeps_its_files_under_the_pipelines_k
         ("aws-kms:?region=eu-west-1&timeout_s=0", "timeout_s must be a number of seconds above 0"),
         ("aws-kms:?region=eu-west-1&timeout_s=soon", "timeout_s must be a number of seconds above 0"),
         ("aws-kms:?region=eu-west-1&alias_prefix=dpm.prod", "alias_prefix may hold letters, digits and"),
+        ("aws-kms:?region=eu-west-1&alias-prefix=x", "takes no option alias-prefix"),
+        ("local:?root=/tmp", "local takes no option root"),
     ],
 )
 def test_a_uri_that_names_no_provider_is_refused_with_what_to_write(tmp_path: Path, uri: str, said: str) -> None:
