@@ -77,3 +77,33 @@ def test_a_reader_s_new_case_key_comes_with_its_next_sync(
     assert reader.open(late, sealed, b"") == b"a late case"
     assert not reader.erased(CaseRef("acme", "never-written"))
     reader.close()
+
+
+def test_a_reader_whose_places_file_is_current_asks_the_topic_its_ends_and_nothing_more(
+    kafka_config: dict[str, str],
+    topic_names: TopicNames,
+    case_keys: CaseKeys,
+    tmp_path: Path,
+    keys_dir: Path,
+) -> None:
+    """What a fresh lookup on a host whose doors keep the file current costs: one ListOffsets, no follower."""
+    create_topics(kafka_config, topic_names)
+    case = CaseRef("acme", "current")
+    sealed = case_keys.seal(case, b"kept current", b"")
+    keks = keys_folder(keys_dir, topic_names.prefix)
+    first, first_topic = _reader(kafka_config, topic_names, keks, tmp_path / "index")
+    assert first.open(case, sealed, b"") == b"kept current"  # indexes the topic into the host's file
+    assert _follower_connected(first_topic)
+    later, later_topic = _reader(kafka_config, topic_names, keks, tmp_path / "index")
+    assert later.open(case, sealed, b"") == b"kept current"
+    assert not _follower_connected(later_topic)  # nothing new since the file's offsets: never connected
+    assert case_keys.erase_case(case)  # and once something is new, it reads it
+    later.sync()
+    assert later.erased(case)
+    assert _follower_connected(later_topic)
+    first.close()
+    later.close()
+
+
+def _follower_connected(topic: IndexedKeyTopic) -> bool:
+    return topic._follower._consumer is not None

@@ -68,13 +68,14 @@ class PlaceReader:
         What a reader that keeps a file of places asks to learn whether anything was written since:
         through the connection the lookup opened anyway, not one of its own.
         """
+        partitions = range(self.facts.partitions(topic))  # described once; asked, if at all, outside the lock
         with self._lock:
             try:
                 consumer = self._consumer = self._consumer or _consumer(self._config)
                 if topic not in self._known:  # ListOffsets needs the leaders: asked by name (see _learn)
                     consumer.list_topics(topic, timeout=READ_TIMEOUT_S)
                     self._known.add(topic)
-                return latest_offsets(consumer, topic, range(self.facts.partitions(topic)))
+                return latest_offsets(consumer, topic, partitions)
             except KafkaException as exc:
                 self._reset()
                 raise wrapped(exc, f"asking the ends of {topic}") from exc
