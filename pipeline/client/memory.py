@@ -148,7 +148,7 @@ class DecisionMemory:
         self._settings = settings
         self._config = settings.kafka.client_config()
         self._topics = TopicFacts(self._config)  # the scope's topics, described together once
-        self._names = _connected(settings, self._topics, tenant, connect_timeout)
+        self._names = _connected(settings, self._config, self._topics, tenant, connect_timeout)
         self._keys: CaseKeys = case_keys_from(settings, names=self._names)
         # The index's, the lookup keys' and the cited events' reads: one connection, made now in the background
         # while the rest is set up (a fresh client's first lookup waited for it).
@@ -709,14 +709,14 @@ class DecisionMemory:
         self._keys.close()
 
 
-def _connected(settings: Settings, topics: TopicFacts, tenant: str, timeout_s: float) -> TopicNames:
+def _connected(settings: Settings, config: dict[str, str], topics: TopicFacts, tenant: str,
+               timeout_s: float) -> TopicNames:  # fmt: skip
     """The tenant's topics, once a broker answered and they exist; else an error naming the cause and the fix.
 
     The keys, audit and contests topics are described in the same request, for the lookups to come;
     a deployment may lack the contests topic or refuse this principal the audit one, so only the
     topics every call needs are required.
     """
-    config = settings.kafka.client_config()
     try:
         ensure_reachable(config, timeout_s)
         names = topics_of(settings, tenant)

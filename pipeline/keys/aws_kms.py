@@ -109,13 +109,10 @@ class AwsKmsProvider:
         """Disables the version's key, schedules its deletion and drops its alias; safe to run again part-way."""
         alias = self._alias(tenant, kek_id)
         try:
-            metadata = self._kms.describe_key(KeyId=alias)["KeyMetadata"]
-        except ClientError as exc:
-            if _code(exc) == "NotFoundException":
-                return  # retired already
-            raise _service_error(exc, self.name, f"retiring {kek_id} of tenant {tenant!r}") from exc
-        except BotoCoreError as exc:
-            raise _unreachable(exc, self.name) from exc
+            metadata = self._call("retiring a key version", tenant, kek_id, self._kms.describe_key,
+                                  KeyId=alias)["KeyMetadata"]  # fmt: skip
+        except KeyDestroyedError:
+            return  # its alias is gone: retired already
         key_id, state = metadata["KeyId"], metadata.get("KeyState", "")
         if state != "PendingDeletion":  # a retirement stopped after scheduling it: only the alias is left
             if state != "Disabled":

@@ -60,7 +60,13 @@ class PlaceReader:
     def connect(self) -> None:
         """Makes the reader's consumer now: librdkafka connects it in the background, while its owner goes on."""
         with self._lock:
-            self._consumer = self._consumer or _consumer(self._config)
+            self._made()
+
+    def _made(self) -> Consumer:
+        """The reader's consumer, made now if it is not yet (the lock held)."""
+        if self._consumer is None:
+            self._consumer = _consumer(self._config)
+        return self._consumer
 
     def ends(self, topic: str) -> dict[int, int]:
         """Each partition's end (its last stable offset), asked through this reader's connection.
@@ -71,7 +77,7 @@ class PlaceReader:
         partitions = range(self.facts.partitions(topic))  # described once; asked, if at all, outside the lock
         with self._lock:
             try:
-                consumer = self._consumer = self._consumer or _consumer(self._config)
+                consumer = self._made()
                 if topic not in self._known:  # ListOffsets needs the leaders: asked by name (see _learn)
                     consumer.list_topics(topic, timeout=READ_TIMEOUT_S)
                     self._known.add(topic)
@@ -88,7 +94,7 @@ class PlaceReader:
         not polled through while the other partitions finish. Polling through them had made one lookup
         in 1,000,000 records take 0.7 s.
         """
-        consumer = self._consumer = self._consumer or _consumer(self._config)
+        consumer = self._made()
         self._learn(consumer, {topic for topic, _ in pending})
         consumer.incremental_assign([TopicPartition(topic, p, offsets[0]) for (topic, p), offsets in pending.items()])
         found: dict[Place, RawRecord] = {}
