@@ -50,6 +50,8 @@ from pipeline.client import (
     EventTooLargeError,
     IdempotencyKeyInFlightError,
     IdempotencyKeyReusedError,
+    KeyRevokedError,
+    KeyServiceError,
     NoEventsError,
     NotAdverseError,
     ReasonsUnavailableError,
@@ -275,7 +277,8 @@ class ProblemOut(BaseModel):
 
 _MEANINGS = {400: "a body or parameter that does not parse or validate (the field named, never its value)",
              401: "no API key, or an unknown or removed one", 403: "a tenant's key where an admin key is needed, or "
-             "the other way round", 404: "no such decision for this key's tenant (another tenant's too), or, with "
+             "the other way round, or the tenant's key-encryption key is revoked at its key service (key-revoked)",
+             404: "no such decision for this key's tenant (another tenant's too), or, with "
              "tenancy by topic, no topics of the key's tenant on this cluster",
              409: "a request with the same Idempotency-Key is still being written (idempotency-key-in-flight): "
              "nothing was written",
@@ -289,7 +292,8 @@ _MEANINGS = {400: "a body or parameter that does not parse or validate (the fiel
              "(Retry-After)", 503: "the cluster did not answer within DPM_API_BROKER_WAIT_S, or the pipeline's topics "
              "do not exist (topics-missing): nothing was written, unless an append's commit was sent and its "
              "answer lost (retry with the same Idempotency-Key), as when the door that owns the case took it and "
-             "did not answer (owner-unanswered) (Retry-After)"}  # fmt: skip
+             "did not answer (owner-unanswered), or the tenant's key service did not answer (key-service-unavailable)"
+             " (Retry-After)"}  # fmt: skip
 
 
 def _problems(*statuses: int) -> dict[int | str, dict[str, Any]]:
@@ -513,7 +517,7 @@ class _Routes:
             raise Problem(403, "tenant-key-needed", "Forbidden", "appends and decisions are made with a tenant's key")
         try:
             return await self._memory_for(caller.tenant)
-        except ClientError as exc:  # the tenant's first request: no broker, or no topics, within the bound
+        except CLIENT_ERRORS as exc:  # the tenant's first request: no broker, or no topics, within the bound
             raise _client_problem(exc) from exc
 
     async def append(self, request: Request, case_id: CaseId, body: AppendIn, *,
@@ -543,7 +547,7 @@ class _Routes:
             raise Problem(413, "event-too-large", "Content too large",
                           f"events[{exc.index}] takes {exc.size} bytes as a record (its text sealed, with its "
                           f"headers), over the limit of {exc.limit}; nothing was written") from exc  # fmt: skip
-        except ClientError as exc:
+        except CLIENT_ERRORS as exc:
             raise _client_problem(exc) from exc
         # Appended's JSON made here, not through the route's response model: appends are the door's hot path
         answer = {"case_id": case_id, "events": [{"seq": a.seq, "partition": a.position.partition,
@@ -561,7 +565,7 @@ class _Routes:
                 return None
             path = f"/{VERSION}/cases/{quote(case_id, safe='')}/events"
             answer = await self._doors.forward(owner, path, await request.body(), request.headers)
-        except ClientError as exc:
+        except CLIENT_ERRORS as exc:
             raise _client_problem(exc) from exc
         except ForwardFailedError as exc:
             raise Problem(503, "owner-unanswered", "Service unavailable", str(exc), {"Retry-After": "1"}) from exc
@@ -586,7 +590,7 @@ class _Routes:
             return _decision(await memory.wait(decision_id, wait_s))
         except DecisionTimeoutError as exc:
             return _pending(exc.decision_id, exc.hint)
-        except ClientError as exc:
+        except CLIENT_ERRORS as exc:
             raise _client_problem(exc) from exc
 
     async def read(self, request: Request, decision_id: DecisionIdParam, wait_s: WaitS = 0.0) -> Response:
@@ -600,7 +604,7 @@ class _Routes:
             raise not_found("decision") from None
         except DecisionTimeoutError as exc:
             return _pending(decision_id, exc.hint)
-        except ClientError as exc:
+        except CLIENT_ERRORS as exc:
             raise _client_problem(exc) from exc
 
     async def _published(self, request: Request, decision_id: str,
@@ -612,7 +616,7 @@ class _Routes:
             return await ask(memory, decision_id)
         except DecisionNotFoundError:
             raise not_found("decision") from None
-        except ClientError as exc:
+        except CLIENT_ERRORS as exc:
             raise _client_problem(exc) from exc
 
     async def explain(self, request: Request, decision_id: DecisionIdParam) -> ExplanationOut:
@@ -654,7 +658,7 @@ class _Routes:
         memory = await self._memory(request)
         try:
             ids = await memory.decisions_of(case_id, after=after, limit=limit)
-        except ClientError as exc:
+        except CLIENT_ERRORS as exc:
             raise _client_problem(exc) from exc
         return CaseDecisionsOut(case_id=case_id, decision_ids=ids, next_after=ids[-1] if len(ids) == limit else None)
 
@@ -725,10 +729,38 @@ def _refusal(exc: Problem | RefusedArgumentError | TenantNotOnClusterError) -> P
     return exc
 
 
+def _key_service_problem(exc: Exception) -> Problem | None:
+    """A tenant's key service away (503, retry) or its key revoked there (403), met here or by the worker.
+
+    The provider and what to check are the operator's to read, in this door's log or the worker's.
+    """
+    if isinstance(exc, KeyServiceError):
+        _LOG.warning("the key service failed a request: %s", exc)
+        revoked = isinstance(exc, KeyRevokedError)
+    elif isinstance(exc, DecisionRefusedError) and exc.reason in _KEY_SERVICE_REASONS:
+        revoked = exc.reason == Rejection.KEY_REVOKED.value
+    else:
+        return None
+    if revoked:
+        return Problem(403, "key-revoked", "Forbidden", "the tenant's key-encryption key is disabled or revoked at its "
+                       "key service: its cases are refused until the key's owner enables it again")  # fmt: skip
+    return Problem(503, "key-service-unavailable", "Service unavailable", "the tenant's key service did not answer; "
+                   "nothing was decided or written: retry (with the same Idempotency-Key, a write is never made "
+                   "twice)", {"Retry-After": "30"})  # fmt: skip
+
+
+_KEY_SERVICE_REASONS = (Rejection.KEY_SERVICE_UNAVAILABLE.value, Rejection.KEY_REVOKED.value)
+# What a client call raises that answers as a problem: its own errors, and a tenant's key service failing it.
+CLIENT_ERRORS = (ClientError, KeyServiceError)
+
+
 def _client_problem(exc: Exception) -> Problem:
     """The problem a client error answers as."""
     if isinstance(exc, DecisionRefusedError) and exc.reason == Rejection.ERASED.value:
         exc = CaseErasedError(str(exc))  # refused because the case was erased meanwhile: gone, as its reads
+    key_service = _key_service_problem(exc)
+    if key_service is not None:
+        return key_service
     for kind, (status, name, title, detail) in _FIXED_PROBLEMS:
         if isinstance(exc, kind):
             return Problem(status, name, title, detail)

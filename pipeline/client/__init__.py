@@ -28,6 +28,7 @@ from pipeline.client.errors import (
 from pipeline.client.memory import DEFAULT_BUDGET_CHARS, DecisionMemory
 from pipeline.client.results import CitedEvent, Contest, Decision, EventPosition, Explanation, Fact, ModelUsage
 from pipeline.core.idempotency import InvalidIdempotencyKeyError
+from pipeline.keys.providers import KeyRevokedError, KeyServiceError, KeyServiceUnavailableError
 
 __all__ = [
     "DEFAULT_BUDGET_CHARS",
@@ -49,6 +50,9 @@ __all__ = [
     "IdempotencyKeyInFlightError",
     "IdempotencyKeyReusedError",
     "InvalidIdempotencyKeyError",
+    "KeyRevokedError",
+    "KeyServiceError",
+    "KeyServiceUnavailableError",
     "ModelUsage",
     "NoEventsError",
     "NotAdverseError",

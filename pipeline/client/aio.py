@@ -110,9 +110,8 @@ class AsyncDecisionMemory:
                                              task=task, budget=budget, architecture=architecture,
                                              idempotency_key=idempotency_key, timeout=timeout)  # fmt: skip
             prepared = self.sync.ready_request(opened, await self._known(opened, timeout))
-            if prepared.request is None:  # sent before: the decision (or the refusal) may be published already
-                await self._run(self.sync.look_up, prepared.decision_id)
-                return str(prepared.decision_id)
+            if prepared.sent_before and await self._run(self.sync.look_up, prepared.decision_id):
+                return str(prepared.decision_id)  # a retry: its decision (or refusal) is published or on its way
             # Shielded: a timeout here must not cancel the request's future, which its delivery report completes.
             sent = asyncio.shield(asyncio.wrap_future(self.sync.send_request(prepared.request)))
             try:

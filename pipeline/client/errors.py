@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pipeline.core.errors import DpmError
+from pipeline.wire.rejection import RETRYABLE
 
 
 class ClientError(DpmError):
@@ -57,6 +58,11 @@ class DecisionRefusedError(ClientError):
     def __init__(self, message: str, *, decision_id: str = "", reason: str = "", detail: str = "") -> None:
         super().__init__(message)
         self.decision_id, self.reason, self.detail = decision_id, reason, detail
+
+    @property
+    def retryable(self) -> bool:
+        """Whether the refusal binds nothing (the key service did not answer): the same request again is decided."""
+        return self.reason in {reason.value for reason in RETRYABLE}
 
     @classmethod
     def of(cls, decision_id: str, reason: str, detail: str) -> DecisionRefusedError:

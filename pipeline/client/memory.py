@@ -26,6 +26,7 @@ from pipeline.client.errors import (
     ClientError,
     ClusterUnavailableError,
     DecisionNotFoundError,
+    DecisionRefusedError,
     DecisionTimeoutError,
     EventTooLargeError,
     IdempotencyKeyInFlightError,
@@ -123,10 +124,11 @@ class OpenedRequest:
 
 @dataclass(frozen=True)
 class PreparedRequest:
-    """A decision request made ready to send; `request` None: it was sent before (a retry), not to send again."""
+    """A decision request made ready to send; `sent_before`: a retry, sent again only after a retryable refusal."""
 
     decision_id: DecisionId
-    request: DecisionRequest | None
+    request: DecisionRequest
+    sent_before: bool = False
 
 
 class DecisionMemory:
@@ -344,9 +346,8 @@ class DecisionMemory:
             prepared = self.prepare_request(case_id, domain=domain, task=task, budget=budget,
                                             architecture=architecture, idempotency_key=idempotency_key,
                                             timeout=timeout)  # fmt: skip
-            if prepared.request is None:  # a retry: the decision (or the refusal) may be published already
-                self.look_up(prepared.decision_id)
-                return str(prepared.decision_id)
+            if prepared.sent_before and self.look_up(prepared.decision_id):
+                return str(prepared.decision_id)  # a retry: its decision (or refusal) is published or on its way
             sent = self.send_request(prepared.request)
             try:
                 sent.result(timeout)
@@ -363,7 +364,7 @@ class DecisionMemory:
     def prepare_request(self, case_id: str, *, domain: str | None = None, task: TaskSpec | None = None,
                         budget: int = DEFAULT_BUDGET_CHARS, architecture: str = "dpm",
                         idempotency_key: str | None = None, timeout: float = 60.0) -> PreparedRequest:  # fmt: skip
-        """The first half of `request` (blocking: the case's head is read): the request, or None if sent before."""
+        """The first half of `request` (blocking: the case's head is read): the request, and whether sent before."""
         opened = self.open_request(case_id, domain=domain, task=task, budget=budget, architecture=architecture,
                                    idempotency_key=idempotency_key, timeout=timeout)  # fmt: skip
         with reading_errors("the case's events (nothing was requested)"):
@@ -398,7 +399,7 @@ class DecisionMemory:
                                         requests=opened.idempotency_key is not None)  # fmt: skip
 
     def ready_request(self, opened: OpenedRequest, known: KnownCase) -> PreparedRequest:
-        """prepare_request's end, from the case's head: the request to send, or the one sent before."""
+        """prepare_request's end, from the case's head: the request to send, or the one sent before (a retry)."""
         case, spec, arch = opened.case, opened.spec, opened.architecture
         if not known.positions:
             raise NoEventsError(f"case {case.key} has no events: append its steps before asking for a decision")
@@ -410,12 +411,10 @@ class DecisionMemory:
                                             "decision request (task, budget or architecture); nothing was requested."
                                             " Ask again with the same request, or use a new key.")  # fmt: skip
         self._waiters.expect(decision_id)
-        if sent is not None:
-            return PreparedRequest(decision_id, None)
         positions = known.positions
         listed = positions if len(positions) <= self._max_positions else None  # else the worker scans
-        return PreparedRequest(decision_id, DecisionRequest(trigger_id, case, spec, opened.budget, (arch,), listed,
-                                                            len(positions)))  # fmt: skip
+        request = DecisionRequest(trigger_id, case, spec, opened.budget, (arch,), listed, len(positions))
+        return PreparedRequest(decision_id, request, sent_before=sent is not None)
 
     def send_request(self, request: DecisionRequest) -> Future[LogPosition]:
         """The second half of `request`: sends it (not blocking); the future completes when the broker has it."""
@@ -582,12 +581,19 @@ class DecisionMemory:
             raise UnknownCursorError(f"after={after!r} is none of case {case_id}'s decisions: nothing to start after")
         return [entry.decision_id for entry in page]
 
-    def look_up(self, decision_id: DecisionId) -> None:
-        """Completes the calls waiting for a decision from what is published already (a retried request)."""
+    def look_up(self, decision_id: DecisionId) -> bool:
+        """Completes the calls waiting for a decision from what is published already (a retried request).
+
+        False when what is published is a retryable refusal (`key-service-unavailable`): the request is
+        to be sent again, and its calls wait for what that one gets.
+        """
         with reading_errors("the output topics"):
             found = self._published(decision_id)
+        if isinstance(found, DecisionRefusedError) and found.retryable:
+            return False
         if found is not None:
             self._waiters.complete(decision_id, found)
+        return True
 
     def _published(self, decision_id: DecisionId) -> Reply | Exception | None:
         """The decision and view published under the id, the trigger's refusal, or None (read through the index)."""

@@ -100,6 +100,8 @@ class Waiters:
             if waiting is None or waiting.completed_at is not None:
                 return
             waiting.completed_at = time.monotonic()
+            if isinstance(reply, DecisionRefusedError) and reply.retryable:
+                del self._waiting[decision_id]  # not kept: a request sent again waits for its own answer
         if isinstance(reply, Exception):
             waiting.future.set_exception(reply)
         else:

@@ -270,6 +270,13 @@ class WorkerSettings(_Group):
         validation_alias="DPM_TRIGGER_DEADLINE_S",
         description="longest reading one trigger's case may take (then the trigger is dead-lettered: deadline)",
     )
+    key_service_wait_s: float = Field(
+        30.0,
+        ge=0,
+        validation_alias="DPM_KEY_SERVICE_WAIT_S",
+        description="how long a trigger is retried while its tenant's key service (KMS) does not answer, then "
+        "dead-lettered key-service-unavailable, which the same trigger id sent again recovers",
+    )
     max_trigger_positions: int = Field(
         10_000,
         ge=1,

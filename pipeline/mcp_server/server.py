@@ -9,6 +9,7 @@ anything is written; a refused one is a tool error naming the argument and its r
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -27,6 +28,8 @@ from pipeline.client import (
     ClientError,
     DecisionNotFoundError,
     DecisionTimeoutError,
+    KeyRevokedError,
+    KeyServiceError,
     NotAdverseError,
 )
 from pipeline.core.contest import NOT_ADVICE
@@ -37,6 +40,8 @@ from pipeline.services.tenant_gate import TenantNotOnClusterError
 from pipeline.wire import door_checks
 from pipeline.wire.contest import reasons_outcome
 from pipeline.wire.door_checks import RefusedArgumentError
+
+_LOG = logging.getLogger("pipeline.mcp_server")
 
 MemoryFor = Callable[[str], Awaitable[AsyncDecisionMemory]]
 _BEARER = "Bearer "  # what the SDK takes off the Authorization header before it hands the rest on
@@ -69,6 +74,14 @@ def _told() -> Iterator[None]:
     except (RefusedArgumentError, TenantNotOnClusterError, ClientError, InvalidIdempotencyKeyError,
             ForwardFailedError) as exc:  # fmt: skip
         raise ToolError(str(exc)) from exc
+    except KeyRevokedError as exc:  # the provider and what to check are the operator's: in the server's log
+        _LOG.warning("the key service failed a tool call: %s", exc)
+        raise ToolError("the tenant's key-encryption key is disabled or revoked at its key service: its cases are "
+                        "refused until the key's owner enables it again") from exc  # fmt: skip
+    except KeyServiceError as exc:
+        _LOG.warning("the key service failed a tool call: %s", exc)
+        raise ToolError("the tenant's key service did not answer; nothing was decided or written: retry (with the "
+                        "same idempotency key, nothing is written twice)") from exc  # fmt: skip
 
 
 def build_server(memory_for: MemoryFor, tenant: str | None, *, max_wait_s: float, keys: ApiKeys | None = None,

@@ -34,7 +34,8 @@ from pipeline.wire.sealing import SEALED, CaseCipher, CaseErasedError
 from pipeline.wire.validation import SchemaError, validate
 
 _SEALED_HEAD = ("detail", "original_key_b64")  # a sealed dead letter's JSON line; the value's raw bytes follow it
-WITHHELD = "erased"
+# Why a dead letter keeps none of its content: its case is erased, or no key of its tenant can seal it now.
+WITHHELD = {Rejection.ERASED: "erased", Rejection.KEY_REVOKED: "key-revoked"}
 
 
 @dataclass(frozen=True)
@@ -132,13 +133,16 @@ class DeadLetterRecord:
         """The dead letter's bytes: its content sealed under `cases`' data keys, left out when one is erased.
 
         Without cases or a cipher (sealing off, or a record that carries no case content) in clear. No
-        data key is made for an erased case: its content is simply not kept (`withheld`).
+        data key is made for an erased case, nor asked of a key service that revoked the tenant's key:
+        its content is simply not kept (`withheld`).
         """
         if cipher is None or not cases:
             return orjson.dumps(self.to_wire())
         cipher.sync()
         if self.reason is Rejection.ERASED or any(cipher.erased(case) for case in cases):
-            return orjson.dumps({**self._clear(), "withheld": WITHHELD})
+            return orjson.dumps({**self._clear(), "withheld": WITHHELD[Rejection.ERASED]})
+        if self.reason is Rejection.KEY_REVOKED:
+            return orjson.dumps({**self._clear(), "withheld": WITHHELD[Rejection.KEY_REVOKED]})
         return orjson.dumps(self._sealed_wire(cases, cipher))
 
     @classmethod
@@ -158,7 +162,7 @@ class DeadLetterRecord:
         content: Mapping[str, Any] = value
         if SEALED in value:
             content = _opened(value, cipher)
-        elif value.get("withheld") == WITHHELD:
+        elif value.get("withheld") in WITHHELD.values():
             content = {"detail": "", "original_key_b64": None, "original_value_b64": ""}
         return cls(
             reason=Rejection(value["reason"]),

@@ -26,6 +26,8 @@ class Rejection(StrEnum):
     TENANT_MISMATCH = "tenant-mismatch"
     DUPLICATE = "duplicate"
     MODEL_ERROR = "model-error"
+    KEY_SERVICE_UNAVAILABLE = "key-service-unavailable"
+    KEY_REVOKED = "key-revoked"
     INTERNAL = "internal-error"
     UNPUBLISHABLE = "unpublishable"
 
@@ -48,9 +50,18 @@ MEANINGS: dict[Rejection, str] = {
     Rejection.DUPLICATE: "a trigger id already decided for the case",
     Rejection.MODEL_ERROR: "the model failed three times; the detail names its last failure's cause, the endpoint "
     "and the setting or command that fixes it",
+    Rejection.KEY_SERVICE_UNAVAILABLE: "the tenant's key service (KMS) did not answer through every attempt; the "
+    "detail names the provider. Retryable: the same trigger id, or idempotency key, sent again is decided",
+    Rejection.KEY_REVOKED: "the tenant's key-encryption key is disabled or revoked at its key service (not "
+    "destroyed: enabling it again opens the cases); the detail names the provider",
     Rejection.INTERNAL: "a bug met while handling this one record (kept as a dead letter instead of a crash loop)",
     Rejection.UNPUBLISHABLE: "Kafka kept refusing the record's outputs",
 }
+
+
+# Refusals that bind nothing: the trigger id they refused is decided when it comes again (a client sends it
+# again for a request retried with the same idempotency key); every other refusal is the trigger's answer.
+RETRYABLE = frozenset({Rejection.KEY_SERVICE_UNAVAILABLE})
 
 
 class RejectedError(DpmError):

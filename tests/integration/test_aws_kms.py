@@ -8,11 +8,6 @@ tests/unit/test_aws_kms_answers.py. docs/concepts/erasure.md says what neither c
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-import time
-import urllib.request
 from collections.abc import Iterator
 
 import boto3.session
@@ -24,48 +19,22 @@ from pipeline.keys.aws_kms import AwsKmsProvider
 from pipeline.keys.providers import KeyDestroyedError, KeyServiceUnavailableError
 from pipeline.keys.ring import KeyRing
 from pipeline.keys.store import CaseKeys, MemoryKeyTopic
+from tests.kms_support import REGION, aws_credentials, moto_server
 
 pytestmark = pytest.mark.integration
-REGION = "eu-west-1"
 SECRET = b"k" * 32
 
 
 @pytest.fixture(scope="module", autouse=True)
 def credentials() -> Iterator[None]:
-    """moto takes any key; boto3 wants one, and never the machine's own."""
-    saved = {k: os.environ.get(k) for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_EC2_METADATA_DISABLED")}
-    os.environ.update({"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-                       "AWS_EC2_METADATA_DISABLED": "true"})  # fmt: skip
-    yield
-    for key, value in saved.items():
-        if value is None:
-            os.environ.pop(key, None)
-        else:
-            os.environ[key] = value
-
-
-def _start_moto(port: int) -> subprocess.Popen[bytes]:
-    server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/moto-api/", timeout=2):
-                return server
-        except OSError:
-            if server.poll() is not None or time.monotonic() > deadline:
-                server.kill()
-                raise RuntimeError("moto's server did not start") from None
-            time.sleep(0.2)
+    with aws_credentials():
+        yield
 
 
 @pytest.fixture(scope="module")
 def endpoint() -> Iterator[str]:
-    port = free_cluster_port(1)
-    server = _start_moto(port)
-    yield f"http://127.0.0.1:{port}"
-    server.terminate()
-    server.wait(10)
+    with moto_server() as port:
+        yield f"http://127.0.0.1:{port}"
 
 
 def _provider(endpoint: str, prefix: str, timeout_s: float = 5.0) -> AwsKmsProvider:

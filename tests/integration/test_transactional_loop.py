@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import itertools
+import re
 import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from pathlib import Path
 from typing import Any, TypeVar
 
 import orjson
@@ -16,7 +18,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 
 from pipeline.core.case import Case
 from pipeline.core.event_log import RawRecord
-from pipeline.core.events import LogPosition
+from pipeline.core.events import CaseRef, LogPosition
 from pipeline.core.memory_log import InMemoryEventLog
 from pipeline.core.model import ModelBackend, ModelBackendError, ModelRequest, ModelResponse
 from pipeline.core.task import Architecture
@@ -28,10 +30,14 @@ from pipeline.kafka.reading.range_reads import read_topic
 from pipeline.kafka.writing import txn_producer
 from pipeline.kafka.writing.producer import EventProducer
 from pipeline.kafka.writing.txn_producer import PublishFailedError
+from pipeline.keys.providers import KeyServiceUnavailableError, LocalFileKeyProvider, WrappedKey
+from pipeline.keys.ring import KeyRing
+from pipeline.keys.store import CaseKeys, MemoryKeyTopic
 from pipeline.llm.extractive.backend import ExtractiveBackend
 from pipeline.llm.latency import LatencyBackend
-from pipeline.wire.event import append_events
-from pipeline.wire.trigger import DecisionRequest
+from pipeline.wire.event import EventRecord, append_events
+from pipeline.wire.sealing import seal_body
+from pipeline.wire.trigger import DecisionId, DecisionRequest
 from pipeline.workers.projection.handler import ProjectionHandler
 from tests.cases import load_fixture
 from tests.pipeline_support import committed_records, create_topics
@@ -64,14 +70,15 @@ def _trigger(config: dict[str, str], names: TopicNames, trigger_id: str, case: C
     producer.close()
 
 
-def _run_until_committed(loop: TransactionalLoop) -> int:
+def _run_until_committed(loop: TransactionalLoop, *, close: bool = True) -> int:
     """Runs batches until one commits (at most about a minute); returns what was committed."""
     committed = 0
     for _ in range(60):
         committed += loop.run_once(timeout_s=1.0)
         if committed:
             break
-    loop.close()
+    if close:
+        loop.close()
     return committed
 
 
@@ -262,6 +269,50 @@ def _decisions(config: dict[str, str], names: TopicNames, count: int) -> list[st
 def _reasons(config: dict[str, str], names: TopicNames, count: int) -> list[str]:
     """The dead-letter reasons committed, once `count` are readable (or the time is up)."""
     return [orjson.loads(r.value or b"")["reason"] for r in committed_records(config, names.dlq, count)]
+
+
+class _KeyServiceAway(LocalFileKeyProvider):
+    """A key service that does not answer while `back` is False."""
+
+    back = True
+
+    def unwrap(self, case: CaseRef, wrapped: WrappedKey) -> bytes:
+        if not self.back:
+            raise KeyServiceUnavailableError("aws-kms cannot be reached: connect timeout")
+        return super().unwrap(case, wrapped)
+
+
+def test_a_key_service_away_is_retried_then_dead_lettered_and_the_trigger_sent_again_is_decided(
+    kafka_config: dict[str, str], topic_names: TopicNames, tmp_path: Path
+) -> None:
+    create_topics(kafka_config, topic_names)
+    case, log, service, topic = load_fixture(), InMemoryEventLog(), _KeyServiceAway(tmp_path), MemoryKeyTopic()
+    writer = CaseKeys(KeyRing(service), topic)
+    positions = tuple(log.append(e.case, e.key.encode(), orjson.dumps(seal_body(EventRecord(e).to_wire(), writer)))
+                      for e in case.trajectory.events)  # fmt: skip
+    service.back = False  # from here on: the worker's keys must ask it to open the case's events
+    _trigger(kafka_config, topic_names, "t-kms", case, positions)
+    config = LoopConfig(group_id=f"g-{uuid.uuid4().hex}", input_topic=topic_names.triggers,
+                        transactional_id=f"tx-{uuid.uuid4().hex}", key_service_wait_s=0.5,
+                        retry_backoff_s=0.1)  # fmt: skip
+    handler = ProjectionHandler(topic_names, log, ExtractiveBackend(), "w", cipher=CaseKeys(KeyRing(service), topic))
+    loop = TransactionalLoop(kafka_config, config, handler)
+    loop.start()
+    try:
+        assert _run_until_committed(loop, close=False) == 1
+        assert loop.stats.retries >= 1  # consumed again (pauses of 0.1, 0.2, 0.4 s...) until 0.5 s had passed
+        [letter] = committed_records(kafka_config, topic_names.dlq, 1)
+        body = orjson.loads(letter.value or b"")
+        assert body["reason"] == "key-service-unavailable"
+        assert re.fullmatch(r"the key service did not answer \d+ attempts over \d+ s; last: aws-kms cannot be "
+                            "reached: connect timeout", body["detail"])  # fmt: skip
+        service.back = True
+        _trigger(kafka_config, topic_names, "t-kms", case, positions)  # the same id: not a duplicate
+        assert _run_until_committed(loop, close=False) == 1
+        [decision] = committed_records(kafka_config, topic_names.decisions, 1)
+        assert decision.key == str(DecisionId("t-kms", Architecture.DPM)).encode()
+    finally:
+        loop.close()
 
 
 class _HangsOnce(Producer):

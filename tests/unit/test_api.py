@@ -22,6 +22,8 @@ from pipeline.client import (
     EventPosition,
     IdempotencyKeyInFlightError,
     IdempotencyKeyReusedError,
+    KeyRevokedError,
+    KeyServiceUnavailableError,
     SeqMismatchError,
     TopicsMissingError,
     TopicsRefusedError,
@@ -58,6 +60,9 @@ class FakeMemory:
         return f"t-{case_id}:{architecture}"
 
     async def wait(self, decision_id: str, timeout: float) -> object:
+        if decision_id.startswith("t-kms-"):  # the worker's dead letter once the tenant's key service failed it
+            reason = "key-revoked" if "revoked" in decision_id else "key-service-unavailable"
+            raise DecisionRefusedError.of(decision_id, reason, "AWS KMS (eu-west-1) cannot be reached")
         raise DecisionRefusedError.of(decision_id, "schema", "refused by the fake worker")
 
     async def decision(self, decision_id: str) -> object:
@@ -85,6 +90,10 @@ def _refuse(case_id: str, idempotency_key: str | None) -> None:
     """What the real client raises, by name: a key used before for another request, one in flight, an erased case."""
     if case_id == "erased-case":
         raise CaseErasedError("case acme/erased-case was erased")
+    if case_id == "sealing-away":  # a new case's data key to wrap, and the key service does not answer
+        raise KeyServiceUnavailableError("AWS KMS (eu-west-1) cannot be reached: connect timeout")
+    if case_id == "sealing-revoked":
+        raise KeyRevokedError("AWS KMS (eu-west-1): v1 of tenant 'acme' is disabled")
     if idempotency_key == "reused":
         raise IdempotencyKeyReusedError("case acme/c: this idempotency key was used before")
     if idempotency_key == "in-flight":
@@ -457,6 +466,23 @@ def test_an_erased_case_answers_410_to_its_tenants_appends_decisions_and_reads(a
                client.get("/v1/decisions/erased-1:dpm", headers=auth)]  # fmt: skip
     for response in answers:
         assert str(_problem(response, 410)["type"]).endswith("case-erased")
+
+
+def test_a_key_service_away_answers_503_with_retry_after_and_a_revoked_key_403_naming_no_provider(api: Api) -> None:
+    client, made, _, _ = api
+    auth = _auth(made["acme"])
+    away = [client.post("/v1/cases/sealing-away/events", json=_STEP, headers=auth),
+            client.post("/v1/cases/kms-away/decisions", json={"domain": "loan"}, headers=auth)]  # fmt: skip
+    for response in away:
+        problem = _problem(response, 503)
+        assert str(problem["type"]).endswith("key-service-unavailable")
+        assert response.headers["retry-after"] == "30"
+        assert "Idempotency-Key" in str(problem["detail"])  # retried with the same key, the request is decided
+    revoked = [client.post("/v1/cases/sealing-revoked/events", json=_STEP, headers=auth),
+               client.post("/v1/cases/kms-revoked/decisions", json={"domain": "loan"}, headers=auth)]  # fmt: skip
+    for response in revoked:
+        assert str(_problem(response, 403)["type"]).endswith("key-revoked")
+    assert not any("AWS KMS" in r.text for r in away + revoked)  # the provider is the operator's to read, in the log
 
 
 def test_a_tenants_first_request_without_the_pipelines_topics_answers_503_naming_the_command(tmp_path: Path) -> None:

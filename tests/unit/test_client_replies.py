@@ -18,6 +18,7 @@ from pipeline.kafka.cluster.topics import TopicNames
 from pipeline.kafka.processing.steps import Output
 from pipeline.llm.extractive.backend import ExtractiveBackend
 from pipeline.wire.event import append_events
+from pipeline.wire.rejection import Rejection
 from pipeline.wire.trigger import DecisionId, DecisionRequest
 from pipeline.workers.projection.handler import ProjectionHandler
 from tests.cases import load_fixture
@@ -75,6 +76,21 @@ def test_a_refused_trigger_fails_its_waiting_calls_with_the_reason() -> None:
         future.result(0)
     assert refused.value.reason == "schema"
     assert "no-such-domain" in refused.value.detail
+
+
+def test_a_retryable_refusal_fails_the_calls_waiting_and_is_not_kept_for_a_request_sent_again() -> None:
+    waiters = Waiters(NAMES, TENANT, None)
+    decision_id = DecisionId("t-kms", Architecture.DPM)
+    future = waiters.expect(decision_id)
+    request = DecisionRequest("t-kms", CASE.ref, CASE.task, 700, (Architecture.DPM,), None, None)
+    record = RawRecord(LogPosition(0, 7), CASE.ref.key.encode(), request.encode(), topic=NAMES.triggers)
+    handler = ProjectionHandler(NAMES, InMemoryEventLog(), ExtractiveBackend(), "unit-worker")
+    letter = handler.dead_letter(record, Rejection.KEY_SERVICE_UNAVAILABLE, "the key service did not answer")
+    waiters.route(RawRecord(LogPosition(0, 0), letter.key, letter.value, topic=letter.topic))
+    with pytest.raises(DecisionRefusedError) as refused:
+        future.result(0)
+    assert refused.value.retryable
+    assert not waiters.expect(decision_id).done()  # the request sent again is waited for afresh
 
 
 def test_a_typed_decision_resolves_citations_to_the_cited_events() -> None:

@@ -21,7 +21,7 @@ from pipeline.core.task import Architecture
 from pipeline.core.window import Window
 from pipeline.kafka.cluster.topics import TopicNames
 from pipeline.kafka.processing.steps import Output
-from pipeline.keys.providers import LocalFileKeyProvider
+from pipeline.keys.providers import KeyRevokedError, KeyServiceUnavailableError, LocalFileKeyProvider, WrappedKey
 from pipeline.keys.ring import KeyRing
 from pipeline.keys.store import CaseKeys, MemoryKeyTopic
 from pipeline.llm.extractive.backend import ExtractiveBackend
@@ -30,10 +30,11 @@ from pipeline.observability.metrics import PipelineMetrics, outcome_label
 from pipeline.wire.audit import AuditRecord
 from pipeline.wire.dead_letter import DeadLetterRecord
 from pipeline.wire.decision import DecisionRecord, PositionsSource
-from pipeline.wire.event import append_events
+from pipeline.wire.event import EventRecord, append_events
 from pipeline.wire.limits import MAX_DEAD_LETTER_VALUE_BYTES, MAX_TRAJECTORY_CHARS
 from pipeline.wire.rejection import RejectedError, Rejection
 from pipeline.wire.schema_ids import SchemaId
+from pipeline.wire.sealing import seal_body
 from pipeline.wire.trajectory import assemble
 from pipeline.wire.trigger import DecisionRequest
 from pipeline.wire.validation import validate
@@ -343,3 +344,57 @@ def test_a_case_at_the_default_ceiling_is_read_and_one_character_more_is_oversiz
     with pytest.raises(RejectedError) as refused:
         assemble(case, log.read(more), len(more), MAX_TRAJECTORY_CHARS)
     assert refused.value.reason is Rejection.OVERSIZE
+
+
+class _KeyService(LocalFileKeyProvider):
+    """The local provider behind a switch: answering, away, or refusing the tenant's key as revoked."""
+
+    def __init__(self, folder: Path) -> None:
+        super().__init__(folder)
+        self.failure: Exception | None = None
+
+    def unwrap(self, case: CaseRef, wrapped: WrappedKey) -> bytes:
+        if self.failure is not None:
+            raise self.failure
+        return super().unwrap(case, wrapped)
+
+
+def _sealed_case(log: InMemoryEventLog, folder: Path) -> tuple[_KeyService, CaseKeys, tuple[LogPosition, ...]]:
+    """The fixture case appended sealed, and a worker's keys that must ask the key service to open it."""
+    service, topic = _KeyService(folder), MemoryKeyTopic()
+    writer = CaseKeys(KeyRing(service), topic)
+    positions = tuple(log.append(e.case, e.key.encode(), orjson.dumps(seal_body(EventRecord(e).to_wire(), writer)))
+                      for e in CASE.trajectory.events)  # fmt: skip
+    return service, CaseKeys(KeyRing(service), topic), positions
+
+
+def test_a_key_service_away_is_raised_for_the_loop_and_its_dead_letter_binds_no_trigger_id(
+    log: InMemoryEventLog, tmp_path: Path
+) -> None:
+    service, keys, positions = _sealed_case(log, tmp_path)
+    handler = ProjectionHandler(NAMES, log, ExtractiveBackend(), "unit-worker", cipher=keys)
+    record = _trigger(_request(positions))
+    service.failure = KeyServiceUnavailableError("aws-kms: cannot be reached")
+    with pytest.raises(KeyServiceUnavailableError):  # retried by the loop, never read as an erasure
+        handler.handle(record)
+    letter = handler.dead_letter(record, Rejection.KEY_SERVICE_UNAVAILABLE, "the key service failed 5 times")
+    assert _dead_letter([letter]).reason is Rejection.KEY_SERVICE_UNAVAILABLE
+    handler.committed([record])
+    service.failure = None  # the service is back: the same trigger id, sent again, is decided
+    again = replace(record, position=LogPosition(0, 8))
+    assert _decision(handler.handle(again)[1]).decision_id == _request(positions).decision_id(Architecture.DPM)
+
+
+def test_a_revoked_key_is_a_key_revoked_dead_letter_and_binds_its_trigger_id(
+    log: InMemoryEventLog, tmp_path: Path
+) -> None:
+    service, keys, positions = _sealed_case(log, tmp_path)
+    handler = ProjectionHandler(NAMES, log, ExtractiveBackend(), "unit-worker", cipher=keys)
+    record = _trigger(_request(positions))
+    service.failure = KeyRevokedError("aws-kms: v1 of tenant 'acme-bank' is disabled")
+    letter = _dead_letter(handler.handle(record))
+    assert (letter.reason, letter.detail) == (Rejection.KEY_REVOKED, "aws-kms: v1 of tenant 'acme-bank' is disabled")
+    handler.committed([record])
+    service.failure = None
+    again = replace(record, position=LogPosition(0, 8))
+    assert _dead_letter(handler.handle(again)).reason is Rejection.DUPLICATE  # a refusal like any other

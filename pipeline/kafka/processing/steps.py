@@ -75,8 +75,8 @@ class Handler(Protocol):
     def start(self, record: RawRecord) -> Step:
         """Outputs for `record`, or the deferred work that makes them (called in input order on the loop's thread).
 
-        Raises ModelBackendError or KafkaAdapterError only for a failure worth retrying; so may a
-        Deferred's `slow` part.
+        Raises ModelBackendError, KafkaAdapterError or KeyServiceUnavailableError only for a failure
+        worth retrying; so may a Deferred's `slow` part and its `finish`.
         """
         ...
 

@@ -23,6 +23,7 @@ from pipeline.kafka.writing.txn_producer import (
     TransactionalProducer,
     TransientPublishError,
 )
+from pipeline.keys.providers import KeyServiceUnavailableError
 from pipeline.wire.rejection import Rejection
 
 _LOG = logging.getLogger("pipeline.kafka.processing.transactions")
@@ -44,6 +45,9 @@ class LoopConfig:
     max_poll_interval_ms: int = 900_000
     batch_time_s: float = 450.0  # then a batch takes no more records (WorkerSettings.batch_time_s)
     max_model_attempts: int = 3
+    # A key service (KMS) that does not answer: the batch is consumed again after the back-off (2, 4, 8, 10 s...)
+    # until this long after the first failure, then the trigger's retryable dead letter (DPM_KEY_SERVICE_WAIT_S).
+    key_service_wait_s: float = 30.0
     retry_backoff_s: float = 2.0
     concurrency: int = 1  # records of a batch whose slow parts (model calls) run at once
     group_protocol: str = "classic"  # or "consumer": KIP-848, the broker assigns and times out members
@@ -64,6 +68,16 @@ class LoopStats:
     publish_failures: int = 0  # records whose outputs could not be published (dead-lettered after PUBLISH_ATTEMPTS)
     dropped: int = 0  # records committed without any output: not even their dead letter could be published
     on_batch: list[Callable[[int, float], None]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class _Retried:
+    """A record's retryable failures so far: how many since when, and the dead letter it gets past their bound."""
+
+    attempts: int
+    since: float  # monotonic time of the first
+    reason: Rejection
+    detail: str
 
 
 @dataclass(frozen=True)
@@ -97,16 +111,18 @@ class TransactionalLoop:
     to read_committed readers and the batch is consumed again by whichever member owns it next.
 
     Failures, by kind: a model that keeps failing dead-letters its record after
-    `max_model_attempts`; Kafka that is away (reads, the transaction) is waited for, with backoff,
-    however long it takes, since no record is at fault; outputs the broker refuses are tried
-    PUBLISH_ATTEMPTS times, then replaced by their record's dead letter, then by nothing, so no
-    record can hold its partition back.
+    `max_model_attempts`, a key service that does not answer after `key_service_wait_s`
+    (`key-service-unavailable`, which binds nothing: the trigger sent again is decided); Kafka
+    that is away (reads, the transaction) is waited for, with backoff, however long it takes,
+    since no record is at fault; outputs the broker refuses are tried PUBLISH_ATTEMPTS times,
+    then replaced by their record's dead letter, then by nothing, so no record can hold its
+    partition back.
     """
 
     def __init__(self, client_config: dict[str, str], config: LoopConfig, handler: Handler) -> None:
         self._config = config
         self._handler = handler
-        self._model_attempts: dict[RecordId, int] = {}
+        self._retries: dict[RecordId, _Retried] = {}  # records whose last attempt failed in a retryable way
         self._publish_failures: dict[RecordId, list[str]] = {}
         self._alone: dict[_Part, int] = {}  # partition -> last offset of a failed batch: published record by record
         self._on_progress: Callable[[], None] = lambda: None
@@ -154,17 +170,33 @@ class TransactionalLoop:
             raise KafkaAdapterError(f"worker could not join {self._config.group_id}: {exc}") from exc
 
     def _start(self, record: RawRecord) -> Sequence[Output] | Deferred[Any]:
-        if self._model_attempts.get(record.where, 0) >= self._config.max_model_attempts:
-            attempts = self._model_attempts.pop(record.where)
-            return [self._handler.dead_letter(record, Rejection.MODEL_ERROR, f"the model failed {attempts} times")]
+        retried = self._retries.get(record.where)
+        if retried is not None and self._given_up(retried):
+            del self._retries[record.where]
+            return [self._handler.dead_letter(record, retried.reason, retried.detail)]
         try:
             return self._handler.start(record)
-        except ModelBackendError:
-            self._model_failed(record)
+        except (ModelBackendError, KeyServiceUnavailableError) as exc:
+            self._failed(record, exc)
             raise
 
-    def _model_failed(self, record: RawRecord) -> None:
-        self._model_attempts[record.where] = self._model_attempts.get(record.where, 0) + 1
+    def _given_up(self, retried: _Retried) -> bool:
+        if retried.reason is Rejection.MODEL_ERROR:
+            return retried.attempts >= self._config.max_model_attempts
+        return time.monotonic() - retried.since >= self._config.key_service_wait_s
+
+    def _failed(self, record: RawRecord, error: ModelBackendError | KeyServiceUnavailableError) -> None:
+        """Counts a retryable failure against the record: past its bound, the record is dead-lettered."""
+        before = self._retries.get(record.where)
+        attempts, since = (1, time.monotonic()) if before is None else (before.attempts + 1, before.since)
+        if isinstance(error, ModelBackendError):  # the handler keeps the model's last failure for the detail
+            self._retries[record.where] = _Retried(attempts, since, Rejection.MODEL_ERROR,
+                                                   f"the model failed {attempts} times")  # fmt: skip
+        else:
+            waited = time.monotonic() - since
+            tries = f"{attempts} attempt{'s' if attempts > 1 else ''}"
+            detail = f"the key service did not answer {tries} over {waited:.0f} s; last: {error}"
+            self._retries[record.where] = _Retried(attempts, since, Rejection.KEY_SERVICE_UNAVAILABLE, detail)
 
     def _rewind(self, batch: Sequence[Message], to: dict[_Part, int] | None = None) -> None:
         """Seeks each partition of `batch` back to its first record there (or to the offset `to` names).
@@ -274,8 +306,8 @@ class TransactionalLoop:
         failure: Exception | None = None
         for started in taken:
             error = started.future.exception() if started.future is not None else None
-            if isinstance(error, ModelBackendError):
-                self._model_failed(started.record)
+            if isinstance(error, ModelBackendError | KeyServiceUnavailableError):
+                self._failed(started.record, error)
                 failure = failure or error
             elif isinstance(error, KafkaAdapterError):
                 failure = failure or error
@@ -285,8 +317,12 @@ class TransactionalLoop:
             raise failure
         outputs: list[Sequence[Output]] = []
         for started in taken:
-            self._model_attempts.pop(started.record.where, None)
-            outputs.append(started.finished())
+            try:
+                outputs.append(started.finished())  # sealing its outputs may ask the key service
+            except KeyServiceUnavailableError as exc:
+                self._failed(started.record, exc)
+                raise
+            self._retries.pop(started.record.where, None)
             self._on_progress()
         return outputs
 
@@ -343,7 +379,7 @@ class TransactionalLoop:
         self._on_progress()  # positions are known now: the lag probe counts from here
         try:
             done, outputs = self._process(batch)
-        except (ModelBackendError, KafkaAdapterError) as exc:
+        except (ModelBackendError, KafkaAdapterError, KeyServiceUnavailableError) as exc:
             _LOG.warning("batch not committed after a transient failure, consumed again: %s", exc)
             self._again(batch)
             return 0

@@ -43,6 +43,7 @@ from pipeline.kafka.errors import KafkaAdapterError
 from pipeline.kafka.processing.once import OncePublisher
 from pipeline.kafka.processing.steps import Output, oversized
 from pipeline.kafka.writing.txn_producer import OutputsRefusedError, PublishFailedError
+from pipeline.keys.providers import KeyRevokedError, KeyServiceUnavailableError
 from pipeline.observability.metrics import PipelineMetrics
 from pipeline.wire.headers import header_pairs
 from pipeline.wire.key import erases
@@ -89,6 +90,7 @@ class BaselineOptions:
     max_event_bytes: int = 256 * 1024  # see folding.MAX_BASELINE_EVENT_BYTES
     concurrency: int = 8  # model calls in flight, each for a different case
     max_record_bytes: int = 1_000_000  # librdkafka's message.max.bytes for the outputs
+    key_service_wait_s: float = 30.0  # a trigger retried while the key service does not answer (the worker's too)
 
     @property
     def ledger_topic(self) -> str:
@@ -538,8 +540,15 @@ class Baseline:
     async def _outcome(
         self, record: RawRecord, source: str, handle: Callable[[RawRecord], Awaitable[Outcome]]
     ) -> Outcome:
-        """`handle(record)`, a failing model retried and then dead-lettered, Kafka away waited for."""
-        for attempt in range(1, _MODEL_ATTEMPTS + 1):
+        """`handle(record)`: a failing model retried then dead-lettered, Kafka away waited for, the key service too.
+
+        A key service that does not answer is waited for, with doubling pauses: without end for an
+        event (a fold left out could never be made again), `key_service_wait_s` for a trigger, whose
+        dead letter (`key-service-unavailable`) binds nothing: the trigger sent again is decided.
+        """
+        model_attempts = key_attempts = 0
+        started = time.monotonic()
+        while True:
             try:
                 return await self._until_kafka_answers(functools.partial(handle, record))
             except RejectedError as exc:
@@ -547,15 +556,26 @@ class Baseline:
             except PartitionRevoked:
                 raise
             except ModelBackendError as exc:
-                if attempt < _MODEL_ATTEMPTS:
-                    await asyncio.sleep(_RETRY_BACKOFF_S * attempt)
-                    continue
-                return await self._refused(record, source, RejectedError(Rejection.MODEL_ERROR, str(exc)))
+                model_attempts += 1
+                if model_attempts >= _MODEL_ATTEMPTS:
+                    return await self._refused(record, source, RejectedError(Rejection.MODEL_ERROR, str(exc)))
+                await asyncio.sleep(_RETRY_BACKOFF_S * model_attempts)
+            except KeyServiceUnavailableError as exc:
+                key_attempts += 1
+                waited = time.monotonic() - started
+                if waited >= self.options.key_service_wait_s and self.inputs.scope_of(source).is_triggers(source):
+                    detail = f"the key service did not answer {key_attempts} attempts over {waited:.0f} s; last: {exc}"
+                    return await self._refused(record, source, RejectedError(Rejection.KEY_SERVICE_UNAVAILABLE,
+                                                                             detail))  # fmt: skip
+                _LOG.warning("the key service failed (%s); record at %s of %s tried again", exc, record.position,
+                             source)  # fmt: skip
+                await asyncio.sleep(min(_MAX_BACKOFF_S, _RETRY_BACKOFF_S * 2 ** min(key_attempts - 1, 8)))
+            except KeyRevokedError as exc:
+                return await self._refused(record, source, RejectedError(Rejection.KEY_REVOKED, str(exc)))
             except Exception as exc:  # noqa: BLE001 - a bug must not stop the stream
                 _LOG.exception("record at %s of %s broke the baseline", record.position, source)
                 bug = RejectedError(Rejection.INTERNAL, f"{type(exc).__name__}: {exc}")
                 return await self._refused(record, source, bug)
-        raise AssertionError("unreachable")  # pragma: no cover
 
     async def _until_kafka_answers(self, work: Callable[[], Awaitable[_T]]) -> _T:
         """`await work()`, again and again with doubling pauses while Kafka fails: no record is at fault then."""

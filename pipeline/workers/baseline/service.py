@@ -93,6 +93,7 @@ def build_baseline(
         limits=TriggerLimits.of(settings.worker.max_trigger_positions, settings.worker.domains),
         concurrency=settings.model.concurrency,
         max_record_bytes=max_record_bytes(config),
+        key_service_wait_s=settings.worker.key_service_wait_s,
     )
     ensure_baseline_topics(settings, options.app_id, options.partitions,
                            topic_replication(config, inputs.topics("events")[0]))  # fmt: skip

@@ -30,13 +30,14 @@ from pipeline.kafka.cluster.topics import TopicNames
 from pipeline.kafka.errors import KafkaAdapterError
 from pipeline.kafka.processing.segment_views import SegmentViews
 from pipeline.kafka.processing.steps import Deferred, Output, Step, run_inline
+from pipeline.keys.providers import KeyRevokedError, KeyServiceUnavailableError
 from pipeline.observability.metrics import PipelineMetrics
 from pipeline.observability.tracing import PassThroughTracing, Tracing
 from pipeline.wire.decision import PositionsSource, Provenance
 from pipeline.wire.headers import Headers, trace_context
 from pipeline.wire.limits import MAX_TRAJECTORY_CHARS
 from pipeline.wire.record_keys import check_case_key, check_tenant_of_topic
-from pipeline.wire.rejection import RejectedError, Rejection
+from pipeline.wire.rejection import RETRYABLE, RejectedError, Rejection
 from pipeline.wire.run_records import run_records
 from pipeline.wire.sealing import CaseCipher
 from pipeline.wire.trajectory import assemble, own_records
@@ -208,8 +209,11 @@ class ProjectionHandler:
         except ModelBackendError as exc:
             self._model_failed(record, exc)
             raise  # worth retrying: the loop consumes the batch again after a back-off
-        except KafkaAdapterError:
+        except (KafkaAdapterError, KeyServiceUnavailableError):
             raise  # worth retrying, as a model failure is
+        except KeyRevokedError as exc:  # the tenant's KEK is disabled at its service: refused until enabled
+            _LOG.warning("trigger at %s refused: %s", record.position, exc, extra={"worker_id": self.worker_id})
+            return [self._refuse(record, Rejection.KEY_REVOKED, str(exc))]
         except Exception as exc:  # noqa: BLE001 - a bug must not turn one trigger into a crash loop
             _LOG.exception("trigger at %s broke the handler", record.position, extra={"worker_id": self.worker_id})
             return [self._refuse(record, Rejection.INTERNAL, f"{type(exc).__name__}: {exc}")]
@@ -221,6 +225,8 @@ class ProjectionHandler:
         self._deciding[where] = key
 
     def _refuse(self, record: RawRecord, reason: Rejection, detail: str) -> Output:
+        if reason in RETRYABLE:  # binds nothing: the same trigger id sent again is decided, not a duplicate
+            self._deciding.pop(record.where, None)
         metrics = self.metrics
         if metrics is not None:
             self._on_commit[record.where] = lambda: metrics.observe_rejection(reason)
@@ -307,7 +313,7 @@ class ProjectionHandler:
             result = run_dpm(trajectory, request.task, Budget(request.budget_chars), self.backend, window=self.window,
                              store=store, layout=self.layout)  # fmt: skip
             return _Projected(result, store.outputs() if store is not None else [])
-        except (ModelBackendError, KafkaAdapterError):
+        except (ModelBackendError, KafkaAdapterError, KeyServiceUnavailableError):
             raise
         except WindowTooSmallError as exc:  # the trigger's budget does not fit this model's window
             return RejectedError(Rejection.OVERSIZE, str(exc))

@@ -86,6 +86,7 @@ def build_projection_worker(
         batch_time_s=settings.worker.batch_time_s(),
         concurrency=settings.model.concurrency,
         group_protocol=settings.kafka.group_protocol,
+        key_service_wait_s=settings.worker.key_service_wait_s,
     )
     return TransactionalLoop(client, config, handler), resources
 
