@@ -2,8 +2,10 @@
 
 `local` keeps KEKs in files under the keys root (the embedded default). `aws-kms:?region=R` keeps
 them in AWS KMS (`alias_prefix=P`, default `dpm/<topic prefix>`; `endpoint=URL` for a VPC endpoint
-or a test server; `timeout_s=S`). DPM_KEK_PROVIDER names every tenant's provider; DPM_KEK_PROVIDERS,
-a JSON object of tenant ids to URIs, names the tenants served by another.
+or a test server; `timeout_s=S`). `kmip://HOST:PORT?cert=C&key=K&ca=A` keeps them on a KMIP server,
+reached over mutual TLS with the client certificate C, its key K and the server's CA A (PEM files;
+`name_prefix=P`, default `dpm/<topic prefix>`; `timeout_s=S`). DPM_KEK_PROVIDER names every tenant's
+provider; DPM_KEK_PROVIDERS, a JSON object of tenant ids to URIs, names the tenants served by another.
 """
 
 from __future__ import annotations
@@ -18,8 +20,9 @@ from pipeline.core.errors import DpmError
 from pipeline.core.events import CaseRef, InvalidEventError
 from pipeline.keys.providers import KeyProvider, LocalFileKeyProvider, WrappedKey
 
-SCHEMES = ("local", "aws-kms")
-_OPTIONS = {"local": set(), "aws-kms": {"region", "alias_prefix", "endpoint", "timeout_s"}}
+SCHEMES = ("local", "aws-kms", "kmip")
+_OPTIONS = {"local": set(), "aws-kms": {"region", "alias_prefix", "endpoint", "timeout_s"},
+            "kmip": {"cert", "key", "ca", "name_prefix", "timeout_s"}}  # fmt: skip
 # What a KMS alias may hold: a topic prefix's dots become dashes in the default alias prefix.
 _ALIAS_PREFIX = re.compile(r"[A-Za-z0-9:/_-]{1,200}")
 _ALIAS_UNSAFE = re.compile(r"[^A-Za-z0-9:/_-]")
@@ -73,8 +76,34 @@ def provider_from_uri(uri: str, *, local_root: Path, pipeline_prefix: str, bind_
         return AwsKmsProvider(region=region, alias_prefix=alias_prefix,
                               endpoint=query.get("endpoint"),
                               timeout_s=_seconds(uri, query.get("timeout_s", "5")))  # fmt: skip
+    if scheme == "kmip":
+        return _kmip(uri, parts.hostname, parts.port, query, pipeline_prefix)
     raise ProviderUriError(f"{uri!r} names no key provider: write one of {', '.join(SCHEMES)} "
                            f"(docs/concepts/erasure.md, key providers)")  # fmt: skip
+
+
+def _kmip(uri: str, host: str | None, port: int | None, query: Mapping[str, str], pipeline_prefix: str) -> KeyProvider:
+    """The KMIP provider a `kmip://HOST:PORT?cert=&key=&ca=` URI names; its TLS files must be readable now."""
+    if not host:
+        raise ProviderUriError(f"{uri!r}: a kmip provider needs the server's host (kmip://kms.example:5696?...)")
+    missing = [name for name in ("cert", "key", "ca") if not query.get(name)]
+    if missing:
+        raise ProviderUriError(f"{uri!r}: a kmip provider needs {', '.join(missing)}: the client certificate, its "
+                               "key and the server's CA, as PEM files (cert=...&key=...&ca=...)")  # fmt: skip
+    files = {name: Path(query[name]) for name in ("cert", "key", "ca")}
+    unreadable = [f"{name}={path}" for name, path in files.items() if not path.is_file()]
+    if unreadable:
+        raise ProviderUriError(f"{uri!r}: no such file: {', '.join(unreadable)}")
+    name_prefix = query.get("name_prefix", f"dpm/{_ALIAS_UNSAFE.sub('-', pipeline_prefix)}")
+    if not _ALIAS_PREFIX.fullmatch(name_prefix):
+        raise ProviderUriError(f"{uri!r}: name_prefix may hold letters, digits and :/_- only")
+    try:
+        from pipeline.keys.kmip_provider import KmipProvider, TlsFiles  # noqa: PLC0415 - the kmip extra, when chosen
+    except ImportError as exc:
+        raise ProviderUriError(f"{uri!r}: the kmip provider needs the kmip extra "
+                               f"(pip install 'dpm-pipeline[kmip]'): {exc}") from exc  # fmt: skip
+    return KmipProvider(host=host, port=port or 5696, tls=TlsFiles(files["cert"], files["key"], files["ca"]),
+                        name_prefix=name_prefix, timeout_s=_seconds(uri, query.get("timeout_s", "5")))  # fmt: skip
 
 
 def _seconds(uri: str, value: str) -> float:

@@ -29,7 +29,11 @@ def test_local_is_the_default_provider_and_keeps_its_files_under_the_pipelines_k
 @pytest.mark.parametrize(
     ("uri", "said"),
     [
-        ("vault://x", "names no key provider: write one of local, aws-kms"),
+        ("vault://x", "names no key provider: write one of local, aws-kms, kmip"),
+        ("kmip://?cert=a&key=b&ca=c", "needs the server's host"),
+        ("kmip://kms.example:5696?cert=a", "needs key, ca: the client certificate"),
+        ("kmip://kms.example:5696?cert=/nonexistent/c&key=/nonexistent/k&ca=/nonexistent/a", "no such file: cert="),
+        ("kmip://kms.example?cert=a&key=b&ca=c&region=x", "kmip takes no option region"),
         ("aws-kms:", "needs its region"),
         ("aws-kms:?region=eu-west-1&timeout_s=0", "timeout_s must be a number of seconds above 0"),
         ("aws-kms:?region=eu-west-1&timeout_s=soon", "timeout_s must be a number of seconds above 0"),
