@@ -115,3 +115,23 @@ def test_case_keys_seal_open_and_erase_through_the_server(server: KmipEndpoint) 
     fresh = CaseKeys(KeyRing(_provider(server, "ring")), topic)
     fresh.sync()
     assert fresh.erased(case)
+
+
+def test_a_rotation_rewraps_every_case_key_on_the_server_and_an_erasure_after_it_opens_nothing(
+    server: KmipEndpoint,
+) -> None:
+    """`dpm keys rotate`'s work over KMIP: keys wrapped again under v2, v1 destroyed at the next rotation."""
+    topic = MemoryKeyTopic()
+    keys = CaseKeys(KeyRing(_provider(server, "rotate")), topic)
+    cases = [CaseRef("bank-a", f"c-{n}") for n in range(3)]
+    sealed = [keys.seal(case, b"income 84,000", b"meta") for case in cases]
+    rotation = keys.rotate("bank-a")
+    assert (rotation.kek_id, rotation.rewrapped, rotation.retired) == ("v2", 3, ())
+    assert keys.rotate("bank-a").retired == ("v1",)
+    restarted = CaseKeys(KeyRing(_provider(server, "rotate")), topic)
+    assert all(restarted.open(c, s, b"meta") == b"income 84,000" for c, s in zip(cases, sealed, strict=True))
+    assert keys.erase_tenant("bank-a") == tuple(cases)
+    after = CaseKeys(KeyRing(_provider(server, "rotate")), topic)
+    after.sync()
+    assert all(after.erased(case) for case in cases)
+    assert _provider(server, "rotate").versions("bank-a") == []
