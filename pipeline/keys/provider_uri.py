@@ -4,7 +4,9 @@
 them in AWS KMS (`alias_prefix=P`, default `dpm/<topic prefix>`; `endpoint=URL` for a VPC endpoint
 or a test server; `timeout_s=S`). `kmip://HOST:PORT?cert=C&key=K&ca=A` keeps them on a KMIP server,
 reached over mutual TLS with the client certificate C, its key K and the server's CA A (PEM files;
-`name_prefix=P`, default `dpm/<topic prefix>`; `timeout_s=S`). DPM_KEK_PROVIDER names every tenant's
+`name_prefix=P`, default `dpm/<topic prefix>`; `timeout_s=S`). `vault-transit:?url=U` keeps them in
+Vault's transit engine at U (`mount=M`, default `transit`; `key_prefix=P`, default `dpm-<topic prefix>`;
+`ca=FILE`; `timeout_s=S`; the token from VAULT_TOKEN). DPM_KEK_PROVIDER names every tenant's
 provider; DPM_KEK_PROVIDERS, a JSON object of tenant ids to URIs, names the tenants served by another.
 """
 
@@ -20,9 +22,11 @@ from pipeline.core.errors import DpmError
 from pipeline.core.events import CaseRef, InvalidEventError
 from pipeline.keys.providers import KeyProvider, LocalFileKeyProvider, WrappedKey
 
-SCHEMES = ("local", "aws-kms", "kmip")
+SCHEMES = ("local", "aws-kms", "kmip", "vault-transit")
 _OPTIONS = {"local": set(), "aws-kms": {"region", "alias_prefix", "endpoint", "timeout_s"},
-            "kmip": {"cert", "key", "ca", "name_prefix", "timeout_s"}}  # fmt: skip
+            "kmip": {"cert", "key", "ca", "name_prefix", "timeout_s"},
+            "vault-transit": {"url", "mount", "key_prefix", "ca", "timeout_s"}}  # fmt: skip
+_KEY_PREFIX = re.compile(r"[A-Za-z0-9_-]{1,100}")  # a transit key name's
 # What a KMS alias may hold: a topic prefix's dots become dashes in the default alias prefix.
 _ALIAS_PREFIX = re.compile(r"[A-Za-z0-9:/_-]{1,200}")
 _ALIAS_UNSAFE = re.compile(r"[^A-Za-z0-9:/_-]")
@@ -78,6 +82,8 @@ def provider_from_uri(uri: str, *, local_root: Path, pipeline_prefix: str, bind_
                               timeout_s=_seconds(uri, query.get("timeout_s", "5")))  # fmt: skip
     if scheme == "kmip":
         return _kmip(uri, parts.hostname, parts.port, query, pipeline_prefix)
+    if scheme == "vault-transit":
+        return _vault(uri, query, pipeline_prefix)
     raise ProviderUriError(f"{uri!r} names no key provider: write one of {', '.join(SCHEMES)} "
                            f"(docs/concepts/erasure.md, key providers)")  # fmt: skip
 
@@ -104,6 +110,23 @@ def _kmip(uri: str, host: str | None, port: int | None, query: Mapping[str, str]
                                f"(pip install 'dpm-pipeline[kmip]'): {exc}") from exc  # fmt: skip
     return KmipProvider(host=host, port=port or 5696, tls=TlsFiles(files["cert"], files["key"], files["ca"]),
                         name_prefix=name_prefix, timeout_s=_seconds(uri, query.get("timeout_s", "5")))  # fmt: skip
+
+
+def _vault(uri: str, query: Mapping[str, str], pipeline_prefix: str) -> KeyProvider:
+    """The Vault transit provider a `vault-transit:?url=U` URI names."""
+    url = query.get("url", "")
+    if not url.startswith(("https://", "http://")):
+        raise ProviderUriError(f"{uri!r}: a vault-transit provider needs Vault's address (url=https://vault:8200)")
+    key_prefix = query.get("key_prefix", f"dpm-{re.sub(r'[^A-Za-z0-9_-]', '-', pipeline_prefix)}")
+    if not _KEY_PREFIX.fullmatch(key_prefix):
+        raise ProviderUriError(f"{uri!r}: key_prefix may hold letters, digits, _ and - only (a transit key's name)")
+    try:
+        from pipeline.keys.vault_transit import VaultTransitProvider  # noqa: PLC0415 - the vault extra, when chosen
+    except ImportError as exc:
+        raise ProviderUriError(f"{uri!r}: the vault-transit provider needs the vault extra "
+                               f"(pip install 'dpm-pipeline[vault]'): {exc}") from exc  # fmt: skip
+    return VaultTransitProvider(url=url, mount=query.get("mount", "transit"), key_prefix=key_prefix,
+                                timeout_s=_seconds(uri, query.get("timeout_s", "5")), ca=query.get("ca"))  # fmt: skip
 
 
 def _seconds(uri: str, value: str) -> float:
