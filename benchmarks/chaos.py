@@ -17,6 +17,9 @@ Scenarios (loopback only, bounded in count and time):
             door is killed, the broker is away, or doors join and leave every few seconds
             (benchmarks/chaos_doors.py: their "decided exactly once" counts acknowledged batches
             written once at the seqs they were answered)
+  kms-outage  triggers while the way to the tenants' key service (AWS KMS, moto's server) is cut and
+            restored; triggers refused `key-service-unavailable` are sent again, as agents do, and
+            no case may be read as erased (benchmarks/chaos_keys.py)
 
 It prints one table: injected, dead-lettered by reason, decided exactly once, lost, duplicated,
 crashes and seconds to recover; and exits 1 if anything was lost or duplicated or crashed.
@@ -53,7 +56,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from pipeline.bench.generate import GenerationSpec, generate_cases
-from pipeline.config.settings import Settings, keys_folder, read_properties
+from pipeline.config.settings import Settings, read_properties
 from pipeline.core.case import Case
 from pipeline.core.events import CaseRef, Event, LogPosition
 from pipeline.core.task import Architecture
@@ -63,11 +66,10 @@ from pipeline.kafka.cluster.credentials import USERS, credentials_dir, provision
 from pipeline.kafka.cluster.partitioning import case_partition
 from pipeline.kafka.cluster.topics import BaselineTopics, TopicNames, create_pipeline_topics
 from pipeline.kafka.errors import KafkaAdapterError
-from pipeline.kafka.keytopic.keystore import kafka_case_keys
+from pipeline.kafka.keytopic.keystore import kafka_case_keys, key_provider
 from pipeline.kafka.local import local_broker
 from pipeline.kafka.reading.range_reads import read_topic
 from pipeline.kafka.writing.producer import EventProducer
-from pipeline.keys.providers import LocalFileKeyProvider
 from pipeline.services.cluster import child_env, cluster, pipeline_processes, private_cluster
 from pipeline.services.read_outputs import PublishedOutputs, load_outputs
 from pipeline.wire.event import CaseOpening, EventRecord
@@ -192,8 +194,9 @@ def _requests(cases: list[Case], positions: dict[CaseRef, tuple[LogPosition, ...
 
 def _outputs(stage: Stage) -> PublishedOutputs | None:
     """The published outputs, or None while the cluster cannot answer (a leader just died)."""
-    folder = keys_folder(Path(stage.env["DPM_KEYS_DIR"]), stage.names.prefix)
-    keys = kafka_case_keys(stage.config, stage.scope.keys, LocalFileKeyProvider(folder))
+    keys = kafka_case_keys(
+        stage.config, stage.scope.keys, key_provider(Settings.from_env(stage.env), stage.names.prefix)
+    )
     try:
         return load_outputs(stage.config, stage.scope, cipher=keys, with_audits=False)
     except KafkaAdapterError:
@@ -557,6 +560,7 @@ def _row(o: Outcome) -> str:
 def _scenarios(big: bool, secure: bool = False) -> dict[str, Callable[[str, Path], Outcome]]:
     """Every scenario by name; each takes the shared cluster's bootstrap servers (some start their own) and a folder."""
     from benchmarks.chaos_doors import door_scenarios  # noqa: PLC0415 - it builds on this module's stages
+    from benchmarks.chaos_keys import key_scenarios  # noqa: PLC0415 - as chaos_doors
 
     return {
         "fuzz": lambda b, w: fuzz(b, w, records=2_000 if big else 400, valid=20 if big else 10),
@@ -570,6 +574,7 @@ def _scenarios(big: bool, secure: bool = False) -> dict[str, Callable[[str, Path
         "node-loss": lambda _, w: node_loss(w, triggers=100 if big else 40, secure=secure),
         "outage": lambda _, w: outage(w, triggers=100 if big else 40, away_s=60 if big else 30, secure=secure),
         **door_scenarios(big, secure),
+        **key_scenarios(big),
     }
 
 

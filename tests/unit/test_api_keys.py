@@ -29,7 +29,9 @@ def _remove_keys(path: Path, start: Barrier, ids: list[str]) -> None:
 def test_keys_added_and_removed_by_concurrent_processes_are_all_applied(tmp_path: Path) -> None:
     store = ApiKeys(tmp_path / "api-keys.json")
     before = [store.add("globex")[0].key_id for _ in range(_PROCESSES * _EACH)]
-    context = multiprocessing.get_context("fork")  # processes, not threads: the lock is between processes
+    # Processes, not threads: the lock is between processes. Spawned, not forked: a fork of a test process
+    # running threads (librdkafka's, pytest-xdist's) can crash in the child.
+    context = multiprocessing.get_context("spawn")
     start = context.Barrier(2 * _PROCESSES)
     made = [tmp_path / f"made-{n}" for n in range(_PROCESSES)]
     workers = [context.Process(target=_add_keys, args=(store.path, start, made[n])) for n in range(_PROCESSES)]
@@ -47,9 +49,8 @@ def test_keys_added_and_removed_by_concurrent_processes_are_all_applied(tmp_path
 
 def test_a_change_waits_for_the_lock_another_process_holds(tmp_path: Path) -> None:
     store = ApiKeys(tmp_path / "api-keys.json")
-    context = multiprocessing.get_context("fork")
+    context = multiprocessing.get_context("spawn")
     start = context.Barrier(2)
-    # Started before the lock is taken: a child forked while it is held would inherit (and keep) it.
     adder = context.Process(target=_add_keys, args=(store.path, start, tmp_path / "made"))
     adder.start()
     with store._changing():  # what a concurrent `dpm api keys add` holds while it reads and writes
