@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import json
 import time
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
@@ -77,15 +78,15 @@ def _run(stage: Stage, outcome: Outcome, gate: Gate, triggers: int, away_s: floa
 
 def _send_refused_again(stage: Stage, requests: list[DecisionRequest]) -> None:
     """Sends again each trigger refused `key-service-unavailable` so far, and those refused while it waits."""
-    deadline = time.monotonic() + KEY_SERVICE_WAIT_S + 30  # a trigger retried when the gate opened ends by then
-    sent: set[str] = set()
+    deadline = time.monotonic() + 2 * KEY_SERVICE_WAIT_S + 30  # refusals at once last one bound past the last wait
+    sent: Counter[str] = Counter()
     by_id = {r.trigger_id: r for r in requests}
     while time.monotonic() < deadline:
-        refused = {_trigger_id(value) for value in _retryable_letters(stage)} - sent
-        again = [by_id[t] for t in sorted(refused) if t in by_id]
+        refused = Counter(_trigger_id(value) for value in _retryable_letters(stage))
+        again = [by_id[t] for t in sorted(refused) if t in by_id and refused[t] > sent[t]]  # each refusal once
         if again:
             _trigger(stage, again)
-            sent |= refused
+            sent.update({r.trigger_id: refused[r.trigger_id] - sent[r.trigger_id] for r in again})
         time.sleep(2.0)
 
 

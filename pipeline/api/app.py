@@ -745,8 +745,8 @@ def _key_service_problem(exc: Exception) -> Problem | None:
         return Problem(403, "key-revoked", "Forbidden", "the tenant's key-encryption key is disabled or revoked at its "
                        "key service: its cases are refused until the key's owner enables it again")  # fmt: skip
     return Problem(503, "key-service-unavailable", "Service unavailable", "the tenant's key service did not answer; "
-                   "nothing was decided or written: retry (with the same Idempotency-Key, a write is never made "
-                   "twice)", {"Retry-After": "30"})  # fmt: skip
+                   "nothing was decided or written: send the request again (with the same Idempotency-Key, a decision "
+                   "request is sent again and nothing is written twice)", {"Retry-After": "30"})  # fmt: skip
 
 
 _KEY_SERVICE_REASONS = (Rejection.KEY_SERVICE_UNAVAILABLE.value, Rejection.KEY_REVOKED.value)

@@ -1,17 +1,20 @@
-"""Key-encryption keys on a KMIP server (an HSM or key manager speaking OASIS KMIP), through PyKMIP's client.
+"""Key-encryption keys on a KMIP server (an HSM or key manager speaking OASIS KMIP), through PyKMIP.
 
 Each version of a tenant's KEK is an AES-256 symmetric key on the server, named
-`<name_prefix>/<sha256(tenant)[:32]>/v<N>` in the object group `<name_prefix>/<sha256(tenant)[:32]>`.
-A data key is wrapped by the server's Encrypt in AES-GCM with the case's wrapping context as
-additional data (KMIP 1.4's authenticated encryption), so the KEK never leaves the server and a
-wrapped key opens for its own case only. PyKMIP's client methods do not pass GCM's additional data
-or return its tag, so Encrypt and Decrypt are sent as request payloads of their own through its
-proxy. The connection is mutual TLS (the client's certificate and key, the server's CA); PyKMIP
-checks the server's certificate against that CA but not its host name.
+`<name_prefix>/<sha256(tenant)[:32]>/v<N>` in the object group
+`<name_prefix>/<sha256(tenant)[:32]>`. A data key is wrapped by the server's Encrypt in AES-GCM with
+the case's wrapping context as additional data (KMIP 1.4's authenticated encryption), so the KEK
+never leaves the server and a wrapped key opens for its own case only. A wrapped key names the
+object that wrapped it (its id's length and the id, then nonce, ciphertext and tag), and is
+unwrapped by that object: only an object the server no longer has reads as destroyed, whatever the
+version listing says. PyKMIP's client methods do not pass GCM's additional data or return its tag,
+so Encrypt and Decrypt are sent as request payloads of their own through its proxy. The connection
+is mutual TLS (the client's certificate and key, the server's CA); PyKMIP checks the server's
+certificate against that CA but not its host name.
 
-Erasure: a tenant's versions are revoked and destroyed on the server. What a destroyed object
-leaves behind (PyKMIP deletes it; the KMIP specification keeps its metadata in the Destroyed state)
-is the server's to say.
+Erasure: a tenant's versions are revoked and destroyed on the server. What a destroyed object leaves
+behind (PyKMIP deletes it; the KMIP specification keeps its metadata in the Destroyed state) is the
+server's to say.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from pipeline.core.events import CaseRef
 from pipeline.keys.providers import (
     KeyDestroyedError,
     KeyRevokedError,
+    KeyServiceError,
     KeyServiceUnavailableError,
     WrappedKey,
     wrapping_context,
@@ -90,39 +94,45 @@ class KmipProvider:
     # The provider interface
 
     def wrap(self, case: CaseRef, secret: bytes) -> WrappedKey:
-        versions = self._known(case.tenant)
-        if not versions:
-            versions = self._create(case.tenant, 1)
-        current = max(versions)
-        nonce = os.urandom(_NONCE_BYTES)
-        request = payloads.EncryptRequestPayload(unique_identifier=versions[current][0], cryptographic_parameters=_GCM,
-                                                 data=secret, iv_counter_nonce=nonce,
-                                                 auth_additional_data=wrapping_context(case))  # fmt: skip
-        answer = self._call(f"wrapping a data key of tenant {case.tenant!r}",
-                            lambda proxy: _send(proxy, enums.Operation.ENCRYPT, request))  # fmt: skip
-        return WrappedKey(f"v{current}", nonce + answer.data + answer.auth_tag)
-
-    def unwrap(self, case: CaseRef, wrapped: WrappedKey) -> bytes:
-        version = _version(case.tenant, wrapped.kek_id)
-        blob = wrapped.blob
-        if len(blob) <= _NONCE_BYTES + _TAG_BYTES:
-            raise KeyDestroyedError(f"data key of case {case.key} is not a KMIP-wrapped key")
-        ids = self._known(case.tenant).get(version) or self._known(case.tenant, fresh=True).get(version)
-        if not ids:
-            raise KeyDestroyedError(f"key-encryption key {wrapped.kek_id} of tenant {case.tenant!r} is destroyed "
-                                    f"in {self.name}")  # fmt: skip
-        nonce, body, tag = blob[:_NONCE_BYTES], blob[_NONCE_BYTES:-_TAG_BYTES], blob[-_TAG_BYTES:]
-        for uid in ids:  # two processes may have made the same first version at once: each one is tried
-            request = payloads.DecryptRequestPayload(unique_identifier=uid, cryptographic_parameters=_GCM, data=body,
-                                                     iv_counter_nonce=nonce, auth_tag=tag,
+        """Encrypted by the tenant's current version; the blob names the object that holds it, then nonce, data, tag."""
+        for fresh in (False, True):  # a version retired by another process since it was listed: listed again
+            versions = self._known(case.tenant, fresh=fresh) or self._create(case.tenant, 1)
+            current = max(versions)
+            uid = versions[current][0]
+            nonce = os.urandom(_NONCE_BYTES)
+            request = payloads.EncryptRequestPayload(unique_identifier=uid, cryptographic_parameters=_GCM, data=secret,
+                                                     iv_counter_nonce=nonce,
                                                      auth_additional_data=wrapping_context(case))  # fmt: skip
             try:
-                answer = self._call(f"unwrapping a data key of case {case.key}",
-                                    partial(_send, operation=enums.Operation.DECRYPT, payload=request))  # fmt: skip
+                answer = self._call(f"wrapping a data key of tenant {case.tenant!r}",
+                                    partial(_send, operation=enums.Operation.ENCRYPT, payload=request))  # fmt: skip
             except KeyDestroyedError:
                 continue
-            return bytes(answer.data)
-        raise KeyDestroyedError(f"data key does not unwrap under {wrapped.kek_id} of case {case.key} in {self.name}")
+            named = uid.encode()
+            return WrappedKey(f"v{current}", bytes([len(named)]) + named + nonce + answer.data + answer.auth_tag)
+        raise KeyServiceUnavailableError(f"{self.name}: no version of tenant {case.tenant!r} takes new keys now")
+
+    def unwrap(self, case: CaseRef, wrapped: WrappedKey) -> bytes:
+        """Decrypted by the object the blob names: only that object gone (ITEM_NOT_FOUND) is an erasure.
+
+        PyKMIP's server answers a tag that does not verify (a key moved to another case) with the
+        general failure it gives any fault of its own, so that answer is read as "cannot be asked now",
+        never as destroyed: a wrapped key moved elsewhere stays closed either way.
+        """
+        _version(case.tenant, wrapped.kek_id)
+        blob = wrapped.blob
+        named = blob[0] if blob else 0
+        if not named or len(blob) <= 1 + named + _NONCE_BYTES + _TAG_BYTES:
+            raise KeyDestroyedError(f"data key of case {case.key} is not a KMIP-wrapped key")
+        uid = blob[1 : 1 + named].decode("ascii", "replace")
+        rest = blob[1 + named :]
+        nonce, body, tag = rest[:_NONCE_BYTES], rest[_NONCE_BYTES:-_TAG_BYTES], rest[-_TAG_BYTES:]
+        request = payloads.DecryptRequestPayload(unique_identifier=uid, cryptographic_parameters=_GCM, data=body,
+                                                 iv_counter_nonce=nonce, auth_tag=tag,
+                                                 auth_additional_data=wrapping_context(case))  # fmt: skip
+        answer = self._call(f"unwrapping a data key of case {case.key}",
+                            partial(_send, operation=enums.Operation.DECRYPT, payload=request))  # fmt: skip
+        return bytes(answer.data)
 
     def rotate(self, tenant: str) -> str:
         versions = self._known(tenant, fresh=True)
@@ -159,7 +169,10 @@ class KmipProvider:
         uids: list[str] = self._call(doing, lambda proxy: _checked(proxy.locate(attributes=in_group)).uuids)
         versions: dict[int, list[str]] = {}
         for uid in uids:
-            name, state = self._call(doing, partial(_name_and_state, uid=uid))
+            try:
+                name, state = self._call(doing, partial(_name_and_state, uid=uid))
+            except KeyDestroyedError:  # destroyed since it was located (another process's retirement)
+                continue
             version = name.removeprefix(f"{group}/v") if name.startswith(f"{group}/v") else ""
             if version.isdigit() and state not in _GONE_STATES:
                 versions.setdefault(int(version), []).append(uid)
@@ -188,7 +201,7 @@ class KmipProvider:
         """Revokes then destroys one object (KMIP destroys only what is not active); gone already is done."""
         doing = f"destroying key object {uid}"
         reason = enums.RevocationReasonCode.CESSATION_OF_OPERATION
-        with contextlib.suppress(KeyDestroyedError, KeyRevokedError):  # gone, or not active any more
+        with contextlib.suppress(KeyDestroyedError, KeyServiceError):  # gone, or not active: destroyed all the same
             self._call(doing, lambda proxy: _checked(proxy.revoke(reason, uid)))
         with contextlib.suppress(KeyDestroyedError):
             self._call(doing, lambda proxy: _checked(proxy.destroy(uid)))
@@ -206,6 +219,9 @@ class KmipProvider:
                 self._disconnect()
                 raise KeyServiceUnavailableError(f"{self.name} cannot be reached while {doing}: {exc or type(exc)}"
                                                  ) from exc  # fmt: skip
+            except Exception as exc:
+                self._disconnect()
+                raise KeyServiceUnavailableError(f"{self.name} failed {doing}: {type(exc).__name__}: {exc}") from exc
 
     def _connected(self) -> KMIPProxy:
         if self._proxy is None:
@@ -225,18 +241,21 @@ class KmipProvider:
                 proxy.close()
 
     def _refused(self, doing: str, exc: _FailedError) -> Exception:
-        """What a failed operation means for the data keys: destroyed, revoked, or the server not serving now."""
+        """What a failed operation means for the data keys: destroyed, revoked, or the server not serving now.
+
+        Only an object the server no longer has is destroyed; anything it cannot do now is not.
+        """
         if exc.reason is enums.ResultReason.ITEM_NOT_FOUND:
             return KeyDestroyedError(f"{self.name}: {doing}: the key object is gone ({exc})")
-        if exc.reason is enums.ResultReason.PERMISSION_DENIED and "Active state" in str(exc):
+        inactive = exc.reason is enums.ResultReason.WRONG_KEY_LIFECYCLE_STATE or (
+            exc.reason is enums.ResultReason.PERMISSION_DENIED and "Active state" in str(exc)
+        )  # PyKMIP's wording
+        if inactive:
             return KeyRevokedError(f"{doing}: the key is not active in {self.name} (revoked or deactivated): an "
                                    f"operator of the KMIP server must activate a new version ({exc})")  # fmt: skip
         if exc.reason is enums.ResultReason.PERMISSION_DENIED:
             return KeyServiceUnavailableError(f"{self.name} refused {doing} ({exc}): check the client certificate "
                                               "(the provider URI's cert and key) and its rights there")  # fmt: skip
-        if exc.reason is enums.ResultReason.GENERAL_FAILURE and doing.startswith("unwrapping"):
-            # PyKMIP answers a GCM tag that does not verify (another case's wrapped key) this way
-            return KeyDestroyedError(f"{self.name}: {doing}: it does not decrypt under this case's context ({exc})")
         return KeyServiceUnavailableError(f"{self.name} failed {doing}: {exc}")
 
 

@@ -34,6 +34,10 @@ _GONE = ("message authentication failed", "disallowed by policy", "encryption ke
          "no existing key")  # fmt: skip
 
 
+class _NoKeyError(KeyDestroyedError):
+    """Transit has no key of that name (a read answered 404 without errors)."""
+
+
 class VaultTransitProvider:
     """A tenant's KEK as a transit key; wrap and unwrap are transit's encrypt and decrypt with associated data."""
 
@@ -51,12 +55,16 @@ class VaultTransitProvider:
         if not self.versions(case.tenant):
             self._call(f"creating the key of tenant {case.tenant!r}",
                        lambda: transit.create_key(name, key_type="aes256-gcm96", mount_point=self._mount))  # fmt: skip
-        answer = self._call(
-            f"wrapping a data key of tenant {case.tenant!r}",
-            lambda: transit.encrypt_data(
-                name, plaintext=_b64(secret), associated_data=_b64(wrapping_context(case)), mount_point=self._mount
-            ),
-        )
+        try:
+            answer = self._call(
+                f"wrapping a data key of tenant {case.tenant!r}",
+                lambda: transit.encrypt_data(
+                    name, plaintext=_b64(secret), associated_data=_b64(wrapping_context(case)), mount_point=self._mount
+                ),
+            )
+        except KeyDestroyedError as exc:  # deleted since it was read (the tenant erased meanwhile)
+            raise KeyServiceUnavailableError(f"{self.name}: tenant {case.tenant!r} has no key to wrap with now"
+                                             ) from exc  # fmt: skip
         ciphertext = str(answer["data"]["ciphertext"]).encode()
         found = _CIPHERTEXT.fullmatch(ciphertext)
         if found is None:
@@ -134,11 +142,12 @@ class VaultTransitProvider:
         return len(versions)
 
     def _read(self, tenant: str) -> dict[str, Any] | None:
+        """The tenant's key as transit describes it; None when it has none (404 without errors)."""
         name, transit = self._key(tenant), self._client.secrets.transit
         try:
             answer = self._call(f"reading the key of tenant {tenant!r}",
                                 lambda: transit.read_key(name, mount_point=self._mount))  # fmt: skip
-        except KeyDestroyedError:
+        except _NoKeyError:
             return None
         return dict(answer["data"])
 
@@ -146,8 +155,12 @@ class VaultTransitProvider:
         """One transit request; Vault's refusals as the provider's errors."""
         try:
             return request()
-        except exceptions.InvalidPath as exc:  # 404: no such key
-            raise KeyDestroyedError(f"{self.name}: {doing}: the key does not exist") from exc
+        except exceptions.InvalidPath as exc:  # 404: no such key (no errors), or no such route (the mount)
+            if not exc.errors:
+                raise _NoKeyError(f"{self.name}: {doing}: the key does not exist") from exc
+            raise KeyServiceUnavailableError(f"{self.name} refused {doing} ({_first(exc)}): check the mount "
+                                             "(the provider URI's mount=) and that the transit engine is enabled "
+                                             "there") from exc  # fmt: skip
         except exceptions.InvalidRequest as exc:
             if any(words in str(exc) for words in _GONE):
                 raise KeyDestroyedError(f"{self.name}: {doing}: it does not open ({_first(exc)})") from exc

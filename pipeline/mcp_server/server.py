@@ -27,6 +27,7 @@ from pipeline.client import (
     AsyncDecisionMemory,
     ClientError,
     DecisionNotFoundError,
+    DecisionRefusedError,
     DecisionTimeoutError,
     KeyRevokedError,
     KeyServiceError,
@@ -66,6 +67,14 @@ class ApiKeyVerifier:
         return AccessToken(token=token, client_id=key.tenant, scopes=[])
 
 
+_KEY_SERVICE_TOLD = {
+    "key-revoked": "the tenant's key-encryption key is disabled or revoked at its key service: its cases are refused "
+    "until the key's owner enables it again",
+    "key-service-unavailable": "the tenant's key service did not answer; nothing was decided or written: retry (with "
+    "the same idempotency key, a request is sent again and nothing is written twice)",
+}
+
+
 @contextmanager
 def _told() -> Iterator[None]:
     """A refused argument or a failed call as a tool error that says what is wrong (never a value sent)."""
@@ -73,15 +82,13 @@ def _told() -> Iterator[None]:
         yield
     except (RefusedArgumentError, TenantNotOnClusterError, ClientError, InvalidIdempotencyKeyError,
             ForwardFailedError) as exc:  # fmt: skip
+        if isinstance(exc, DecisionRefusedError) and exc.reason in _KEY_SERVICE_TOLD:  # the worker's detail names
+            raise ToolError(_KEY_SERVICE_TOLD[exc.reason]) from exc  # the provider: the operator's to read
         raise ToolError(str(exc)) from exc
-    except KeyRevokedError as exc:  # the provider and what to check are the operator's: in the server's log
+    except KeyServiceError as exc:  # the provider and what to check are the operator's: in the server's log
         _LOG.warning("the key service failed a tool call: %s", exc)
-        raise ToolError("the tenant's key-encryption key is disabled or revoked at its key service: its cases are "
-                        "refused until the key's owner enables it again") from exc  # fmt: skip
-    except KeyServiceError as exc:
-        _LOG.warning("the key service failed a tool call: %s", exc)
-        raise ToolError("the tenant's key service did not answer; nothing was decided or written: retry (with the "
-                        "same idempotency key, nothing is written twice)") from exc  # fmt: skip
+        told = _KEY_SERVICE_TOLD["key-revoked" if isinstance(exc, KeyRevokedError) else "key-service-unavailable"]
+        raise ToolError(told) from exc
 
 
 def build_server(memory_for: MemoryFor, tenant: str | None, *, max_wait_s: float, keys: ApiKeys | None = None,

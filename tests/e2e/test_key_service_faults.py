@@ -4,12 +4,13 @@ retryable, and decided once it is back, with the same idempotency key; nothing r
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from pipeline.client import DecisionMemory, DecisionRefusedError
+from pipeline.client import DecisionMemory, DecisionRefusedError, KeyServiceUnavailableError
 from pipeline.config.settings import Settings
 from pipeline.kafka.cluster.topics import TopicNames
 from pipeline.services.cluster import pipeline_processes
@@ -43,9 +44,12 @@ def test_a_key_service_away_refuses_with_a_retryable_reason_and_the_same_key_onc
         memory.append_many("case-1", [(e.kind, e.text) for e in case.trajectory.events])  # its key wrapped by KMS
         with pipeline_processes([["worker"]], env, tmp_path / "logs"):
             gate.shut()  # the worker has never opened this case: it must ask KMS, which no longer answers
+            with pytest.raises(KeyServiceUnavailableError):  # a new case's key cannot be wrapped: nothing appended
+                memory.append("case-2", kind="document", text="a first step, whose case has no data key yet")
             with pytest.raises(DecisionRefusedError) as refused:
                 memory.decide("case-1", task=case.task, budget=2_000, timeout=120, idempotency_key="ask-1")
             gate.reopen()
+            time.sleep(3)  # the worker refuses the tenant at once for DPM_KEY_SERVICE_WAIT_S after giving up
             decision = memory.decide("case-1", task=case.task, budget=2_000, timeout=120, idempotency_key="ask-1")
             again = memory.decide("case-1", task=case.task, budget=2_000, timeout=60, idempotency_key="ask-1")
     assert refused.value.reason == "key-service-unavailable"

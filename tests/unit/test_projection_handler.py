@@ -372,7 +372,7 @@ def test_a_key_service_away_is_raised_for_the_loop_and_its_dead_letter_binds_no_
     log: InMemoryEventLog, tmp_path: Path
 ) -> None:
     service, keys, positions = _sealed_case(log, tmp_path)
-    handler = ProjectionHandler(NAMES, log, ExtractiveBackend(), "unit-worker", cipher=keys)
+    handler = ProjectionHandler(NAMES, log, ExtractiveBackend(), "unit-worker", cipher=keys, key_service_wait_s=0.0)
     record = _trigger(_request(positions))
     service.failure = KeyServiceUnavailableError("aws-kms: cannot be reached")
     with pytest.raises(KeyServiceUnavailableError):  # retried by the loop, never read as an erasure
@@ -398,3 +398,23 @@ def test_a_revoked_key_is_a_key_revoked_dead_letter_and_binds_its_trigger_id(
     service.failure = None
     again = replace(record, position=LogPosition(0, 8))
     assert _dead_letter(handler.handle(again)).reason is Rejection.DUPLICATE  # a refusal like any other
+
+
+def test_a_tenant_whose_key_service_kept_a_trigger_waiting_is_refused_at_once_and_others_are_decided(
+    log: InMemoryEventLog, tmp_path: Path
+) -> None:
+    """One tenant's outage does not hold the partition's other tenants back a whole bound per trigger."""
+    service, keys, positions = _sealed_case(log, tmp_path)
+    other = CaseRef("other-bank", "c-1")
+    theirs = tuple(append_events(log, [replace(e, case=other) for e in CASE.trajectory.events]))  # in clear
+    handler = ProjectionHandler(NAMES, log, ExtractiveBackend(), "unit-worker", cipher=keys, key_service_wait_s=60.0)
+    service.failure = KeyServiceUnavailableError("aws-kms: cannot be reached")
+    given_up = _trigger(_request(positions))
+    handler.dead_letter(given_up, Rejection.KEY_SERVICE_UNAVAILABLE, "the key service did not answer")
+    service.failure = AssertionError("the service is not asked again within the bound")
+    next_one = replace(_trigger(replace(_request(positions), trigger_id="trig-2")), position=LogPosition(0, 8))
+    refused = _dead_letter(handler.handle(next_one))
+    assert refused.reason is Rejection.KEY_SERVICE_UNAVAILABLE
+    assert "asked again in at most 60 s" in refused.detail
+    decided = handler.handle(_trigger(replace(_request(theirs, other), trigger_id="trig-3")))
+    assert [o.topic for o in decided][:2] == [NAMES.views, NAMES.decisions]

@@ -29,6 +29,7 @@ from pipeline.kafka.cluster.partitioning import case_partition
 from pipeline.kafka.errors import KafkaAdapterError
 from pipeline.kafka.processing.steps import Output
 from pipeline.kafka.reading.range_reads import read_range, renewed
+from pipeline.keys.providers import KeyServiceError
 from pipeline.wire.headers import standard_headers
 from pipeline.wire.rejection import RejectedError
 from pipeline.wire.schema_ids import SchemaId
@@ -107,7 +108,7 @@ class SegmentViews:
             return
         try:
             record = SegmentViewRecord.decode(value, self._cipher)
-        except RejectedError:
+        except (RejectedError, KeyServiceError):  # a cache: a view not readable now is projected again if needed
             self._views.pop((parts[0], parts[1]), None)
             return
         if (record.case.key, record.segment_key) == (parts[0], parts[1]):

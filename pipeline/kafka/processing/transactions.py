@@ -187,7 +187,10 @@ class TransactionalLoop:
 
     def _failed(self, record: RawRecord, error: ModelBackendError | KeyServiceUnavailableError) -> None:
         """Counts a retryable failure against the record: past its bound, the record is dead-lettered."""
+        reason = Rejection.MODEL_ERROR if isinstance(error, ModelBackendError) else Rejection.KEY_SERVICE_UNAVAILABLE
         before = self._retries.get(record.where)
+        if before is not None and before.reason is not reason:  # each kind of failure has its own bound
+            before = None
         attempts, since = (1, time.monotonic()) if before is None else (before.attempts + 1, before.since)
         if isinstance(error, ModelBackendError):  # the handler keeps the model's last failure for the detail
             self._retries[record.where] = _Retried(attempts, since, Rejection.MODEL_ERROR,

@@ -235,7 +235,10 @@ class IndexStore(RebuildableStore):
                                                   for (d, t), calls in chunk.audits.items()])  # fmt: skip
             self._db.executemany("INSERT OR IGNORE INTO labels VALUES (?, ?)",
                                  {(row[1], row[5]) for row in chunk.decisions if row[5] is not None})  # fmt: skip
-            self._db.executemany("INSERT OR IGNORE INTO refusals VALUES (?, ?, ?)", chunk.refusals)
+            # The latest refusal of a trigger id is its answer: a later one is of the trigger sent again after a
+            # retryable refusal (a `duplicate` is no refusal; a binding one makes every later sending one).
+            self._db.executemany("INSERT INTO refusals VALUES (?, ?, ?) ON CONFLICT (trigger_id, tenant) DO UPDATE "
+                                 "SET place = MAX(place, excluded.place)", chunk.refusals)  # fmt: skip
             self._db.executemany("INSERT OR IGNORE INTO contests (decision_id, tenant, contest_id, case_id, at_ms, "
                                  "place) VALUES (?, ?, ?, ?, ?, ?)", chunk.contests)  # fmt: skip
             self._db.executemany("INSERT OR IGNORE INTO contest_parts VALUES (?, ?, ?, ?)", chunk.parts)

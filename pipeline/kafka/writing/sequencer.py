@@ -51,6 +51,7 @@ from pipeline.kafka.writing.txn_producer import (
     TransactionalProducer,
     TransientPublishError,
 )
+from pipeline.keys.providers import KeyServiceError
 from pipeline.wire.event import CaseOpening, sealed_values
 from pipeline.wire.headers import header_pairs, standard_headers
 from pipeline.wire.record_keys import claimed_event
@@ -479,7 +480,7 @@ class PartitionSequencer:
         for key, cipher in ciphers.items():
             try:
                 cipher.prepare(job.case for job in appends if id(job.cipher) == key)
-            except KafkaAdapterError as exc:
+            except (KafkaAdapterError, KeyServiceError) as exc:
                 _LOG.info("%s[%d]: new cases' keys not made together (%s); each is made as it is sealed",
                           self._names.events, self.partition, exc)  # fmt: skip
 

@@ -37,7 +37,7 @@ from pipeline.wire.decision import PositionsSource, Provenance
 from pipeline.wire.headers import Headers, trace_context
 from pipeline.wire.limits import MAX_TRAJECTORY_CHARS
 from pipeline.wire.record_keys import check_case_key, check_tenant_of_topic
-from pipeline.wire.rejection import RETRYABLE, RejectedError, Rejection
+from pipeline.wire.rejection import RETRYABLE, RejectedError, Rejection, decode_object
 from pipeline.wire.run_records import run_records
 from pipeline.wire.sealing import CaseCipher
 from pipeline.wire.trajectory import assemble, own_records
@@ -115,6 +115,10 @@ class ProjectionHandler:
     segment_views: SegmentViews | None = None
     # Tenancy by topic: a tenant's own topics and readers, by tenant (the shared ones above are then unused).
     tenant_topics: Callable[[str], CaseTopics] | None = None
+    # How long the loop retries a trigger whose tenant's key service does not answer (DPM_KEY_SERVICE_WAIT_S);
+    # once one of its triggers was given up on, the tenant's next ones are refused at once for as long (below).
+    key_service_wait_s: float = 30.0
+    _key_service_away: dict[str, float] = field(default_factory=dict, init=False, repr=False)  # tenant -> until
     # Keyed by tenant too: one tenant's trigger ids never refuse another's.
     _decided: LRUCache[tuple[str, DecisionId], None] = field(init=False, repr=False)
     _deciding: dict[RecordId, tuple[str, DecisionId]] = field(default_factory=dict, init=False, repr=False)
@@ -166,6 +170,7 @@ class ProjectionHandler:
         check_tenant_of_topic(topics.names.tenant, request.case)
         if Architecture.DPM not in request.architectures:
             return []
+        self._refuse_while_key_service_away(request.case.tenant)
         self._claim((request.case.tenant, request.decision_id(Architecture.DPM)), record.where)
         trace = self.tracing.trigger(record.headers, {"dpm.decision_id": str(request.decision_id(Architecture.DPM)),
                                                       "dpm.tenant": request.case.tenant})  # fmt: skip
@@ -241,9 +246,36 @@ class ProjectionHandler:
         cause = self._last_model_failure(record) if reason is Rejection.MODEL_ERROR else None
         if cause is not None:
             detail = f"{detail}: {cause}"
+        if reason is Rejection.KEY_SERVICE_UNAVAILABLE:
+            self._key_service_gave_up(record)
         _LOG.warning("trigger at %s dead-lettered %s: %s", record.position, reason.value, detail,
                      extra={"worker_id": self.worker_id})  # fmt: skip
         return self._refuse(record, reason, detail)
+
+    def _refuse_while_key_service_away(self, tenant: str) -> None:
+        """A tenant whose key service kept a trigger waiting its whole bound has its next ones refused at once.
+
+        So one tenant's outage does not hold every tenant on the partition back a bound per trigger; the
+        refusal is retryable, and once the bound has passed the next trigger asks the service again.
+        """
+        until = self._key_service_away.get(tenant)
+        if until is None:
+            return
+        if time.monotonic() >= until:
+            del self._key_service_away[tenant]
+            return
+        raise RejectedError(Rejection.KEY_SERVICE_UNAVAILABLE, f"tenant {tenant!r}'s key service did not answer "
+                            "another trigger within its bound; asked again in at most "
+                            f"{self.key_service_wait_s:g} s")  # fmt: skip
+
+    def _key_service_gave_up(self, record: RawRecord) -> None:
+        """Notes the tenant of a trigger the loop gave up on for its key service (a value that names none: nothing)."""
+        try:
+            tenant = decode_object(record.value, "trigger").get("tenant")
+        except RejectedError:
+            return
+        if isinstance(tenant, str):
+            self._key_service_away[tenant] = time.monotonic() + self.key_service_wait_s
 
     def _model_failed(self, record: RawRecord, exc: ModelBackendError) -> None:
         with self._failures_lock:

@@ -73,7 +73,8 @@ def build_projection_worker(
                                 window=context_window(settings.model, backend),
                                 layout=settings.model.prompt_layout,
                                 segment_views=shared.segment_views,
-                                tenant_topics=tenant_topics if by_topic else None)  # fmt: skip
+                                tenant_topics=tenant_topics if by_topic else None,
+                                key_service_wait_s=settings.worker.key_service_wait_s)  # fmt: skip
     group = options.group(settings)
     config = LoopConfig(
         group_id=group,
