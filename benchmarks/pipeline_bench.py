@@ -30,6 +30,7 @@ import orjson
 from benchmarks import (
     api_bench,
     contest_bench,
+    keys_bench,
     local_cache_bench,
     long_horizon,
     lookups_bench,
@@ -62,6 +63,7 @@ SECTIONS = (
     "api",
     "writes",
     "lookups",
+    "keys",
     "long_horizon",
     "contest",
     "prompt_cache",
@@ -78,6 +80,7 @@ TARGETS = {
     "api": api_bench.TARGETS,
     "writes": writes_bench.TARGETS,
     "lookups": lookups_bench.TARGETS,
+    "keys": keys_bench.TARGETS,
     "prompt_cache": {f"{name}/cache_share_of_nocache": share for name, share in prompt_cache_bench.TARGETS.items()},
 }
 LONG_HORIZON_PLOT = Path("docs/long-horizon.png")  # the long-cases page's plot, drawn from the figures file
@@ -194,6 +197,7 @@ MEASURE: dict[str, Callable[[str, Path], dict[str, Any]]] = {
     "api": api_bench.measure,
     "writes": writes_bench.measure,
     "lookups": lookups_bench.measure,
+    "keys": lambda _bootstrap, _work: keys_bench.measure(),
     "long_horizon": lambda _bootstrap, _work: long_horizon.measure(),
     "contest": lambda _bootstrap, _work: contest_bench.measure(),
     "prompt_cache": lambda _bootstrap, _work: prompt_cache_bench.with_local(
@@ -293,8 +297,9 @@ def rows(figures: dict[str, Any]) -> list[tuple[str, str]]:
             ("HTTP appends, 8 agents one step at a time", f"{_f(api['http_appends_per_s'])} per second"),
             ("resident memory of 1,000 waiting decide calls", f"{_f(api['waiters_1000_rss_mb'], 2)} MB"),
         ]
-    sections = {"writes": _writes_rows, "lookups": _lookups_rows, "long_horizon": _long_horizon_rows,
-                "contest": _contest_rows, "prompt_cache": _prompt_cache_rows}  # fmt: skip
+    sections = {"writes": _writes_rows, "lookups": _lookups_rows, "keys": _keys_rows,
+                "long_horizon": _long_horizon_rows, "contest": _contest_rows,
+                "prompt_cache": _prompt_cache_rows}  # fmt: skip
     for name, section_rows in sections.items():
         if section := figures.get(name):
             out += section_rows(section)
@@ -390,6 +395,23 @@ def _lookups_rows(lookups: dict[str, Any]) -> list[tuple[str, str]]:
     met = ", ".join(name for name, ok in lookups["checks"].items() if not ok) or "none"
     out.append(("lookups: largest / smallest size, p50", f"x{_f(lookups['largest_over_smallest'], 2)} (target x2); "
                                                           f"targets not met: {met}"))  # fmt: skip
+    return out
+
+
+def _keys_rows(keys: dict[str, Any]) -> list[tuple[str, str]]:
+    """Each key provider's unwrap latency, and decisions a second against the local provider's at its cache hit rate."""
+    out = []
+    for name, row in keys["providers"].items():
+        out.append(
+            (
+                f"key provider {name}: unwrap p50 / p99; decisions a second ({keys['decisions']} over "
+                f"{keys['cases']} cases), share of local's, key cache hit rate",
+                f"{_f(row['unwrap']['p50_ms'], 2)} / {_f(row['unwrap']['p99_ms'], 2)} ms; "
+                f"{_f(row['decisions_per_s'])}, x{_f(row['share_of_local'], 2)} (target "
+                f"x{_f(keys['targets']['decisions_share_of_local'], 1)}), {_f(100 * row['cache_hit_rate'])}%",
+            )
+        )
+    out.append(("key provider vault_transit", keys["vault_transit"]))
     return out
 
 
