@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -208,16 +209,17 @@ class MemoryKeyTopic:
 
     def __init__(self) -> None:
         self._log: list[tuple[CaseRef, KeyValue | None]] = []
-        self._seen: dict[int, int] = {}
+        # How far each ring has read; weakly held: a ring's id() is reused once it is gone, its place must not be
+        self._seen: weakref.WeakKeyDictionary[KeyRing, int] = weakref.WeakKeyDictionary()
 
     def publish(self, records: Sequence[tuple[CaseRef, KeyValue | None]]) -> None:
         self._log.extend(records)
 
     def sync(self, ring: KeyRing) -> None:
-        start = self._seen.get(id(ring), 0)
+        start = self._seen.get(ring, 0)
         for case, record in self._log[start:]:
             ring.apply(case, record)
-        self._seen[id(ring)] = len(self._log)
+        self._seen[ring] = len(self._log)
 
     def load(self, ring: KeyRing, cases: Iterable[CaseRef]) -> None:
         pass  # sync applies every case
