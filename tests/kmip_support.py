@@ -7,6 +7,7 @@ import datetime
 import hashlib
 import ipaddress
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -88,18 +89,29 @@ def kmip_server(folder: Path) -> Iterator[KmipEndpoint]:
     _issue(folder, "server", "127.0.0.1", ca_key, ExtendedKeyUsageOID.SERVER_AUTH)
     _issue(folder, "client", "dpm-worker", ca_key, ExtendedKeyUsageOID.CLIENT_AUTH)
     port = free_cluster_port(1)
+    # A session of its own: the server forks a process per connection, and every one of them is stopped after.
     server = subprocess.Popen([sys.executable, "-c", _SERVER, str(folder / "server.pem"), str(folder / "server.key"),
                                str(folder / "ca.pem"), str(port), str(folder)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)  # fmt: skip
     try:
         _await_port(server, port)
         yield KmipEndpoint(port, folder / "ca.pem", folder / "client.pem", folder / "client.key")
     finally:
-        server.terminate()
+        _stop_group(server)
+
+
+def _stop_group(server: subprocess.Popen[bytes]) -> None:
+    """SIGTERM to the server's process group, then SIGKILL to what is left of it."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(server.pid, sig)
         try:
-            server.wait(10)
+            server.wait(5)
         except subprocess.TimeoutExpired:
-            server.kill()
+            continue
+        with contextlib.suppress(ProcessLookupError):  # the leader is gone: its children go with SIGKILL
+            os.killpg(server.pid, signal.SIGKILL)
+        return
 
 
 def _await_port(server: subprocess.Popen[bytes], port: int) -> None:
@@ -108,7 +120,7 @@ def _await_port(server: subprocess.Popen[bytes], port: int) -> None:
         with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
             return
         if server.poll() is not None or time.monotonic() > deadline:
-            server.kill()
+            _stop_group(server)
             _, err = server.communicate()
             raise RuntimeError(f"PyKMIP's server did not start: {err.decode(errors='replace')[-2000:]}")
         time.sleep(0.2)
