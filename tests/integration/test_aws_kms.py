@@ -17,8 +17,7 @@ from pipeline.core.events import CaseRef
 from pipeline.kafka.local.local_broker import free_cluster_port
 from pipeline.keys.aws_kms import AwsKmsProvider
 from pipeline.keys.providers import KeyDestroyedError, KeyServiceUnavailableError
-from pipeline.keys.ring import KeyRing
-from pipeline.keys.store import CaseKeys, MemoryKeyTopic
+from tests.key_provider_contract import rotation_rewraps_and_erasure_after_it_opens_nothing, sealed_here_opens_there
 from tests.kms_support import REGION, aws_credentials, moto_server
 
 pytestmark = pytest.mark.integration
@@ -110,27 +109,8 @@ def test_a_process_without_aws_credentials_is_told_what_to_set(endpoint: str, mo
 
 def test_case_keys_seal_and_open_through_kms_and_two_processes_share_a_tenants_key(endpoint: str) -> None:
     """The pipeline's key ring over KMS: a case's key made by one process opens in another (a fresh provider)."""
-    topic = MemoryKeyTopic()
-    writer = CaseKeys(KeyRing(_provider(endpoint, "ring")), topic)
-    case = CaseRef("bank-a", "c-7")
-    sealed = writer.seal(case, b"income 84,000", b"meta")
-    reader = CaseKeys(KeyRing(_provider(endpoint, "ring")), topic)
-    assert reader.open(case, sealed, b"meta") == b"income 84,000"
+    sealed_here_opens_there(lambda: _provider(endpoint, "ring"))
 
 
 def test_a_rotation_rewraps_every_case_key_in_kms_and_an_erasure_after_it_opens_nothing(endpoint: str) -> None:
-    """`dpm keys rotate`'s work over KMS: keys wrapped again under v2, v1 retired at the next rotation."""
-    topic = MemoryKeyTopic()
-    keys = CaseKeys(KeyRing(_provider(endpoint, "rotate")), topic)
-    cases = [CaseRef("bank-a", f"c-{n}") for n in range(3)]
-    sealed = [keys.seal(case, b"income 84,000", b"meta") for case in cases]
-    rotation = keys.rotate("bank-a")
-    assert (rotation.kek_id, rotation.rewrapped, rotation.retired) == ("v2", 3, ())
-    assert keys.rotate("bank-a").retired == ("v1",)
-    restarted = CaseKeys(KeyRing(_provider(endpoint, "rotate")), topic)
-    assert all(restarted.open(c, s, b"meta") == b"income 84,000" for c, s in zip(cases, sealed, strict=True))
-    assert keys.erase_tenant("bank-a") == tuple(cases)
-    after = CaseKeys(KeyRing(_provider(endpoint, "rotate")), topic)
-    after.sync()
-    assert all(after.erased(case) for case in cases)
-    assert _provider(endpoint, "rotate").versions("bank-a") == []
+    rotation_rewraps_and_erasure_after_it_opens_nothing(lambda: _provider(endpoint, "rotate"))

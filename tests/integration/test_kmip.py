@@ -13,7 +13,8 @@ from pipeline.keys.kmip_provider import KmipProvider, TlsFiles
 from pipeline.keys.provider_uri import ProviderUriError, provider_from_uri
 from pipeline.keys.providers import KeyDestroyedError, KeyRevokedError, KeyServiceUnavailableError
 from pipeline.keys.ring import KeyRing
-from pipeline.keys.store import CaseKeys, MemoryKeyTopic
+from pipeline.keys.store import CaseKeys
+from tests.key_provider_contract import rotation_rewraps_and_erasure_after_it_opens_nothing, sealed_here_opens_there
 from tests.kmip_support import KmipEndpoint, kmip_server, revoke_current
 
 pytestmark = [pytest.mark.integration, pytest.mark.any_broker]  # no broker: a KMIP server of its own
@@ -109,12 +110,7 @@ def test_a_uri_without_its_tls_files_is_refused_saying_what_it_needs(server: Kmi
 
 def test_case_keys_seal_open_and_erase_through_the_server(server: KmipEndpoint) -> None:
     """The pipeline's key ring over KMIP: a case's key made by one process opens in another; erasure shreds it."""
-    topic = MemoryKeyTopic()
-    writer = CaseKeys(KeyRing(_provider(server, "ring")), topic)
-    case = CaseRef("bank-a", "c-7")
-    sealed = writer.seal(case, b"income 84,000", b"meta")
-    reader = CaseKeys(KeyRing(_provider(server, "ring")), topic)
-    assert reader.open(case, sealed, b"meta") == b"income 84,000"
+    writer, topic, case = sealed_here_opens_there(lambda: _provider(server, "ring"))
     assert writer.erase_case(case)
     fresh = CaseKeys(KeyRing(_provider(server, "ring")), topic)
     fresh.sync()
@@ -124,18 +120,4 @@ def test_case_keys_seal_open_and_erase_through_the_server(server: KmipEndpoint) 
 def test_a_rotation_rewraps_every_case_key_on_the_server_and_an_erasure_after_it_opens_nothing(
     server: KmipEndpoint,
 ) -> None:
-    """`dpm keys rotate`'s work over KMIP: keys wrapped again under v2, v1 destroyed at the next rotation."""
-    topic = MemoryKeyTopic()
-    keys = CaseKeys(KeyRing(_provider(server, "rotate")), topic)
-    cases = [CaseRef("bank-a", f"c-{n}") for n in range(3)]
-    sealed = [keys.seal(case, b"income 84,000", b"meta") for case in cases]
-    rotation = keys.rotate("bank-a")
-    assert (rotation.kek_id, rotation.rewrapped, rotation.retired) == ("v2", 3, ())
-    assert keys.rotate("bank-a").retired == ("v1",)
-    restarted = CaseKeys(KeyRing(_provider(server, "rotate")), topic)
-    assert all(restarted.open(c, s, b"meta") == b"income 84,000" for c, s in zip(cases, sealed, strict=True))
-    assert keys.erase_tenant("bank-a") == tuple(cases)
-    after = CaseKeys(KeyRing(_provider(server, "rotate")), topic)
-    after.sync()
-    assert all(after.erased(case) for case in cases)
-    assert _provider(server, "rotate").versions("bank-a") == []
+    rotation_rewraps_and_erasure_after_it_opens_nothing(lambda: _provider(server, "rotate"))
