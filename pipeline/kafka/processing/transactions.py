@@ -192,14 +192,12 @@ class TransactionalLoop:
         if before is not None and before.reason is not reason:  # each kind of failure has its own bound
             before = None
         attempts, since = (1, time.monotonic()) if before is None else (before.attempts + 1, before.since)
-        if isinstance(error, ModelBackendError):  # the handler keeps the model's last failure for the detail
-            self._retries[record.where] = _Retried(attempts, since, Rejection.MODEL_ERROR,
-                                                   f"the model failed {attempts} times")  # fmt: skip
+        if reason is Rejection.MODEL_ERROR:  # the handler keeps the model's last failure for the detail
+            detail = f"the model failed {attempts} times"
         else:
-            waited = time.monotonic() - since
             tries = f"{attempts} attempt{'s' if attempts > 1 else ''}"
-            detail = f"the key service did not answer {tries} over {waited:.0f} s; last: {error}"
-            self._retries[record.where] = _Retried(attempts, since, Rejection.KEY_SERVICE_UNAVAILABLE, detail)
+            detail = f"the key service did not answer {tries} over {time.monotonic() - since:.0f} s; last: {error}"
+        self._retries[record.where] = _Retried(attempts, since, reason, detail)
 
     def _rewind(self, batch: Sequence[Message], to: dict[_Part, int] | None = None) -> None:
         """Seeks each partition of `batch` back to its first record there (or to the offset `to` names).
