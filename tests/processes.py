@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
 from collections.abc import Mapping
+from pathlib import Path
 
 import httpx
 
@@ -37,3 +39,13 @@ def await_http(base: str, timeout_s: float = 60) -> None:
             pass
         assert time.monotonic() < deadline, f"{base} did not come up"
         time.sleep(0.3)
+
+
+def where_it_waits(proc: subprocess.Popen[bytes], log: Path, tail_chars: int = 12_000) -> str:
+    """A `dpm` process's exit code, or its threads' stacks (SIGUSR1 writes them to its log); and its log's end."""
+    code = proc.poll()
+    if code is None:
+        proc.send_signal(signal.SIGUSR1)
+        time.sleep(1.0)
+    tail = log.read_text(errors="replace")[-tail_chars:] if log.exists() else "(no log)"
+    return f"exit code {code}; its log ends (with its stacks, if running):\n{tail}"

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import faulthandler
 import logging
+import signal
 import sys
 import time
 from collections.abc import Callable
@@ -66,8 +68,22 @@ def json_logging_config(level: str = "INFO") -> dict[str, object]:
     }
 
 
+def dump_stacks_on_sigusr1() -> None:
+    """SIGUSR1 writes every thread's stack to stderr; nothing is registered when stderr has no file descriptor."""
+    try:
+        faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True)
+    except (AttributeError, ValueError, OSError):  # a replaced stderr (a test's capture) has no descriptor
+        return
+
+
 def configure_json_logging(level: int = logging.INFO, stream: object = None) -> None:
-    """Routes every logger to one JSON-lines handler on stderr (or `stream`)."""
+    """Routes every logger to one JSON-lines handler on stderr (or `stream`); SIGUSR1 dumps every thread's stack.
+
+    The dump (Python's faulthandler, on stderr beside the logs) says where a process that looks
+    stuck is waiting, without stopping it: `kill -USR1 <pid>`, as jstack is for a JVM.
+    """
+    if stream is None:
+        dump_stacks_on_sigusr1()
     handler = logging.StreamHandler(stream or sys.stderr)  # type: ignore[arg-type]
     handler.setFormatter(JsonFormatter(_FORMAT, rename_fields=_RENAME))
     handler.addFilter(_ContextDefaults())

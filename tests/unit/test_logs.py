@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import io
 import logging
+import subprocess
+import sys
 from collections.abc import Iterator
 
 import orjson
@@ -57,3 +59,12 @@ def test_repeated_warnings_are_rate_limited_and_counted() -> None:
     later = warning("consumer error: %s", "broker down")
     assert limit.filter(later)
     assert "3000 similar suppressed" in later.getMessage()
+
+
+def test_sigusr1_makes_a_process_write_its_threads_stacks_and_go_on() -> None:
+    """`kill -USR1` on a worker that looks stuck says where each thread waits, and the worker goes on."""
+    script = ("import os, signal; from pipeline.observability.logs import configure_json_logging; "
+              "configure_json_logging(); os.kill(os.getpid(), signal.SIGUSR1); print('went on')")  # fmt: skip
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True)
+    assert done.stdout.strip() == "went on"
+    assert "most recent call first" in done.stderr
