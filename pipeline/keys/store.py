@@ -276,6 +276,9 @@ class TenantCaseKeys:
     def erased(self, case: CaseRef) -> bool:
         return self._keys(case.tenant).erased(case)
 
+    def knows(self, case: CaseRef) -> bool:
+        return self._keys(case.tenant).knows(case)
+
     def close(self) -> None:
         with self._lock:
             for keys in self._opened.values():

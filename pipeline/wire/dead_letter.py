@@ -140,10 +140,14 @@ class DeadLetterRecord:
             return orjson.dumps(self.to_wire())
         cipher.sync()
         if self.reason is Rejection.ERASED or any(cipher.erased(case) for case in cases):
-            return orjson.dumps({**self._clear(), "withheld": WITHHELD[Rejection.ERASED]})
+            return self.withheld(Rejection.ERASED)
         if self.reason is Rejection.KEY_REVOKED:
-            return orjson.dumps({**self._clear(), "withheld": WITHHELD[Rejection.KEY_REVOKED]})
+            return self.withheld(Rejection.KEY_REVOKED)
         return orjson.dumps(self._sealed_wire(cases, cipher))
+
+    def withheld(self, because: Rejection) -> bytes:
+        """The dead letter's bytes without its content: a case's key is erased or revoked (a WITHHELD reason)."""
+        return orjson.dumps({**self._clear(), "withheld": WITHHELD[because]})
 
     @classmethod
     def from_wire(cls, value: Mapping[str, Any], cipher: CaseCipher | None = None) -> DeadLetterRecord:

@@ -72,6 +72,10 @@ class CaseCipher(Protocol):
         """Whether the case was erased (its key destroyed by a tombstone), as far as the last sync told."""
         ...
 
+    def knows(self, case: CaseRef) -> bool:
+        """Whether the case has a live data key (so sealing for it makes none), as far as the last sync told."""
+        ...
+
 
 def case_of(body: Mapping[str, Any]) -> CaseRef:
     """The case a record belongs to, from its clear `tenant` and `case_id`."""

@@ -12,6 +12,7 @@ from pipeline.core.run import RunResult
 from pipeline.core.task import Architecture
 from pipeline.kafka.cluster.topics import TopicNames
 from pipeline.kafka.processing.steps import Output
+from pipeline.keys.providers import KeyRevokedError
 from pipeline.observability.metrics import PipelineMetrics
 from pipeline.wire.dead_letter import DeadLetterRecord, cases_named
 from pipeline.wire.headers import REASON_HEADER, Headers, standard_headers
@@ -79,12 +80,17 @@ def dead_letter(
     """The DLQ record: the original bytes and why they were refused, keyed by the original key.
 
     With a cipher (sealing on) a refused event of a case keeps its content sealed under the case's
-    data key, so that erasing the case erases its dead letters too (wire/dead_letter.py).
+    data key, so that erasing the case erases its dead letters too (wire/dead_letter.py); its content
+    is withheld when the tenant's key is revoked. KeyServiceUnavailableError when the key service
+    cannot be asked: the caller waits for it, as for Kafka.
     """
     letter = DeadLetterRecord.of(record, source_topic=source_topic, reason=reason, detail=detail, worker_id=worker_id)
     where = f"{source_topic}/{record.position.partition}/{record.position.offset}"
     headers = standard_headers(SchemaId.DEAD_LETTER, source=f"/dpm/workers/{worker_id}", event_id=where, tenant=None)
     # Only events carry case content: their dead letters are sealed under the cases they name.
     cases = cases_named(record, names.tenant) if cipher is not None and names.is_events(source_topic) else ()
-    value = letter.encode(cases, cipher)
+    try:
+        value = letter.encode(cases, cipher)
+    except KeyRevokedError:  # a key that no longer opens keeps no content either; the service away is raised
+        value = letter.withheld(Rejection.KEY_REVOKED)
     return Output(names.dlq, letter.record_key, value, (*headers, (REASON_HEADER, reason.value.encode())))

@@ -21,7 +21,13 @@ from pipeline.kafka.cluster.grant_checks import colliding_tenant, overlaps, revo
 from pipeline.kafka.cluster.topics import TenantNameError, TopicNames, TopicReport, check_topic_tenant, pipeline_topics
 from pipeline.kafka.keytopic.keystore import checked_key_record
 from pipeline.kafka.local.local_broker import ClusterLayout, _private
-from pipeline.keys.providers import KeyDestroyedError, LocalFileKeyProvider, WrappedKey
+from pipeline.keys.providers import (
+    KeyDestroyedError,
+    KeyRevokedError,
+    KeyServiceUnavailableError,
+    LocalFileKeyProvider,
+    WrappedKey,
+)
 from pipeline.keys.ring import KeyRing
 from pipeline.keys.store import CaseKeys, MemoryKeyTopic
 from pipeline.services import tenants
@@ -196,6 +202,9 @@ class _Refusing:
     def erased(self, case: CaseRef) -> bool:
         return self.inner.erased(case)
 
+    def knows(self, case: CaseRef) -> bool:
+        return self.inner.knows(case)
+
 
 def test_an_event_naming_another_tenant_on_a_tenant_s_topic_is_a_tenant_mismatch_before_any_key_opens(
     keys: CaseKeys,
@@ -256,6 +265,39 @@ def test_a_dead_letter_of_an_erased_case_keeps_none_of_its_content(keys: CaseKey
     assert body["withheld"] == "erased"
     assert body["original_value_size"] > 0
     assert not keys.knows(ACME)  # no new data key was made for it
+
+
+class _FailingProvider(LocalFileKeyProvider):
+    """The local files, with a key service's refusal of every wrap and unwrap once `failure` is set."""
+
+    failure: Exception | None = None
+
+    def wrap(self, case: CaseRef, secret: bytes) -> WrappedKey:
+        if self.failure is not None:
+            raise self.failure
+        return super().wrap(case, secret)
+
+    def unwrap(self, case: CaseRef, wrapped: WrappedKey) -> bytes:
+        if self.failure is not None:
+            raise self.failure
+        return super().unwrap(case, wrapped)
+
+
+def test_a_dead_letter_under_a_revoked_key_keeps_none_of_its_content_and_one_under_a_key_service_away_waits(
+    tmp_path: Path,
+) -> None:
+    """A revoked KEK: the letter is written, its content withheld. The service away: raised, for the caller to wait."""
+    provider = _FailingProvider(tmp_path / "keks")
+    record = _event_record(ACME, b"acme/c-1/00000003")
+    provider.failure = KeyRevokedError("acme's key is revoked")
+    body = orjson.loads(_letter(record, CaseKeys(KeyRing(provider), MemoryKeyTopic())))
+    assert body["withheld"] == "key-revoked"
+    assert body["reason"] == Rejection.KEY_MISMATCH.value
+    assert MARKER not in orjson.dumps(body).decode()
+    validate(SchemaId.DEAD_LETTER, body)
+    provider.failure = KeyServiceUnavailableError("the key service did not answer")
+    with pytest.raises(KeyServiceUnavailableError):
+        _letter(record, CaseKeys(KeyRing(provider), MemoryKeyTopic()))
 
 
 def test_dead_letters_of_a_tenant_s_topic_are_never_sealed_in_another_tenant_s_name(keys: CaseKeys) -> None:

@@ -421,7 +421,23 @@ class Baseline:
 
     async def _refused(self, record: RawRecord, source: str, exc: RejectedError) -> Outcome:
         """`refusal` off the event loop, waiting for Kafka while a new data key cannot be published."""
-        return await self._until_kafka_answers(functools.partial(self.blocking, self.refusal, record, source, exc))
+        return await self._sealing(record, source, functools.partial(self.blocking, self.refusal, record, source, exc))
+
+    async def _sealing(self, record: RawRecord, source: str, work: Callable[[], Awaitable[_T]]) -> _T:
+        """`await work()`, which seals a record's dead letter: Kafka and the key service waited for, without end.
+
+        An event's dead letter keeps its content sealed under the case's key; a key service that
+        does not answer is no reason to lose it, nor to let the record go unanswered.
+        """
+        attempts = 0
+        while True:
+            try:
+                return await self._until_kafka_answers(work)
+            except KeyServiceUnavailableError as exc:
+                attempts += 1
+                _LOG.warning("the dead letter of the record at %s of %s waits for the key service (%s)",
+                             record.position, source, exc)  # fmt: skip
+                await asyncio.sleep(min(_MAX_BACKOFF_S, _RETRY_BACKOFF_S * 2 ** min(attempts - 1, 8)))
 
     async def _consume(self, stream: Any, handle: Callable[[RawRecord], Awaitable[Outcome]]) -> None:  # noqa: ANN401
         """Feeds each record of a faust stream to `handle`, cases concurrently; refused input becomes a dead letter.
@@ -609,8 +625,8 @@ class Baseline:
         if too_large is None and await self._published(record, source, outputs):
             return
         # Made only when needed: an event's dead letter is sealed, which may publish the case's data key.
-        letter = await self._until_kafka_answers(functools.partial(self.blocking, self._unpublishable, record, source,
-                                                                   outputs, too_large))  # fmt: skip
+        letter = await self._sealing(record, source, functools.partial(self.blocking, self._unpublishable, record,
+                                                                       source, outputs, too_large))  # fmt: skip
         if not await self._published(record, source, [letter]):
             _LOG.error("record at %s of %s: neither its outputs nor its dead letter could be published",
                        record.position, source)  # fmt: skip

@@ -149,7 +149,8 @@ class Deciding:
         outage holds the events back, and no event is missing then), and it goes on while the events
         the trigger names exist and are still on their way: not fetched yet, or fetched and queued
         behind other records of a partition whose summarizing has not stalled (a backlog, a
-        restarted member).
+        restarted member). Given up on, a case whose events stopped folding because its tenant's key
+        was revoked is refused key-revoked (sealing under its key says so), not as a gap.
         """
         deadline = time.monotonic() + self.host.options.trigger_wait_s
         wanted = request.events_count or (len(request.positions) if request.positions else None)
@@ -162,11 +163,17 @@ class Deciding:
                 return wanted or have, state
             self.host.check_owned()
             if time.monotonic() > deadline and not await self._still_arriving(request.case, last):
+                await self.host.blocking(self._refuse_revoked, request.case)
                 reason = Rejection.UNKNOWN_CASE if have == 0 else Rejection.SEQUENCE_GAP
                 raise RejectedError(reason, f"{request.case.key}: {have} events summarized, trigger needs {wanted}")
             await asyncio.sleep(_POLL_S)
             if self.host.waiting_for_kafka():
                 deadline += _POLL_S
+
+    def _refuse_revoked(self, case: CaseRef) -> None:
+        """On the I/O thread: KeyRevokedError when the case's key no longer opens (its events were left unfolded)."""
+        if self.sealing is not None and self.sealing.knows(case):  # a case without a key is given none here
+            self.sealing.seal(case, b"", b"dpm:key-probe")
 
     def _last_offset(self, request: DecisionRequest) -> int | None:
         """The last offset the trigger names in its case's events partition."""
