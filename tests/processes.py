@@ -43,9 +43,9 @@ def await_http(base: str, timeout_s: float = 60) -> None:
 
 def where_it_waits(proc: subprocess.Popen[bytes], log: Path, tail_chars: int = 12_000) -> str:
     """A `dpm` process's exit code, or its threads' stacks (SIGUSR1 writes them to its log); and its log's end."""
-    code = proc.poll()
-    if code is None:
+    if proc.poll() is None:
         proc.send_signal(signal.SIGUSR1)
         time.sleep(1.0)
+    code = proc.poll()  # after the signal: a process that had not yet installed its handler is ended by it
     tail = log.read_text(errors="replace")[-tail_chars:] if log.exists() else "(no log)"
     return f"exit code {code}; its log ends (with its stacks, if running):\n{tail}"

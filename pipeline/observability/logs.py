@@ -69,10 +69,18 @@ def json_logging_config(level: str = "INFO") -> dict[str, object]:
 
 
 def dump_stacks_on_sigusr1() -> None:
-    """SIGUSR1 writes every thread's stack to stderr; nothing is registered when stderr has no file descriptor."""
+    """SIGUSR1 writes every thread's stack to the process's stderr; nothing is registered when it has no descriptor.
+
+    The stderr the process started with: faust replaces sys.stderr with a logging proxy that has no
+    file descriptor, and a test's capture may too.
+    """
+    stream = sys.__stderr__ or sys.stderr
     try:
-        faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True)
-    except (AttributeError, ValueError, OSError):  # a replaced stderr (a test's capture) has no descriptor
+        # Registered anew: faulthandler does not install its handler again for a signal it thinks it holds,
+        # and asyncio, removing mode's handler, has put the default action back.
+        faulthandler.unregister(signal.SIGUSR1)
+        faulthandler.register(signal.SIGUSR1, file=stream, all_threads=True)
+    except (AttributeError, ValueError, OSError, NotImplementedError):
         return
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import time
 import uuid
 from pathlib import Path
@@ -117,7 +118,7 @@ def test_baseline_honours_the_client_config_and_its_buffered_decisions_verify_fr
     assert "MATCH" in replayed.stdout
 
 
-def test_one_oversize_event_is_a_dead_letter_and_later_cases_are_still_decided(
+def test_one_oversize_event_is_a_dead_letter_and_later_cases_are_still_decided_and_sigusr1_dumps_its_stacks(
     kafka_bootstrap: str, kafka_config: dict[str, str], topic_names: TopicNames, tmp_path: Path, case_keys: CaseKeys
 ) -> None:
     create_topics(kafka_config, topic_names, partitions=1)  # the big event and the next case share a partition
@@ -132,6 +133,11 @@ def test_one_oversize_event_is_a_dead_letter_and_later_cases_are_still_decided(
     with processes([["baseline"]], worker_env(kafka_bootstrap, topic_names, tmp_path), tmp_path / "logs") as procs:
         outputs = await_decisions(kafka_config, topic_names, 1, timeout_s=120, cipher=case_keys)
         assert procs[0].poll() is None, "the baseline is still running"
+        procs[0].send_signal(signal.SIGUSR1)  # faulthandler's dump, not mode's (which runs on the loop itself)
+        time.sleep(1.0)
+        assert procs[0].poll() is None, "the baseline goes on after writing its stacks"
+    log = (tmp_path / "logs" / "baseline-0.log").read_text(errors="replace")
+    assert "most recent call first" in log
     assert outputs.decision_ids() == {DecisionId("after-big", Architecture.SUMM)}
     letters = [orjson.loads(r.value or b"") for r in read_topic(kafka_config, topic_names.dlq)]
     assert [(letter["reason"], letter["source_topic"]) for letter in letters] == [("oversize", topic_names.events)]

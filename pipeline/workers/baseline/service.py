@@ -23,7 +23,7 @@ from pipeline.kafka.keytopic.keystore import case_keys_from, tenant_case_keys
 from pipeline.kafka.processing.steps import max_record_bytes
 from pipeline.llm.registry import make_backend
 from pipeline.llm.windows import context_window
-from pipeline.observability.logs import json_logging_config
+from pipeline.observability.logs import dump_stacks_on_sigusr1, json_logging_config
 from pipeline.observability.metrics import PipelineMetrics
 from pipeline.wire.trigger import TriggerLimits
 from pipeline.workers.baseline.app import Baseline, BaselineOptions
@@ -115,6 +115,16 @@ class _DrainedWorker(faust.Worker):
     def __init__(self, *apps: Any, drain_s: float, **kwargs: Any) -> None:  # noqa: ANN401 - faust's signature
         super().__init__(*apps, **kwargs)
         self._drain_s = drain_s
+
+    def install_signal_handlers(self) -> None:
+        """mode's, but SIGUSR1 dumps the stacks at once (faulthandler), as every dpm process does.
+
+        mode's own SIGUSR1 handler runs on the event loop, so it says nothing when the loop is the
+        thing stuck, and it prints each frame's local variables, which may hold case content.
+        """
+        super().install_signal_handlers()
+        self.loop.remove_signal_handler(signal.SIGUSR1)
+        dump_stacks_on_sigusr1()
 
     def _schedule_shutdown(self, signum: Any) -> None:  # noqa: ANN401 - mode's signature
         threading.Thread(target=self._exit_after_drain, name="drain-deadline", daemon=True).start()
