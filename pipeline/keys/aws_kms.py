@@ -77,10 +77,13 @@ class AwsKmsProvider:
                                     EncryptionContext=_context(case))  # fmt: skip
             except (KeyDestroyedError, KeyRevokedError) as exc:
                 self._forget_current(case.tenant)
-                if attempt == 2:  # wrapping makes a key, it never reads one: a refusal is not an erasure
-                    raise KeyServiceUnavailableError(f"{self.name}: no version of tenant {case.tenant!r} takes new "
-                                                     f"keys: {exc}") from exc  # fmt: skip
-                continue
+                if attempt == 1:
+                    continue  # retired or disabled since it was found current: asked again
+                if isinstance(exc, KeyRevokedError):
+                    raise  # the current version is disabled: the tenant is refused until it is enabled again
+                # wrapping makes a key, it never reads one: a version gone is not an erasure
+                raise KeyServiceUnavailableError(f"{self.name}: no version of tenant {case.tenant!r} takes new "
+                                                 f"keys: {exc}") from exc  # fmt: skip
             return WrappedKey(kek_id, bytes(answer["CiphertextBlob"]))
         raise AssertionError("unreachable")
 
@@ -216,8 +219,9 @@ def _service_error(exc: ClientError, provider: str, doing: str) -> KeyServiceUna
     if code in _REFUSED:
         return KeyServiceUnavailableError(f"{provider} refused {doing} ({code}): check the credentials boto3 finds "
                                           f"(AWS_PROFILE, AWS_ACCESS_KEY_ID, the instance or pod role) and that "
-                                          f"their policy allows kms:Encrypt, kms:Decrypt, kms:CreateKey, "
-                                          f"kms:TagResource, kms:CreateAlias and kms:ListAliases")  # fmt: skip
+                                          f"their policy allows what this process does: kms:Decrypt to read, "
+                                          f"kms:Encrypt and kms:ListAliases to write, the operator's grants to "
+                                          f"create, rotate or erase (docs/how-to/secured-cluster.md)")  # fmt: skip
     if code in _DOWN:
         return KeyServiceUnavailableError(f"{provider} could not answer {doing} now ({code}): asked again later")
     return KeyServiceUnavailableError(f"{provider} failed {doing}: {code or exc}")

@@ -128,6 +128,12 @@ class CaseKeys:
             self.topic.load(self.ring, [case])
             return self.ring.erased(case)
 
+    def opens(self, case: CaseRef) -> bool:
+        """Whether the case has a data key that opens: KeyRevokedError or KeyServiceUnavailableError when refused."""
+        with self._lock:
+            self.topic.load(self.ring, [case])
+            return self.ring.key(case) is not None
+
     def knows(self, case: CaseRef) -> bool:
         """Whether the case has a live data key, as far as the last sync told."""
         with self._lock:
@@ -276,8 +282,8 @@ class TenantCaseKeys:
     def erased(self, case: CaseRef) -> bool:
         return self._keys(case.tenant).erased(case)
 
-    def knows(self, case: CaseRef) -> bool:
-        return self._keys(case.tenant).knows(case)
+    def opens(self, case: CaseRef) -> bool:
+        return self._keys(case.tenant).opens(case)
 
     def close(self) -> None:
         with self._lock:

@@ -15,7 +15,7 @@ import contextlib
 import hashlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import orjson
 
@@ -145,8 +145,8 @@ class DeadLetterRecord:
             return self.withheld(Rejection.KEY_REVOKED)
         return orjson.dumps(self._sealed_wire(cases, cipher))
 
-    def withheld(self, because: Rejection) -> bytes:
-        """The dead letter's bytes without its content: a case's key is erased or revoked (a WITHHELD reason)."""
+    def withheld(self, because: Literal[Rejection.ERASED, Rejection.KEY_REVOKED]) -> bytes:
+        """The dead letter's bytes without its content: a case's key is erased or revoked."""
         return orjson.dumps({**self._clear(), "withheld": WITHHELD[because]})
 
     @classmethod

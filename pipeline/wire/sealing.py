@@ -72,8 +72,8 @@ class CaseCipher(Protocol):
         """Whether the case was erased (its key destroyed by a tombstone), as far as the last sync told."""
         ...
 
-    def knows(self, case: CaseRef) -> bool:
-        """Whether the case has a live data key (so sealing for it makes none), as far as the last sync told."""
+    def opens(self, case: CaseRef) -> bool:
+        """Whether the case has a data key that opens (unwrapped if not cached; none is made); a refusal is raised."""
         ...
 
 

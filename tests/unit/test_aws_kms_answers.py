@@ -66,3 +66,17 @@ def test_refused_credentials_name_the_provider_and_what_to_check(code: str) -> N
 def test_a_ciphertext_of_another_key_is_not_this_cases_key() -> None:
     error = _answered("IncorrectKeyException", "The key ID in the request does not identify a CMK that can do this.")
     assert isinstance(error, KeyDestroyedError)
+
+
+def test_a_disabled_current_version_refuses_a_new_case_s_key_as_revoked_not_unavailable() -> None:
+    """Wrapping asks the current version twice (it may have been rotated meanwhile); disabled both times: revoked."""
+    provider = AwsKmsProvider(region="eu-west-1", alias_prefix="dpm/test")
+    aliases = {"Aliases": [{"AliasName": provider._alias(CASE.tenant, "v1")}]}
+    disabled = "arn:aws:kms:eu-west-1:111122223333:key/x is disabled."
+    with Stubber(provider._kms) as stub:
+        for _ in range(2):
+            stub.add_response("list_aliases", aliases)
+            stub.add_client_error("encrypt", service_error_code="DisabledException", service_message=disabled,
+                                  http_status_code=400)  # fmt: skip
+        with pytest.raises(KeyRevokedError, match="enable the key again"):
+            provider.wrap(CASE, b"k" * 32)

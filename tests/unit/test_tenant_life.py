@@ -202,8 +202,8 @@ class _Refusing:
     def erased(self, case: CaseRef) -> bool:
         return self.inner.erased(case)
 
-    def knows(self, case: CaseRef) -> bool:
-        return self.inner.knows(case)
+    def opens(self, case: CaseRef) -> bool:
+        return self.inner.opens(case)
 
 
 def test_an_event_naming_another_tenant_on_a_tenant_s_topic_is_a_tenant_mismatch_before_any_key_opens(

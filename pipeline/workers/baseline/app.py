@@ -434,6 +434,7 @@ class Baseline:
             try:
                 return await self._until_kafka_answers(work)
             except KeyServiceUnavailableError as exc:
+                self.check_owned()  # a partition handed over meanwhile is its new owner's to answer
                 attempts += 1
                 _LOG.warning("the dead letter of the record at %s of %s waits for the key service (%s)",
                              record.position, source, exc)  # fmt: skip

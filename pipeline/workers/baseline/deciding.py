@@ -172,8 +172,8 @@ class Deciding:
 
     def _refuse_revoked(self, case: CaseRef) -> None:
         """On the I/O thread: KeyRevokedError when the case's key no longer opens (its events were left unfolded)."""
-        if self.sealing is not None and self.sealing.knows(case):  # a case without a key is given none here
-            self.sealing.seal(case, b"", b"dpm:key-probe")
+        if self.cipher is not None:
+            self.cipher.opens(case)  # reads the case's key only: never makes one
 
     def _last_offset(self, request: DecisionRequest) -> int | None:
         """The last offset the trigger names in its case's events partition."""
