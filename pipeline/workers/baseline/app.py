@@ -438,7 +438,7 @@ class Baseline:
                 attempts += 1
                 _LOG.warning("the dead letter of the record at %s of %s waits for the key service (%s)",
                              record.position, source, exc)  # fmt: skip
-                await asyncio.sleep(min(_MAX_BACKOFF_S, _RETRY_BACKOFF_S * 2 ** min(attempts - 1, 8)))
+                await asyncio.sleep(_key_service_pause(attempts))
 
     async def _consume(self, stream: Any, handle: Callable[[RawRecord], Awaitable[Outcome]]) -> None:  # noqa: ANN401
         """Feeds each record of a faust stream to `handle`, cases concurrently; refused input becomes a dead letter.
@@ -586,7 +586,7 @@ class Baseline:
                                                                              detail))  # fmt: skip
                 _LOG.warning("the key service failed (%s); record at %s of %s tried again", exc, record.position,
                              source)  # fmt: skip
-                await asyncio.sleep(min(_MAX_BACKOFF_S, _RETRY_BACKOFF_S * 2 ** min(key_attempts - 1, 8)))
+                await asyncio.sleep(_key_service_pause(key_attempts))
             except KeyRevokedError as exc:
                 return await self._refused(record, source, RejectedError(Rejection.KEY_REVOKED, str(exc)))
             except Exception as exc:  # noqa: BLE001 - a bug must not stop the stream
@@ -674,3 +674,8 @@ class Baseline:
     def forget(self, case_key: str) -> int:
         """Deletes the case's state, steps and decided triggers (tombstones on the changelogs); returns steps."""
         return self.folding.forget(case_key)
+
+
+def _key_service_pause(attempts: int) -> float:
+    """Seconds before asking a key service again after `attempts` failures: doubling, up to _MAX_BACKOFF_S."""
+    return min(_MAX_BACKOFF_S, _RETRY_BACKOFF_S * 2.0 ** min(attempts - 1, 8))

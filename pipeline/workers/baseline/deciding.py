@@ -150,7 +150,7 @@ class Deciding:
         the trigger names exist and are still on their way: not fetched yet, or fetched and queued
         behind other records of a partition whose summarizing has not stalled (a backlog, a
         restarted member). Given up on, a case whose events stopped folding because its tenant's key
-        was revoked is refused key-revoked (sealing under its key says so), not as a gap.
+        was revoked is refused key-revoked (reading its key says so), not as a gap.
         """
         deadline = time.monotonic() + self.host.options.trigger_wait_s
         wanted = request.events_count or (len(request.positions) if request.positions else None)
