@@ -94,6 +94,8 @@ class Outcome:
     recover_s: float | None = None
     recover_limit_s: float | None = None  # a recovery slower than this fails the scenario
     broken: list[str] = field(default_factory=list)  # other promises the scenario checks, when broken
+    # What explains a failure, printed again below the last table: CI keeps only the end of the output.
+    notes: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -224,7 +226,7 @@ def _settle(stage: Stage, outcome: Outcome, expected: set[DecisionKey], since: f
     outcome.dead_letters = Counter(json.loads(r.value or b"{}").get("reason", "?")
                                    for r in read_topic(stage.config, stage.scope.dlq))  # fmt: skip
     if outcome.lost:
-        _diagnose(stage, outcome.scenario, sorted(str(d) for d in expected - present))
+        _diagnose(stage, outcome, sorted(str(d) for d in expected - present))
     _report_stalls(stage, outcome.scenario)
 
 
@@ -236,13 +238,17 @@ def _report_stalls(stage: Stage, scenario: str) -> None:
                 print(f"  {scenario} {log.name}: {line[:600]}", flush=True)
 
 
-def _diagnose(stage: Stage, scenario: str, lost: list[str]) -> None:
+def _diagnose(stage: Stage, outcome: Outcome, lost: list[str]) -> None:
     """Says what a loss looks like from outside: stalled (input left uncommitted) or skipped (committed past).
 
     Prints the lost ids, both groups' committed offsets against the inputs' ends, the baseline's
-    published ledger, and the processes' last warnings; keeps their logs under out/chaos/.
+    published ledger, and the processes' last warnings; keeps their logs under out/chaos/. The lost
+    ids, the dead letters' reasons and each process's last warning are kept as the outcome's notes.
     """
+    scenario = outcome.scenario
     print(f"\n{scenario}: lost {', '.join(lost)}", flush=True)
+    outcome.notes.append(f"lost {', '.join(lost[:6])}{' ...' if len(lost) > 6 else ''}")
+    outcome.notes.extend(_dead_letter_lines(stage)[-4:])
     for group in (f"{stage.names.prefix}-projection", f"{stage.names.prefix}-baseline"):
         reader = Consumer({**stage.config, "group.id": group, "enable.auto.commit": False})
         try:
@@ -268,7 +274,20 @@ def _diagnose(stage: Stage, scenario: str, lost: list[str]) -> None:
                  and ('"WARNING"' in line or '"ERROR"' in line)]  # fmt: skip
         for line in noted[-6:]:
             print(f"  {log.name}: {line[:400]}", flush=True)
+        outcome.notes.extend(f"{log.name}: {line[:300]}" for line in noted[-1:])
     _keep_logs(stage, scenario)
+
+
+def _dead_letter_lines(stage: Stage) -> list[str]:
+    """Each dead letter's reason and detail (a sealed one's detail is not shown)."""
+    lines = []
+    for record in read_topic(stage.config, stage.scope.dlq):
+        try:
+            letter = json.loads(record.value or b"{}")
+        except ValueError:
+            letter = {}  # a sealed dead letter: a JSON line, then the sealed bytes
+        lines.append(f"dead letter {letter.get('reason', '?')}: {str(letter.get('detail', '(sealed)'))[:240]}")
+    return lines
 
 
 def _keep_logs(stage: Stage, scenario: str) -> None:
@@ -623,6 +642,10 @@ def main() -> int:
     for outcome in outcomes:
         print(_row(outcome))
     failed = [o.scenario for o in outcomes if not o.ok]
+    for outcome in [o for o in outcomes if not o.ok and o.notes]:
+        print(f"\n{outcome.scenario}, why:")
+        for note in outcome.notes:
+            print(f"  {note}")
     if failed:
         print(f"\nFAILED: {', '.join(failed)} lost, duplicated, crashed or recovered too slowly")
     return 1 if failed else 0

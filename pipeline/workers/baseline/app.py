@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-import math
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -56,7 +55,7 @@ from pipeline.workers.baseline.dispatch import CaseOrdered, ordering_key
 from pipeline.workers.baseline.durable import DurableTable, collect_writes, delivered
 from pipeline.workers.baseline.folding import Folding
 from pipeline.workers.baseline.outcome import Outcome, PartitionRevoked
-from pipeline.workers.baseline.stalls import Stalls
+from pipeline.workers.baseline.stalls import IdleClocks, Stalls
 from pipeline.workers.baseline.tenancy import KINDS, REFRESH_S, BaselineInputs
 from pipeline.workers.baseline.transport import CommittedConsumer
 from pipeline.workers.publishing import dead_letter, worker_source
@@ -141,7 +140,7 @@ class Baseline:
         self.window = window  # the model's window: an event whose step would not fit is folded in parts
         self.cipher = cipher
         self._waiting_for_kafka = 0  # handlings now waiting for Kafka to answer (see waiting_for_kafka)
-        self._handled_at: dict[tuple[str, int], float] = {}  # (topic, partition): when its last record was handled
+        self._idle: IdleClocks[tuple[str, int]] = IdleClocks()  # (topic, partition): how long nothing was finished
         self._acks: InOrderAcks[Any] = InOrderAcks()  # faust's events, acknowledged in offset order (acking.py)
         self._rewinds = Rewinds()  # readings that started past their committed offset, sought back (acking.py)
         self._stalls: Stalls[TP] = Stalls(_STALL_AFTER_S)
@@ -248,6 +247,7 @@ class Baseline:
             ends = await self.app.consumer.highwaters(tp)
         except Exception as exc:  # noqa: BLE001 - aiokafka's errors while the broker is away: unknown, not failed
             _LOG.debug("the end of %s is unknown: %s", tp, exc)
+            self._idle.kafka_failed(time.monotonic())
             return None
         return ends.get(tp)
 
@@ -261,13 +261,14 @@ class Baseline:
     async def _on_assigned(self, _sender: Any, /, *_: Any, signal: Any, **__: Any) -> None:  # noqa: ARG002, ANN401
         """After a rebalance every partition's producer is registered again and its ledger read again (once.py).
 
-        A partition's idle clock (idle_for) starts at its assignment: a member that has just taken
-        a backlog over is not idle before it could finish its first record.
+        A partition's idle clock (idle_for) starts again at each assignment: a member that has just
+        taken a backlog over, or reads a partition again from its commit, is not idle before it
+        could finish a record.
         """
         now = time.monotonic()
         assigned = self.app.consumer.assignment()
         for tp in assigned:
-            self._handled_at.setdefault((tp.topic, tp.partition), now)
+            self._idle.assigned((tp.topic, tp.partition), now)
         self._acks.keep_only(assigned)
         self._rewinds.keep_only(assigned)
         try:
@@ -359,6 +360,7 @@ class Baseline:
             starts = await consumer.earliest_offsets(*unknown) if unknown else {}
         except Exception as exc:  # noqa: BLE001 - aiokafka's errors while the broker is away: look again later
             _LOG.debug("no look at the input partitions: %s", exc)
+            self._idle.kafka_failed(time.monotonic())
             return
         dropped = cast(CommittedConsumer, consumer).dropped
         for tp in [tp for tp in dropped if tp not in assigned]:
@@ -505,25 +507,24 @@ class Baseline:
         except PartitionRevoked:
             _LOG.info("record at %s of %s left to be read again after a rebalance", record.position, source)
             return  # not acknowledged: the new owner reads it again from the committed offset
-        self._handled_at[(source, record.position.partition)] = time.monotonic()
+        self._idle.finished((source, record.position.partition), time.monotonic())
         for finished in self._acks.finished(event.message.tp, event.message.generation_id, event.message.offset):
             finished.ack()
 
-    @staticmethod
-    async def _stored(record: RawRecord, source: str, writes: list[asyncio.Future[Any]]) -> bool:
+    async def _stored(self, record: RawRecord, source: str, writes: list[asyncio.Future[Any]]) -> bool:
         """Whether the table writes a record's handling made reached the changelog (before it may be acknowledged)."""
         try:
             await delivered(writes)
         except Exception:  # noqa: BLE001 - a changelog write faust could not deliver
+            self._idle.kafka_failed(time.monotonic())
             _LOG.exception("record at %s of %s: its state could not be stored; it is handled again after a restart",
                            record.position, source)  # fmt: skip
             return False
         return True
 
     def idle_for(self, topic: str, partition: int) -> float:
-        """Seconds since this member last finished a record of the partition, or since it was assigned."""
-        handled_at = self._handled_at.get((topic, partition))
-        return math.inf if handled_at is None else time.monotonic() - handled_at
+        """Seconds since this member last finished a record of the partition, was assigned it or saw Kafka fail."""
+        return self._idle.idle_for((topic, partition), time.monotonic())
 
     def check_owned(self) -> None:
         """Raises PartitionRevoked once the record this task handles belongs to another generation of the group.
@@ -602,6 +603,7 @@ class Baseline:
                 try:
                     return await work()
                 except KafkaAdapterError as exc:
+                    self._idle.kafka_failed(time.monotonic())
                     if not waiting:
                         waiting = True
                         self._waiting_for_kafka += 1

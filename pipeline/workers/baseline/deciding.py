@@ -184,7 +184,8 @@ class Deciding:
         """Whether the events up to offset `last` exist and this member is still on its way to them.
 
         Kafka away counts as arriving (what exists cannot be asked); an offset never written does
-        not, nor does a partition whose summarizing finished nothing for --trigger-wait seconds.
+        not, nor does a partition whose summarizing finished nothing for --trigger-wait seconds
+        (time Kafka was away is not counted: idle_for).
         """
         if last is None:
             return False

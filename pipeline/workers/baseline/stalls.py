@@ -12,6 +12,7 @@ handled already are found in the published ledger and not published twice.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
@@ -58,3 +59,34 @@ class Stalls(Generic[_P]):
         """Forgets partitions this member no longer owns."""
         for partition in [p for p in self._still if p not in partitions]:
             del self._still[partition]
+
+
+class IdleClocks(Generic[_P]):
+    """Per partition, how long since this member last finished one of its records; time Kafka was away is not idle.
+
+    A trigger gives up waiting for its events once their partition has been idle for --trigger-wait
+    seconds (deciding._still_arriving). While Kafka does not answer, nothing can be finished: a
+    partition whose folding waited out an outage would otherwise count the outage as idleness and
+    have its triggers refused the moment Kafka came back, before one more record could be folded.
+    So every clock starts again when Kafka last failed to answer.
+    """
+
+    def __init__(self) -> None:
+        self._finished_at: dict[_P, float] = {}
+        self._kafka_failed_at = -math.inf
+
+    def assigned(self, partition: _P, now: float) -> None:
+        """A partition (re)assigned is read again from its commit: not idle before it could finish a record."""
+        self._finished_at[partition] = now
+
+    def finished(self, partition: _P, now: float) -> None:
+        self._finished_at[partition] = now
+
+    def kafka_failed(self, now: float) -> None:
+        """Kafka did not answer a request at `now`: no partition has been idle since."""
+        self._kafka_failed_at = max(self._kafka_failed_at, now)
+
+    def idle_for(self, partition: _P, now: float) -> float:
+        """Seconds since its last record was finished, it was assigned or Kafka last failed; inf if never assigned."""
+        finished_at = self._finished_at.get(partition)
+        return math.inf if finished_at is None else now - max(finished_at, self._kafka_failed_at)
