@@ -63,7 +63,8 @@ def test_after_an_outage_every_trigger_is_decided_once_by_the_same_processes(
         env = {**worker_env(running.bootstrap, names, tmp_path), "DPM_GROUP_PROTOCOL": protocol,
                "DPM_DRAIN_S": str(DRAIN_S)}  # fmt: skip
         commands = [["worker"], ["baseline", "--budgets", str(BUDGET)]]
-        with pipeline_processes(commands, env, tmp_path / "logs") as procs:
+        logs = tmp_path / "logs"
+        with pipeline_processes(commands, env, logs) as procs:
             producer.triggers(requests[:6])
             await_decisions(config, names, 12, timeout_s=120, cipher=keys)
             local_broker.stop(home)
@@ -73,6 +74,12 @@ def test_after_an_outage_every_trigger_is_decided_once_by_the_same_processes(
             producer.triggers(requests[6:])
             outputs = await_decisions(config, names, 2 * len(requests), timeout_s=120, cipher=keys)
             recovered_s = time.monotonic() - back
+            missing = {r.decision_id(a) for r in requests for a in both} - outputs.decision_ids()
+            if missing:  # say where each process waits
+                waits = "\n".join(f"{c[0]}: {where_it_waits(p, logs / f'{c[0]}-{i}.log')}"
+                                   for i, (c, p) in enumerate(zip(commands, procs, strict=True)))  # fmt: skip
+                raise AssertionError(f"not decided within 120 s of the broker's return: {sorted(map(str, missing))}\n"
+                                     f"{waits}")  # fmt: skip
             assert all(p.poll() is None for p in procs), "the same processes serve on"
             for proc in procs:
                 proc.send_signal(signal.SIGTERM)
