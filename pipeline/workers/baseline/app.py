@@ -511,12 +511,12 @@ class Baseline:
         for finished in self._acks.finished(event.message.tp, event.message.generation_id, event.message.offset):
             finished.ack()
 
-    async def _stored(self, record: RawRecord, source: str, writes: list[asyncio.Future[Any]]) -> bool:
+    @staticmethod
+    async def _stored(record: RawRecord, source: str, writes: list[asyncio.Future[Any]]) -> bool:
         """Whether the table writes a record's handling made reached the changelog (before it may be acknowledged)."""
         try:
             await delivered(writes)
-        except Exception:  # noqa: BLE001 - a changelog write faust could not deliver
-            self._idle.kafka_failed(time.monotonic())
+        except Exception:  # noqa: BLE001 - a changelog write faust could not deliver; may never succeed, so not taken for Kafka away
             _LOG.exception("record at %s of %s: its state could not be stored; it is handled again after a restart",
                            record.position, source)  # fmt: skip
             return False
