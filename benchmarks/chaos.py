@@ -223,10 +223,10 @@ def _settle(stage: Stage, outcome: Outcome, expected: set[DecisionKey], since: f
     outcome.lost = len(expected - present)
     outcome.duplicated = outputs.duplicates
     outcome.recover_s = round(time.monotonic() - since, 1) if not outcome.lost else None
-    outcome.dead_letters = Counter(json.loads(r.value or b"{}").get("reason", "?")
-                                   for r in read_topic(stage.config, stage.scope.dlq))  # fmt: skip
+    letters = _dead_letters(stage)
+    outcome.dead_letters = Counter(letter.get("reason", "?") for letter in letters)
     if outcome.lost:
-        _diagnose(stage, outcome, sorted(str(d) for d in expected - present))
+        _diagnose(stage, outcome, sorted(str(d) for d in expected - present), letters)
     _report_stalls(stage, outcome.scenario)
 
 
@@ -238,7 +238,7 @@ def _report_stalls(stage: Stage, scenario: str) -> None:
                 print(f"  {scenario} {log.name}: {line[:600]}", flush=True)
 
 
-def _diagnose(stage: Stage, outcome: Outcome, lost: list[str]) -> None:
+def _diagnose(stage: Stage, outcome: Outcome, lost: list[str], letters: list[dict[str, Any]]) -> None:
     """Says what a loss looks like from outside: stalled (input left uncommitted) or skipped (committed past).
 
     Prints the lost ids, both groups' committed offsets against the inputs' ends, the baseline's
@@ -248,7 +248,8 @@ def _diagnose(stage: Stage, outcome: Outcome, lost: list[str]) -> None:
     scenario = outcome.scenario
     print(f"\n{scenario}: lost {', '.join(lost)}", flush=True)
     outcome.notes.append(f"lost {', '.join(lost[:6])}{' ...' if len(lost) > 6 else ''}")
-    outcome.notes.extend(_dead_letter_lines(stage)[-4:])
+    outcome.notes.extend(f"dead letter {letter.get('reason', '?')}: {str(letter.get('detail', '(sealed)'))[:240]}"
+                         for letter in letters[-4:])  # fmt: skip
     for group in (f"{stage.names.prefix}-projection", f"{stage.names.prefix}-baseline"):
         reader = Consumer({**stage.config, "group.id": group, "enable.auto.commit": False})
         try:
@@ -278,16 +279,16 @@ def _diagnose(stage: Stage, outcome: Outcome, lost: list[str]) -> None:
     _keep_logs(stage, scenario)
 
 
-def _dead_letter_lines(stage: Stage) -> list[str]:
-    """Each dead letter's reason and detail (a sealed one's detail is not shown)."""
-    lines = []
+def _dead_letters(stage: Stage) -> list[dict[str, Any]]:
+    """The scope's dead letters as JSON objects, read once; a value that is not one JSON object counts as {}."""
+    letters = []
     for record in read_topic(stage.config, stage.scope.dlq):
         try:
             letter = json.loads(record.value or b"{}")
         except ValueError:
-            letter = {}  # a sealed dead letter: a JSON line, then the sealed bytes
-        lines.append(f"dead letter {letter.get('reason', '?')}: {str(letter.get('detail', '(sealed)'))[:240]}")
-    return lines
+            letter = {}
+        letters.append(letter if isinstance(letter, dict) else {})
+    return letters
 
 
 def _keep_logs(stage: Stage, scenario: str) -> None:

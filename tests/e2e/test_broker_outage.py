@@ -63,6 +63,7 @@ def test_after_an_outage_every_trigger_is_decided_once_by_the_same_processes(
         env = {**worker_env(running.bootstrap, names, tmp_path), "DPM_GROUP_PROTOCOL": protocol,
                "DPM_DRAIN_S": str(DRAIN_S)}  # fmt: skip
         commands = [["worker"], ["baseline", "--budgets", str(BUDGET)]]
+        expected = {r.decision_id(a) for r in requests for a in both}
         logs = tmp_path / "logs"
         with pipeline_processes(commands, env, logs) as procs:
             producer.triggers(requests[:6])
@@ -74,7 +75,7 @@ def test_after_an_outage_every_trigger_is_decided_once_by_the_same_processes(
             producer.triggers(requests[6:])
             outputs = await_decisions(config, names, 2 * len(requests), timeout_s=120, cipher=keys)
             recovered_s = time.monotonic() - back
-            missing = {r.decision_id(a) for r in requests for a in both} - outputs.decision_ids()
+            missing = expected - outputs.decision_ids()
             if missing:  # say where each process waits
                 waits = "\n".join(f"{c[0]}: {where_it_waits(p, logs / f'{c[0]}-{i}.log')}"
                                    for i, (c, p) in enumerate(zip(commands, procs, strict=True)))  # fmt: skip
@@ -92,7 +93,7 @@ def test_after_an_outage_every_trigger_is_decided_once_by_the_same_processes(
         producer.close()
         keys.close()
         letters = list(read_topic(config, names.dlq))
-    assert outputs.decision_ids() == {r.decision_id(a) for r in requests for a in both}
+    assert outputs.decision_ids() == expected
     assert outputs.duplicates == 0
     assert recovered_s < 60
     assert letters == []  # nothing dead-lettered: Kafka away is no record's fault
